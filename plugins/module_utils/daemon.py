@@ -1,0 +1,120 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Daemons tracked by their pid files: liveness, start, stop.
+
+A process counts as ours only when the pid file names it, it is not a zombie and its
+/proc comm matches the expected program, so a reused pid is never signalled.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+PROC = "/proc"
+
+
+def read_pidfile(path):
+    """Return the pid in a pid file, or None when the file is missing or not a pid."""
+    try:
+        with open(path) as handle:
+            text = handle.read().strip()
+    except (IOError, OSError):
+        return None
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def process_status(pid, proc=PROC):
+    """Return (state letter, comm) of a pid from /proc, or (None, None) when gone."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat")) as handle:
+            stat = handle.read()
+    except (IOError, OSError):
+        return None, None
+    # comm is in parentheses and may itself contain spaces or parentheses.
+    open_paren, close_paren = stat.find("("), stat.rfind(")")
+    if open_paren < 0 or close_paren < 0:
+        return None, None
+    comm = stat[open_paren + 1:close_paren]
+    rest = stat[close_paren + 1:].split()
+    return (rest[0] if rest else None), comm
+
+
+def is_alive(pid, process_name=None, proc=PROC):
+    """True when pid runs (not a zombie) and, if given, its comm starts the name.
+
+    The kernel truncates comm to 15 characters, hence the prefix comparison.
+    """
+    if not pid:
+        return False
+    state, comm = process_status(pid, proc)
+    if state is None or state in ("Z", "X"):
+        return False
+    if process_name and not process_name.startswith(comm or "\0"):
+        return False
+    return True
+
+
+def running_pid(pidfile, process_name=None, proc=PROC):
+    """The live pid a pid file names, or None."""
+    pid = read_pidfile(pidfile)
+    return pid if is_alive(pid, process_name, proc) else None
+
+
+def wait_until(predicate, timeout, interval=0.1):
+    """Poll predicate until it returns a truthy value or timeout seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def stop(pid, process_name=None, timeout=10.0, proc=PROC):
+    """SIGTERM pid, then SIGKILL after timeout. Returns True when it is gone."""
+    if not is_alive(pid, process_name, proc):
+        return True
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    if wait_until(lambda: not is_alive(pid, process_name, proc), timeout):
+        return True
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    return bool(wait_until(lambda: not is_alive(pid, process_name, proc), 5.0))
+
+
+def launch_argv(command, user=None, netns=None, hostname=None):
+    """The argv that starts command, optionally as user, in a network namespace and
+    a new UTS namespace with its own hostname.
+
+    The hostname travels as a positional parameter of a fixed shell script, so no
+    shell string is ever built from a value.
+    """
+    argv = list(command)
+    if hostname:
+        argv = ["unshare", "--uts", "--", "sh", "-c", 'hostname -- "$1" && shift && exec "$@"',
+                "sh", hostname] + argv
+    if netns:
+        argv = ["nsenter", "--net=/var/run/netns/%s" % netns, "--"] + argv
+    if user:
+        argv = ["runuser", "-u", user, "--"] + argv
+    return argv
+
+
+def tail(path, lines=20):
+    """The last lines of a text file, or '' when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - 64 * 1024))
+            data = handle.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
