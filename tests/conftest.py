@@ -1,0 +1,12 @@
+"""Make `ansible_collections.llmtrain.slurm` importable from this checkout.
+
+.collections/ansible_collections/llmtrain/slurm links to the repository root, the same
+wiring ansible.cfg uses, so tests import the collection exactly as Ansible does."""
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COLLECTIONS = os.path.join(ROOT, ".collections")
+if COLLECTIONS not in sys.path:
+    sys.path.insert(0, COLLECTIONS)

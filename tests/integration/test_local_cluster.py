@@ -1,0 +1,138 @@
+"""The local cluster is a real Slurm cluster: what `make cluster` promises, checked the
+way a user would check it."""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from cluster import CLUSTER_DIR, controller_running, run_playbook, slurm
+
+NODES = ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
+
+
+def node_states():
+    out = slurm("sinfo", "--noheader", "--Node", "--format", "%N %T %G")
+    return {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+
+
+def pid_of(name):
+    with open(os.path.join(CLUSTER_DIR, name)) as handle:
+        return int(handle.read())
+
+
+def test_three_idle_nodes(local_cluster):
+    assert node_states() == {name: ["idle", "(null)"] for name in NODES}
+
+
+def test_plain_sinfo_finds_the_cluster_through_etc_slurm(local_cluster):
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    out = subprocess.run(["sinfo", "--noheader", "--format", "%D %T"], env=env, check=True,
+                         stdout=subprocess.PIPE, universal_newlines=True).stdout
+    assert out.split() == ["3", "idle"]
+
+
+def test_srun_runs_on_three_distinct_hosts_with_their_own_addresses(local_cluster):
+    names = slurm("srun", "-N3", "hostname").split()
+    assert sorted(names) == NODES
+    addresses = slurm("srun", "-N3", "--label", "ip", "-4", "-o", "addr", "show", "dev", "eth0")
+    found = sorted(set(re.findall(r"inet (10\.213\.0\.\d+)/24", addresses)))
+    assert found == ["10.213.0.10", "10.213.0.11", "10.213.0.12"]
+
+
+def test_each_node_runs_in_its_own_network_namespace(local_cluster):
+    out = slurm("srun", "-N3", "--label", "readlink", "/proc/self/ns/net")
+    namespaces = set(line.split(":", 1)[1].strip() for line in out.splitlines())
+    assert len(namespaces) == 3
+    assert os.readlink("/proc/self/ns/net") not in namespaces
+
+
+def test_second_run_changes_nothing(local_cluster):
+    daemons = [pid_of("run/slurmctld.pid"), pid_of("munge/munged.pid")]
+    result = run_playbook("local_cluster.yml")
+    assert result.changed == 0, result.output[-3000:]
+    assert [pid_of("run/slurmctld.pid"), pid_of("munge/munged.pid")] == daemons
+
+
+def test_gres_change_restarts_slurm_only_and_registers_placeholder_gpus(local_cluster):
+    munged = pid_of("munge/munged.pid")
+    slurmctld = pid_of("run/slurmctld.pid")
+    try:
+        run_playbook("local_cluster.yml", "-e", "local_cluster_gres_gpus=2")
+        assert node_states() == {name: ["idle", "gpu:2"] for name in NODES}
+        assert pid_of("munge/munged.pid") == munged
+        assert pid_of("run/slurmctld.pid") != slurmctld
+        # Slurm schedules the placeholders, but no job sees a GPU device.
+        out = slurm("srun", "-N1", "--gres=gpu:2", "sh", "-c", "echo CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}; ls /dev/nvidia0 2>&1 || true")
+        assert "No such file" in out
+    finally:
+        run_playbook("local_cluster.yml")
+    assert node_states() == {name: ["idle", "(null)"] for name in NODES}
+
+
+def test_node_count_change_adds_and_removes_nodes(local_cluster):
+    try:
+        run_playbook("local_cluster.yml", "-e", "local_cluster_nodes=4")
+        assert sorted(node_states()) == NODES + ["slurm-worker-3"]
+        assert sorted(slurm("srun", "-N4", "hostname").split()) == NODES + ["slurm-worker-3"]
+    finally:
+        run_playbook("local_cluster.yml")
+    assert sorted(node_states()) == NODES
+    assert "llmt-slurm-worker-3" not in subprocess.check_output(["ip", "netns", "list"], universal_newlines=True)
+    assert not os.path.exists(os.path.join(CLUSTER_DIR, "run", "slurmd-slurm-worker-3.pid")) or \
+        not os.path.exists("/proc/%d" % pid_of("run/slurmd-slurm-worker-3.pid"))
+
+
+def test_killed_slurmd_is_brought_back(local_cluster):
+    pid = pid_of("run/slurmd-slurm-worker-1.pid")
+    os.kill(pid, 9)
+    result = run_playbook("local_cluster.yml")
+    assert result.changed >= 1
+    assert pid_of("run/slurmd-slurm-worker-1.pid") != pid
+    assert sorted(slurm("srun", "-N3", "hostname").split()) == NODES
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("local_cluster_nodes", "0"),
+    ("local_cluster_gres_gpus", "-1"),
+    ("local_cluster_node_prefix", "Bad_Name;"),
+    ("local_cluster_dir", "relative/dir"),
+    ("local_cluster_subnet_prefix", "10.300.0"),
+    ("local_cluster_bridge", "a-bridge-name-that-is-too-long"),
+])
+def test_bad_input_is_rejected_naming_the_variable(local_cluster, variable, value):
+    result = run_playbook("local_cluster.yml", "-e", "%s=%s" % (variable, value), check=False)
+    assert result.rc != 0
+    assert "%s=%s" % (variable, value) in result.output
+    assert result.changed == 0
+
+
+def test_absent_stops_everything_it_started_and_present_restores(local_cluster):
+    pids = [pid_of("munge/munged.pid"), pid_of("run/slurmctld.pid")] + \
+        [pid_of("run/slurmd-%s.pid" % n) for n in NODES]
+    # A job still running when the cluster goes down must not outlive it.
+    slurm("sbatch", "--output=/dev/null", "--wrap", "sleep 300", "-N1")
+    run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
+    try:
+        for pid in pids:
+            state = None
+            if os.path.exists("/proc/%d/stat" % pid):
+                with open("/proc/%d/stat" % pid) as handle:
+                    state = handle.read().split(")")[-1].split()[0]
+            assert state in (None, "Z", "X"), "pid %d still runs" % pid
+        assert not controller_running()
+        netns = subprocess.check_output(["ip", "netns", "list"], universal_newlines=True)
+        assert "llmt-" not in netns
+        links = subprocess.check_output(["ip", "link", "show"], universal_newlines=True)
+        assert "llmtbr0" not in links
+        with open("/etc/hosts") as handle:
+            assert "slurm-worker-0" not in handle.read()
+        assert not os.path.islink("/etc/slurm/slurm.conf")
+        sleepers = subprocess.run(["pgrep", "-f", "^sleep 300$"], stdout=subprocess.PIPE, universal_newlines=True)
+        assert sleepers.stdout.strip() == ""
+        again = run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
+        assert again.changed == 0
+    finally:
+        run_playbook("local_cluster.yml")
+    assert node_states() == {name: ["idle", "(null)"] for name in NODES}

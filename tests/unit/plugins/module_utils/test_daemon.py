@@ -1,0 +1,101 @@
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import daemon
+
+
+def write_stat(proc, pid, comm, state):
+    os.makedirs(os.path.join(proc, str(pid)))
+    with open(os.path.join(proc, str(pid), "stat"), "w") as handle:
+        handle.write("%d (%s) %s 1 1 1 0 -1 4194560 0 0 0\n" % (pid, comm, state))
+
+
+@pytest.fixture
+def proc(tmp_path):
+    root = str(tmp_path / "proc")
+    write_stat(root, 100, "slurmd", "S")
+    write_stat(root, 101, "slurmd", "Z")
+    write_stat(root, 102, "python3", "R")
+    write_stat(root, 103, "a (odd) name", "S")
+    return root
+
+
+def test_read_pidfile(tmp_path):
+    good, bad, empty = tmp_path / "good", tmp_path / "bad", tmp_path / "empty"
+    good.write_text("4168\n")
+    bad.write_text("not a pid")
+    empty.write_text("")
+    assert daemon.read_pidfile(str(good)) == 4168
+    assert daemon.read_pidfile(str(bad)) is None
+    assert daemon.read_pidfile(str(empty)) is None
+    assert daemon.read_pidfile(str(tmp_path / "missing")) is None
+
+
+def test_alive_needs_a_live_non_zombie_with_the_expected_name(proc):
+    assert daemon.is_alive(100, "slurmd", proc)
+    assert not daemon.is_alive(101, "slurmd", proc)  # zombie
+    assert not daemon.is_alive(102, "slurmd", proc)  # pid reused by another program
+    assert not daemon.is_alive(999, "slurmd", proc)  # gone
+    assert daemon.is_alive(102, None, proc)
+    assert daemon.process_status(103, proc) == ("S", "a (odd) name")
+
+
+def test_comm_is_truncated_to_15_characters(tmp_path):
+    root = str(tmp_path / "proc")
+    write_stat(root, 7, "a-very-long-dae", "S")
+    assert daemon.is_alive(7, "a-very-long-daemon-name", root)
+
+
+def test_running_pid(tmp_path, proc):
+    pidfile = tmp_path / "slurmd.pid"
+    pidfile.write_text("101")
+    assert daemon.running_pid(str(pidfile), "slurmd", proc) is None
+    pidfile.write_text("100")
+    assert daemon.running_pid(str(pidfile), "slurmd", proc) == 100
+
+
+def test_launch_argv_passes_values_as_arguments_never_as_shell_text():
+    argv = daemon.launch_argv(["slurmd", "-N", "n0"], user="munge", netns="ns0", hostname="n0; rm -rf /")
+    assert argv[:4] == ["runuser", "-u", "munge", "--"]
+    assert argv[4:7] == ["nsenter", "--net=/var/run/netns/ns0", "--"]
+    script = argv[argv.index("-c") + 1]
+    assert script == 'hostname -- "$1" && shift && exec "$@"'
+    assert argv[argv.index("-c") + 3] == "n0; rm -rf /"
+    assert argv[-3:] == ["slurmd", "-N", "n0"]
+    assert daemon.launch_argv(["munged"]) == ["munged"]
+
+
+def test_stop_terminates_a_real_process():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        comm = daemon.process_status(child.pid)[1]
+        assert comm and comm.startswith("python")
+        assert daemon.is_alive(child.pid, comm)
+        reaper = lambda: child.poll() is not None  # noqa: E731 - reap so it does not stay a zombie
+        assert daemon.stop(child.pid, comm, timeout=5)
+        assert daemon.wait_until(reaper, 5)
+        assert child.returncode == -signal.SIGTERM
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_stop_refuses_a_process_with_another_name():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert daemon.stop(child.pid, "slurmd", timeout=1)  # "not ours": nothing signalled
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_tail(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("".join("line %d\n" % i for i in range(100)))
+    assert daemon.tail(str(log), 3) == "line 97\nline 98\nline 99"
+    assert daemon.tail(str(tmp_path / "missing")) == ""
