@@ -1,0 +1,134 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nvidia_smi")
+
+
+def fixture(name):
+    with open(os.path.join(FIXTURES, name)) as handle:
+        return handle.read()
+
+
+class FakeRunner:
+    """Answers argv prefixes with (rc, stdout, stderr) and records every call."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = []
+
+    def __call__(self, argv, timeout=60):
+        self.calls.append(list(argv))
+        for prefix, answer in self.answers:
+            if argv[:len(prefix)] == prefix:
+                return answer
+        raise AssertionError("unexpected command %r" % argv)
+
+
+QUERY = ["/usr/bin/nvidia-smi", "--query-gpu=" + ",".join(gpu.QUERY_FIELDS), "--format=csv,noheader,nounits"]
+QUERY_OLD = ["/usr/bin/nvidia-smi", "--query-gpu=" + ",".join(gpu.QUERY_FIELDS_OLD_DRIVER), "--format=csv,noheader,nounits"]
+CPU_TORCH = (0, json.dumps(dict(importable=True, version="2.13.0+cpu", cuda_available=False, device_count=0,
+                                cuda_version=None, devices=[])), "")
+H100_TORCH = (0, json.dumps(dict(importable=True, version="2.13.0+cu128", cuda_available=True, device_count=8,
+                                 cuda_version="12.8", devices=["NVIDIA H100 80GB HBM3"] * 8)), "")
+NO_TORCH = (0, json.dumps(dict(importable=False, error="ModuleNotFoundError: No module named 'torch'")), "")
+
+
+def which_found(name):
+    return "/usr/bin/" + name
+
+
+def which_missing(name):
+    return None
+
+
+def test_one_gpu():
+    gpus = gpu.parse_query_csv(fixture("one_gpu.csv"))
+    assert gpus == [dict(index=0, name="NVIDIA GeForce RTX 3090",
+                         uuid="GPU-2a7d9d4e-5f3c-11ee-8c99-0242ac120002", memory_total_mib=24576,
+                         driver_version="535.129.03", compute_capability="8.6", mig_mode=None,
+                         mig_devices=[])]
+
+
+def test_eight_h100_detected_by_nvidia_smi_and_torch():
+    runner = FakeRunner([(QUERY, (0, fixture("h100x8.csv"), "")), (["python"], H100_TORCH)])
+    result = gpu.detect("python", runner, which_found, environ={"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
+    assert result["count"] == 8 and result["source"] == "nvidia-smi" and result["reason"] is None
+    assert [g["index"] for g in result["gpus"]] == list(range(8))
+    assert {g["compute_capability"] for g in result["gpus"]} == {"9.0"}
+    assert result["torch_count"] == 8
+    assert result["cuda_visible_devices"] == "0,1,2,3,4,5,6,7"
+    assert runner.calls == [QUERY, ["python", "-c", gpu.TORCH_PROBE]]  # -L only when MIG is on
+
+
+def test_mig_devices_are_listed_under_their_gpu():
+    runner = FakeRunner([(QUERY, (0, fixture("a100_mig.csv"), "")),
+                         (["/usr/bin/nvidia-smi", "-L"], (0, fixture("a100_mig_list.txt"), "")),
+                         (["python"], CPU_TORCH)])
+    result = gpu.detect("python", runner, which_found, environ={})
+    first, second = result["gpus"]
+    assert first["mig_mode"] == "Enabled" and second["mig_mode"] == "Disabled"
+    assert [m["profile"] for m in first["mig_devices"]] == ["3g.20gb", "2g.10gb", "1g.5gb"]
+    assert first["mig_devices"][2] == dict(profile="1g.5gb", device=2,
+                                           uuid="MIG-0c7a1b8e-6b1d-5e0f-9d3c-2a4f6e8b0c13")
+    assert second["mig_devices"] == []
+
+
+def test_driver_missing_is_zero_with_a_reason_not_a_failure():
+    runner = FakeRunner([(QUERY, (9, fixture("no_driver.txt"), "")), (["python"], CPU_TORCH)])
+    result = gpu.detect("python", runner, which_found, environ={})
+    assert result["count"] == 0 and result["source"] == "none"
+    assert "exit 9" in result["reason"] and "driver" in result["reason"]
+    assert "CPU build" in result["reason"]
+
+
+def test_nvidia_smi_missing_falls_back_to_torch():
+    runner = FakeRunner([(["python"], H100_TORCH)])
+    result = gpu.detect("python", runner, which_missing, environ={})
+    assert result["count"] == 8 and result["source"] == "torch" and result["nvidia_smi_count"] == 0
+
+
+def test_nothing_at_all():
+    runner = FakeRunner([(["python"], NO_TORCH)])
+    result = gpu.detect("python", runner, which_missing, environ={})
+    assert result["count"] == 0
+    assert result["reason"] == ("nvidia-smi not found (no NVIDIA driver utilities on PATH); "
+                                "ModuleNotFoundError: No module named 'torch'")
+
+
+def test_old_driver_without_compute_cap_is_queried_again():
+    runner = FakeRunner([(QUERY, (2, fixture("old_driver_field_error.txt"), "")),
+                         (QUERY_OLD, (0, fixture("v100_old_driver.csv"), "")),
+                         (["python"], CPU_TORCH)])
+    result = gpu.detect("python", runner, which_found, environ={})
+    assert result["count"] == 1
+    assert result["gpus"][0]["compute_capability"] is None
+    assert result["gpus"][0]["memory_total_mib"] == 16160
+
+
+def test_malformed_csv_is_a_reason():
+    runner = FakeRunner([(QUERY, (0, "0, only two\n", "")), (["python"], CPU_TORCH)])
+    result = gpu.detect("python", runner, which_found, environ={})
+    assert result["count"] == 0 and "printed 2 fields where 7 were asked" in result["reason"]
+
+
+def test_interpreter_that_does_not_run():
+    result = gpu.torch_info("/nonexistent/python")
+    assert result["importable"] is False and "/nonexistent/python" in result["error"]
+
+
+def test_runs_as_a_plain_script_on_this_machine():
+    """The way slurm_gpu_check runs it on compute nodes: no Ansible, one JSON line."""
+    out = subprocess.run([sys.executable, gpu.__file__, sys.executable], check=True,
+                         stdout=subprocess.PIPE, universal_newlines=True, timeout=120).stdout
+    result = json.loads(out)
+    assert result["torch"]["importable"] is True
+    if result["count"] == 0:
+        assert result["reason"]
+    else:
+        pytest.skip("this machine has GPUs; the zero-GPU path is covered above")
