@@ -1,0 +1,33 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters over the nccl_env_* inventory variables.
+
+  {{ hostvars[node] | llmtrain.slurm.nccl_env }}          -> {NCCL_...: value}; fails on bad values
+  {{ hostvars[node] | llmtrain.slurm.nccl_env_errors }}   -> [message, ...] ([] when all is well)
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import nccl
+
+
+def _settings(variables):
+    return {key: variables[key] for key in list(variables) if str(key).startswith(nccl.PREFIX)}
+
+
+def nccl_env(variables):
+    env, errors = nccl.build_env(_settings(variables))
+    if errors:
+        raise AnsibleFilterError("Invalid NCCL/UCX/Gloo settings:\n" + "\n".join(errors))
+    return env
+
+
+def nccl_env_errors(variables):
+    return nccl.build_env(_settings(variables))[1]
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"nccl_env": nccl_env, "nccl_env_errors": nccl_env_errors}

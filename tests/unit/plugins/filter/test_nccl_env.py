@@ -1,0 +1,20 @@
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmtrain.slurm.plugins.filter import nccl_env
+
+
+def test_filters_read_only_nccl_env_variables():
+    hostvars = dict(nccl_env_socket_ifname="ib0", nccl_env_ib_hca="mlx5_0:1", slurm_nodes=3, inventory_hostname="n1")
+    assert nccl_env.nccl_env(hostvars) == {"NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5_0:1",
+                                           "GLOO_SOCKET_IFNAME": "ib0"}
+    assert nccl_env.nccl_env_errors(hostvars) == []
+
+
+def test_bad_values_fail_with_every_message():
+    hostvars = dict(nccl_env_debug="LOUD", nccl_env_cross_nic=7)
+    with pytest.raises(AnsibleFilterError) as error:
+        nccl_env.nccl_env(hostvars)
+    assert "nccl_env_debug='LOUD'" in str(error.value) and "nccl_env_cross_nic=7" in str(error.value)
+    assert len(nccl_env.nccl_env_errors(hostvars)) == 2
+    assert set(nccl_env.FilterModule().filters()) == {"nccl_env", "nccl_env_errors"}
