@@ -45,6 +45,7 @@ test-integration: venv
 lint: venv
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
+	$(BIN)/antsibull-changelog lint
 
 clean:
 	rm -rf $(VENV) .pytest_cache tests/output
