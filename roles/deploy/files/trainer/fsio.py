@@ -1,0 +1,48 @@
+"""Crash-safe file writes: a file appears under its final name complete, or not at all."""
+
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+TEMP_MARK = ".tmp-"
+
+
+def fsync_dir(directory):
+    """Make renames in directory durable (the rename lives in the directory's own data)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_path(path):
+    """A hidden name next to path, unique per process, so readers never pick it up."""
+    path = Path(path)
+    return path.with_name(f".{path.name}{TEMP_MARK}{os.getpid()}")
+
+
+@contextmanager
+def atomic_file(path, mode="wb"):
+    """Yield a file to write; on success it is flushed, fsynced and renamed to path."""
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def remove_temp_files(directory):
+    """Delete temp files left in directory by writers that were killed; return their names."""
+    removed = []
+    for tmp in Path(directory).glob(f".*{TEMP_MARK}*"):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp.name)
+    return sorted(removed)
