@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PYTEST_ARGS ?=
 
-.PHONY: venv cluster cluster-down pretrain test test-unit test-integration lint clean
+.PHONY: venv cluster cluster-down pretrain test test-unit test-integration lint bench clean
 
 venv: $(VENV)/.installed
 
@@ -46,6 +46,10 @@ lint: venv
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 	$(BIN)/antsibull-changelog lint
+
+# Speed and memory figures, printed and written to docs/benchmarks.md.
+bench: venv
+	$(BIN)/python bench/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache tests/output
