@@ -2,8 +2,10 @@
 
 import os
 import re
+import json
 import subprocess
 import sys
+import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
@@ -23,8 +25,7 @@ class PlaybookResult:
 def run_playbook(playbook, *extra, check=True, timeout=900):
     """ansible-playbook from the repository root, as a user runs it."""
     argv = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook)] + list(extra)
-    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1", PATH=BIN + os.pathsep + os.environ["PATH"])
-    proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.run(argv, cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=timeout)
     result = PlaybookResult(proc)
     if check and result.rc != 0:
@@ -50,3 +51,24 @@ def controller_running():
             return handle.read().split(")")[-1].split()[0] not in ("Z", "X")
     except (IOError, OSError):
         return False
+
+
+def ansible_env():
+    return dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+                ANSIBLE_NOCOLOR="1", PATH=BIN + os.pathsep + os.environ["PATH"])
+
+
+def module(name, args, tmp_path, check=False):
+    """One module run on the login node (`ansible slurm_login -m ...`); its result."""
+    if name == "sbatch" and args.get("state") != "absent":
+        args = dict(args, chdir=args.get("chdir", str(tmp_path)))  # job output under tmp_path
+    tree = tmp_path / ("tree-" + uuid.uuid4().hex[:8])
+    argv = [os.path.join(BIN, "ansible"), "slurm_login", "-m", "llmtrain.slurm." + name, "-a", json.dumps(args),
+            "--tree", str(tree)] + (["--check"] if check else [])
+    proc = subprocess.run(argv, cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=120)
+    with open(tree / "localhost") as handle:
+        result = json.load(handle)
+    result["_output"] = proc.stdout
+    result["failed"] = proc.returncode != 0
+    return result

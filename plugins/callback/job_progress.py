@@ -1,0 +1,85 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+name: job_progress
+type: aggregate
+short_description: One line of Slurm job progress per retry of a task that watches a job
+description:
+  - When a task that watches a Slurm job is retried (C(until)/C(retries)), prints one line
+    per retry with the job id, state, nodes, step/total, loss, tokens per second and ETA.
+  - A task watches a job when its result carries C(job_id) or C(jobs) and C(state), as the
+    results of M(llmtrain.slurm.slurm_job_info) and M(llmtrain.slurm.sbatch) do; the
+    progress fields come from C(progress) (O(llmtrain.slurm.slurm_job_info#module:metrics_file)).
+  - Works beside any stdout callback. Ansible gives every retry to the stdout callback
+    first, and no other callback can withdraw that line, so the C(FAILED - RETRYING) line
+    of the default callback stays and this line follows it.
+version_added: 0.1.0
+author:
+  - llmtrain.slurm maintainers
+requirements:
+  - Enabled in C(callbacks_enabled) (the collection's C(ansible.cfg) does that).
+"""
+
+from ansible.plugins.callback import CallbackBase
+
+
+def _duration(seconds):
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return "%dh%02dm" % (hours, minutes)
+    if minutes:
+        return "%dm%02ds" % (minutes, secs)
+    return "%ds" % secs
+
+
+def _number(value):
+    if isinstance(value, float):
+        return "%.4g" % value
+    return str(value)
+
+
+def progress_line(host, result):
+    """The line for one retry, or None when the result does not describe a Slurm job."""
+    job = result
+    if isinstance(result.get("jobs"), list) and result["jobs"]:
+        job = result["jobs"][-1]
+    if not isinstance(job, dict) or not job.get("job_id") or not job.get("state"):
+        return None
+    head = "job %s %s" % (job["job_id"], job["state"])
+    if job.get("nodelist"):
+        head += " on %s" % job["nodelist"]
+    elif job.get("reason") and job["state"] == "PENDING":
+        head += " (%s)" % job["reason"]
+    parts = []
+    progress = result.get("progress") or {}
+    if progress.get("step") is not None:
+        parts.append("step %s/%s" % (progress["step"], progress.get("total_steps") or "?"))
+    if progress.get("loss") is not None:
+        parts.append("loss %s" % _number(progress["loss"]))
+    if progress.get("tokens_per_s") is not None:
+        parts.append("%s tokens/s" % _number(round(progress["tokens_per_s"])))
+    if progress.get("eta_s") is not None:
+        parts.append("ETA %s" % _duration(progress["eta_s"]))
+    line = "[%s] %s" % (host, head) + (": " + ", ".join(parts) if parts else "")
+    retries, attempts = result.get("retries"), result.get("attempts")
+    if retries and attempts:
+        line += " (retry %d/%d)" % (attempts, retries - 1)
+    return line
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "llmtrain.slurm.job_progress"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def v2_runner_retry(self, result):
+        line = progress_line(result.host.get_name(), result.result)
+        if line:
+            self._display.display(line)

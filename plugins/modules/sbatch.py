@@ -1,0 +1,366 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sbatch
+short_description: Submit a Slurm batch job once, optionally wait for it, or cancel it
+description:
+  - Submits a batch script with C(sbatch --parsable), unless the same job already exists.
+  - "A job's identity is its name plus a fingerprint (16 hex digits of a SHA-256) of the
+    name, the script content, O(options), O(env) and O(chdir). The fingerprint is recorded
+    on the job as its comment, C(llmtrain:FINGERPRINT), so the job is found again by
+    C(squeue) (and C(sacct) where accounting keeps comments)."
+  - The same identity pending or running gives RV(changed=false) and the same RV(job_id).
+    The same identity completed successfully and still known to Slurm also gives
+    RV(changed=false), unless O(force). Otherwise the job is submitted.
+  - With O(wait), the task returns when the job has left the active states, checking it
+    once per O(poll_interval); it fails when the job did not complete successfully,
+    showing the last lines of its output.
+  - O(state=absent) cancels the active jobs of this name (of the connecting user).
+version_added: 0.1.0
+author:
+  - llmtrain.slurm maintainers
+extends_documentation_fragment:
+  - llmtrain.slurm.slurm
+  - llmtrain.slurm.slurm.job_states
+options:
+  name:
+    description: Job name (C(--job-name)). Passed literally, whatever characters it holds.
+    type: str
+    required: true
+  script:
+    description:
+      - Path of the batch script on the target. Its content is part of the job's identity.
+      - Mutually exclusive with O(content).
+    type: path
+  content:
+    description:
+      - Text of the batch script, given to C(sbatch) on its standard input.
+      - Mutually exclusive with O(script). One of them is required with O(state=present).
+    type: str
+  chdir:
+    description: Working directory of the job (C(--chdir)); relative output paths are below it.
+    type: path
+  options:
+    description:
+      - C(sbatch) long options, as O(options) key C(cpus-per-task) (or C(cpus_per_task))
+        and value C(2) for C(--cpus-per-task=2); a value of V(true) gives the bare flag, V(false)
+        leaves the option out.
+      - Unknown or malformed keys are rejected, and so are the options the module sets
+        itself (C(job-name), C(comment), C(chdir), C(parsable), C(wait), C(wrap)).
+      - Values are passed as one argument each, never through a shell.
+    type: dict
+    default: {}
+  env:
+    description:
+      - Environment variables for the job. They are given to C(sbatch) in its own process
+        environment, never on its command line, so values holding commas, quotes, newlines
+        or C($(...)) reach the job unchanged and execute nothing.
+      - With the C(export) option unset this adds C(--export=ALL); with C(export=NONE) it
+        becomes C(--export=NAME1,NAME2) (names only; Slurm reads the values from the
+        environment); with a list of names, these names are added to it.
+    type: dict
+    default: {}
+  state:
+    description:
+      - V(present) submits the job unless it exists (see above).
+      - V(absent) cancels every active job of this name.
+    type: str
+    choices: [present, absent]
+    default: present
+  force:
+    description: Submit again even when the same job completed successfully.
+    type: bool
+    default: false
+  wait:
+    description: Wait until the job has left the active states.
+    type: bool
+    default: false
+  wait_timeout:
+    description: Seconds to wait with O(wait) before failing.
+    type: float
+    default: 3600
+  poll_interval:
+    description:
+      - Seconds between two checks of the job with O(wait) (at least 1; one Slurm query each).
+        The end of the job is noticed within about this time.
+    type: float
+    default: 1
+  cancel_on_timeout:
+    description: Cancel the job when O(wait_timeout) passes.
+    type: bool
+    default: true
+  log_tail_lines:
+    description: Lines of the job's output to return as RV(log_tail) when it fails.
+    type: int
+    default: 30
+notes:
+  - Supports check mode; it reports what would be submitted or cancelled and changes nothing.
+  - The job's output is read from the login node, so the output directory must be shared
+    with the compute nodes (as Slurm's working directory usually is).
+"""
+
+EXAMPLES = r"""
+- name: Submit the training job once, from a script on the login node
+  llmtrain.slurm.sbatch:
+    name: pretrain-tiny
+    script: /shared/runs/tiny/scripts/train.sbatch
+    chdir: /shared/runs/tiny
+    options:
+      partition: gpu
+      nodes: 3
+      ntasks-per-node: 1
+      gres: gpu:4
+      time: "04:00:00"
+      output: logs/%x-%j.out
+    env:
+      NCCL_SOCKET_IFNAME: ib0
+  register: train_job
+
+- name: Run a short job and wait for it (fails with the log tail if it fails)
+  llmtrain.slurm.sbatch:
+    name: smoke
+    content: |
+      #!/bin/bash
+      srun hostname
+    options:
+      nodes: 2
+    wait: true
+    wait_timeout: 120
+
+- name: Cancel it
+  llmtrain.slurm.sbatch:
+    name: pretrain-tiny
+    state: absent
+"""
+
+RETURN = r"""
+job_id:
+  description: The job's id; null in check mode when it would be submitted.
+  returned: with state=present
+  type: str
+  sample: "42"
+state:
+  description: The job's Slurm state (see the notes), as last seen.
+  returned: with state=present
+  type: str
+  sample: RUNNING
+exit_code:
+  description: The job's exit code, once it is known.
+  returned: with state=present
+  type: int
+  sample: 0
+signal:
+  description: The signal that ended the job (0 when none).
+  returned: with state=present
+  type: int
+  sample: 0
+elapsed:
+  description: Seconds the job has run.
+  returned: with state=present
+  type: int
+  sample: 95
+nodelist:
+  description: Slurm host list of the job's nodes.
+  returned: with state=present
+  type: str
+  sample: slurm-worker-[0-2]
+reason:
+  description: Slurm's reason for the job's state (why it pends, or why it failed).
+  returned: with state=present
+  type: str
+  sample: Resources
+stdout_path:
+  description: The job's standard output file.
+  returned: with state=present
+  type: str
+  sample: /shared/runs/tiny/logs/pretrain-tiny-42.out
+stderr_path:
+  description: The job's standard error file.
+  returned: with state=present
+  type: str
+  sample: /shared/runs/tiny/logs/pretrain-tiny-42.out
+fingerprint:
+  description: The job's fingerprint, recorded on it as comment C(llmtrain:FINGERPRINT).
+  returned: with state=present
+  type: str
+  sample: 3f1c9a0e5b7d2468
+cmd:
+  description: The C(sbatch) argument vector, when the job is (or would be) submitted.
+  returned: when submitted
+  type: list
+  elements: str
+submitted:
+  description: Whether this task submitted the job (or would, in check mode).
+  returned: with state=present
+  type: bool
+log_tail:
+  description: The last O(log_tail_lines) lines of the job's output (and of its separate error file).
+  returned: when the job failed
+  type: list
+  elements: str
+cancelled:
+  description: Ids of the jobs cancelled (or that would be, in check mode).
+  returned: with state=absent, and when a timed-out job was cancelled
+  type: list
+  elements: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+
+JOB_FIELDS = ("job_id", "state", "exit_code", "signal", "elapsed", "nodelist", "reason",
+              "stdout_path", "stderr_path")
+
+
+def job_result(job):
+    return {k: job.get(k) for k in JOB_FIELDS}
+
+
+def log_tail(job, count):
+    lines = []
+    paths = [job.get("stdout_path"), job.get("stderr_path")]
+    for path in dict.fromkeys(p for p in paths if p):
+        try:
+            lines += slurm.tail_lines(path, count)
+        except (IOError, OSError) as err:
+            lines.append("(cannot read %s: %s)" % (path, err))
+    return lines
+
+
+def cancel_by_name(module, client, name):
+    ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == name and j["state"] in slurm.ACTIVE_STATES]
+    if ids and not module.check_mode:
+        client.cancel(ids)
+    module.exit_json(changed=bool(ids), cancelled=ids)
+
+
+def existing_job(client, name, fp, force):
+    """The job this task would submit, if Slurm still has it active (or completed, unless force)."""
+    mine = [j for j in client.jobs_of_user()
+            if j["name"] == name and slurm.fingerprint_of_comment(j["comment"]) == fp]
+    mine.sort(key=lambda j: int(j["job_id"].split("_")[0]), reverse=True)
+    for job in mine:
+        if job["state"] in slurm.ACTIVE_STATES:
+            return job
+    if force:
+        return None
+    for job in mine:
+        if job["state"] == "COMPLETED":
+            return job
+    if "," not in name and "\n" not in name:
+        rows = client.sacct("--user=" + client.user(), "--name=" + name, "--starttime=now-30days") or []
+        done = [j for j in rows if j["fingerprint"] == fp and j["state"] == "COMPLETED"]
+        if done:
+            return max(done, key=lambda j: int(j["job_id"]))
+    return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            script=dict(type="path"),
+            content=dict(type="str"),
+            chdir=dict(type="path"),
+            options=dict(type="dict", default={}),
+            env=dict(type="dict", default={}),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+            force=dict(type="bool", default=False),
+            wait=dict(type="bool", default=False),
+            wait_timeout=dict(type="float", default=3600.0),
+            poll_interval=dict(type="float", default=1.0),
+            cancel_on_timeout=dict(type="bool", default=True),
+            log_tail_lines=dict(type="int", default=30),
+        ),
+        mutually_exclusive=[("script", "content")],
+        required_if=[("state", "present", ("script", "content"), True)],
+        supports_check_mode=True,
+    )
+    p = module.params
+    client = slurm.Slurm(module)
+    try:
+        if p["state"] == "absent":
+            cancel_by_name(module, client, p["name"])
+        present(module, client, p)
+    except slurm.SlurmError as err:
+        module.fail_json(msg=str(err))
+
+
+def present(module, client, p):
+    if p["poll_interval"] < 1:
+        module.fail_json(msg="poll_interval must be at least 1 (one Slurm query per second at most)")
+    options = dict((k.replace("_", "-") if isinstance(k, str) else k, v) for k, v in p["options"].items())
+    export = options.pop("export", None)
+    env = dict((k, "" if v is None else str(v)) for k, v in p["env"].items())
+    try:
+        option_argv = slurm.option_argv(options)
+        export_argv = slurm.export_argv(export, env) if env or export is not None else []
+    except ValueError as err:
+        module.fail_json(msg="invalid options: %s" % err)
+
+    if p["script"] is not None:
+        try:
+            with open(p["script"], "rb") as handle:
+                content = handle.read().decode("utf-8", "surrogateescape")
+        except (IOError, OSError) as err:
+            module.fail_json(msg="script file %s cannot be read: %s" % (p["script"], err.strerror or err))
+    else:
+        content = p["content"]
+    if p["chdir"] and not os.path.isdir(p["chdir"]):
+        module.fail_json(msg="chdir %s is not a directory" % p["chdir"])
+
+    identity = dict(options, export=export) if export is not None else options
+    fp = slurm.fingerprint(p["name"], content, identity, env, p["chdir"])
+    argv = slurm.submit_argv(client.bin("sbatch"), p["name"], slurm.identity_comment(fp), p["chdir"],
+                             option_argv, export_argv, p["script"])
+    result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None)
+
+    found = existing_job(client, p["name"], fp, p["force"])
+    if found is not None:
+        job = client.show_job(found["job_id"]) if found.get("source") != "sacct" else found
+    elif module.check_mode:
+        result.update(job_result(slurm.unknown_job("")), job_id=None, state=None, reason=None,
+                      changed=True, submitted=True, cmd=argv)
+        module.exit_json(**result)
+    else:
+        rc, out, err = module.run_command(argv, data=content if p["script"] is None else None,
+                                          binary_data=True, environ_update=env)
+        if rc != 0:
+            module.fail_json(msg="sbatch rejected the job: %s" % (err or out).strip(), rc=rc,
+                             stdout=out, stderr=err, cmd=argv, fingerprint=fp)
+        try:
+            job_id = slurm.parse_parsable(out)
+        except ValueError as error:
+            module.fail_json(msg=str(error), cmd=argv, fingerprint=fp)
+        result.update(changed=True, submitted=True, cmd=argv)
+        job = client.show_job(job_id)
+
+    if p["wait"] and job["active"]:
+        job, timed_out = client.wait(job["job_id"], p["wait_timeout"], p["poll_interval"])
+        if timed_out:
+            msg = "job %s still %s after %gs (wait_timeout)" % (job["job_id"], job["state"], p["wait_timeout"])
+            if p["cancel_on_timeout"]:
+                client.cancel([job["job_id"]])
+                job = client.show_job(job["job_id"])
+                result["cancelled"] = [job["job_id"]]
+                msg += "; cancelled it"
+            result.update(job_result(job))
+            module.fail_json(msg=msg, log_tail=log_tail(job, p["log_tail_lines"]), **result)
+    result.update(job_result(job))
+    if p["wait"] and job["state"] == "UNKNOWN":
+        module.warn("job %s finished and the controller has forgotten it; its outcome is unknown" % job["job_id"])
+    elif p["wait"] and not job["active"] and not job["success"]:
+        module.fail_json(msg=slurm.failure_message(job), log_tail=log_tail(job, p["log_tail_lines"]), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: slurm_cluster_info
+short_description: Report a Slurm cluster's version, partitions and nodes
+description:
+  - Reads C(scontrol --version), C(scontrol show partition -o) and C(scontrol show node -o).
+  - Host lists are expanded and GRES strings parsed into counts per type.
+  - Returns the result, and the same as the fact C(ansible_facts.slurm_cluster).
+version_added: 0.1.0
+author:
+  - llmtrain.slurm maintainers
+extends_documentation_fragment:
+  - llmtrain.slurm.slurm
+options: {}
+notes:
+  - Supports check mode (it changes nothing).
+"""
+
+EXAMPLES = r"""
+- name: Learn the cluster's shape
+  llmtrain.slurm.slurm_cluster_info:
+
+- name: Every node of partition gpu has 4 GPUs
+  ansible.builtin.assert:
+    that: item.gres.gpu.total | default(0) == 4
+  loop: "{{ ansible_facts.slurm_cluster.nodes | selectattr('partitions', 'contains', 'gpu') }}"
+  loop_control:
+    label: "{{ item.name }}"
+"""
+
+RETURN = r"""
+version:
+  description: Slurm version of the client (C(scontrol --version)).
+  returned: always
+  type: str
+  sample: 22.05.8
+partitions:
+  description: The partitions.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name: {description: Partition name., type: str, sample: debug}
+    default: {description: Whether it is the default partition., type: bool}
+    state: {description: Partition state (lower case)., type: str, sample: up}
+    nodes: {description: Its nodes, host list expanded., type: list, elements: str}
+    nodelist: {description: Its nodes as a Slurm host list., type: str, sample: "slurm-worker-[0-2]"}
+    total_nodes: {description: Node count., type: int}
+    total_cpus: {description: CPU count., type: int}
+    time_limit: {description: MaxTime as Slurm prints it (V(UNLIMITED) when unlimited)., type: str, sample: "1-00:00:00"}
+    time_limit_s: {description: MaxTime in seconds (null when unlimited)., type: int}
+    default_time: {description: DefaultTime as Slurm prints it., type: str}
+nodes:
+  description: The nodes.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name: {description: Node name., type: str, sample: slurm-worker-0}
+    state: {description: Base state (lower case), without flags., type: str, sample: idle}
+    state_flags: {description: State flags such as C(drain)., type: list, elements: str}
+    cpus: {description: CPUs., type: int}
+    cpus_allocated: {description: CPUs allocated to jobs., type: int}
+    memory_mb: {description: RealMemory in MiB., type: int}
+    memory_allocated_mb: {description: Memory allocated to jobs in MiB., type: int}
+    gres:
+      description:
+        - 'GRES per name. The node GRES string "gpu:a100:4(S:0-1),gpu:2" gives
+          C({"gpu": {"total": 6, "types": {"a100": 4}, "untyped": 2}}).'
+      type: dict
+    features: {description: Available features., type: list, elements: str}
+    active_features: {description: Active features., type: list, elements: str}
+    partitions: {description: Partitions the node belongs to., type: list, elements: str}
+    address: {description: NodeAddr., type: str}
+    reason: {description: Why the node is down or drained., type: str}
+    version: {description: Slurm version of its slurmd., type: str}
+ansible_facts:
+  description: The same data as C(slurm_cluster), with keys C(version), C(partitions), C(nodes).
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+
+
+def main():
+    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    client = slurm.Slurm(module)
+    try:
+        scontrol = client.bin("scontrol")
+        version = slurm.parse_version(client.run([scontrol, "--version"])[1])
+        partitions = slurm.parse_partitions(client.run([scontrol, "show", "partition", "-o"])[1])
+        nodes = slurm.parse_nodes(client.run([scontrol, "show", "node", "-o"])[1])
+    except (slurm.SlurmError, ValueError) as err:
+        module.fail_json(msg=str(err))
+    info = dict(version=version, partitions=partitions, nodes=nodes)
+    module.exit_json(changed=False, ansible_facts=dict(slurm_cluster=info), **info)
+
+
+if __name__ == "__main__":
+    main()

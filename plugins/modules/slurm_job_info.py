@@ -1,0 +1,155 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: slurm_job_info
+short_description: Report Slurm jobs and a training run's latest metrics
+description:
+  - Reports jobs by id or by name, the connecting user's jobs, from C(scontrol show job)
+    (C(sacct) for jobs the controller has forgotten, where accounting is enabled).
+  - With O(metrics_file), also returns the last record of a JSONL metrics file as
+    RV(progress), read backwards from the end of the file.
+  - Meant to be polled with C(until)/C(retries); the callback C(llmtrain.slurm.job_progress)
+    then prints one line of progress per retry.
+version_added: 0.1.0
+author:
+  - llmtrain.slurm maintainers
+extends_documentation_fragment:
+  - llmtrain.slurm.slurm
+  - llmtrain.slurm.slurm.job_states
+options:
+  job_id:
+    description: One job id or several.
+    type: list
+    elements: str
+  name:
+    description: Job name; every job of this name the controller still knows.
+    type: str
+  metrics_file:
+    description:
+      - JSONL file the trainer appends to, one object per line with keys C(step),
+        C(total_steps), C(loss), C(val_loss), C(lr), C(tokens_per_s), C(elapsed_s), C(eta_s).
+      - A missing file gives RV(progress=null), not an error.
+    type: path
+notes:
+  - Supports check mode (it changes nothing).
+"""
+
+EXAMPLES = r"""
+- name: Watch the training job until it ends, one progress line per retry
+  llmtrain.slurm.slurm_job_info:
+    job_id: "{{ train_job.job_id }}"
+    metrics_file: /shared/runs/tiny/logs/metrics.jsonl
+  register: watch
+  until: watch.finished
+  retries: 720
+  delay: 10
+
+- name: All jobs called pretrain-tiny
+  llmtrain.slurm.slurm_job_info:
+    name: pretrain-tiny
+"""
+
+RETURN = r"""
+jobs:
+  description:
+    - The jobs, in the order asked for (by name, oldest first).
+    - Jobs the controller forgot have RV(jobs[].known=false) and state V(UNKNOWN).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    job_id: {description: Job id., type: str, sample: "42"}
+    name: {description: Job name., type: str}
+    state: {description: Slurm state., type: str, sample: RUNNING}
+    active: {description: Whether the state is an active one., type: bool}
+    success: {description: Whether the job completed successfully (null while unknown)., type: bool}
+    reason: {description: Slurm's reason for the state., type: str, sample: Resources}
+    exit_code: {description: Exit code., type: int}
+    signal: {description: Signal that ended the job., type: int}
+    partition: {description: Partition., type: str}
+    nodelist: {description: Slurm host list of its nodes., type: str, sample: "slurm-worker-[0-2]"}
+    nodes: {description: The host list expanded., type: list, elements: str}
+    submit_time: {description: Submit time (ISO 8601, the controller's time zone)., type: str}
+    start_time: {description: Start time, once known., type: str}
+    end_time: {description: End time (expected end while running)., type: str}
+    elapsed: {description: Seconds run., type: int}
+    time_limit: {description: Time limit as Slurm prints it., type: str}
+    restarts: {description: Times the job was requeued., type: int}
+    stdout_path: {description: Standard output file., type: str}
+    stderr_path: {description: Standard error file., type: str}
+    workdir: {description: Working directory., type: str}
+    fingerprint: {description: Fingerprint recorded by M(llmtrain.slurm.sbatch), if any., type: str}
+    known: {description: Whether Slurm still knows the job., type: bool}
+finished:
+  description: Whether every job reported has left the active states (false when no job was found).
+  returned: always
+  type: bool
+job_id:
+  description: Id of the last job in RV(jobs), for progress lines and simple templates.
+  returned: when a job was found
+  type: str
+state:
+  description: State of the last job in RV(jobs).
+  returned: when a job was found
+  type: str
+progress:
+  description:
+    - The last record of O(metrics_file) (the keys listed there, null when absent).
+    - Also C(percent) when step and total_steps are known.
+  returned: when metrics_file is given
+  type: dict
+  sample:
+    {step: 120, total_steps: 1000, loss: 3.21, val_loss: null, lr: 0.0003, tokens_per_s: 5230.0,
+     elapsed_s: 61.2, eta_s: 449.0, percent: 12.0}
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            job_id=dict(type="list", elements="str"),
+            name=dict(type="str"),
+            metrics_file=dict(type="path"),
+        ),
+        required_one_of=[("job_id", "name")],
+        mutually_exclusive=[("job_id", "name")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    client = slurm.Slurm(module)
+    try:
+        if p["name"] is not None:
+            ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == p["name"]]
+            ids.sort(key=lambda i: int(i.split("_")[0]))
+        else:
+            ids = p["job_id"]
+        jobs = [client.show_job(i) for i in ids]
+    except slurm.SlurmError as err:
+        module.fail_json(msg=str(err))
+    result = dict(changed=False, jobs=jobs, finished=bool(jobs) and not any(j["active"] for j in jobs))
+    if jobs:
+        result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
+    if p["metrics_file"]:
+        record = None
+        if os.path.exists(p["metrics_file"]):
+            try:
+                record = slurm.last_json_record(p["metrics_file"])
+            except (IOError, OSError) as err:
+                module.warn("cannot read %s: %s" % (p["metrics_file"], err))
+        result["progress"] = slurm.progress_of(record)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""slurm_job_info with a faked run_command (helpers from test_sbatch)."""
+
+import json
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+from ansible_collections.llmtrain.slurm.plugins.modules import slurm_job_info
+from test_sbatch import SQUEUE, Slurm, fixture, run, scontrol_job, squeue_rows
+
+
+def test_job_info_by_ids_with_metrics(monkeypatch, capsys, tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(json.dumps(dict(step=10, total_steps=40, loss=2.5, tokens_per_s=100.0, eta_s=30)) + "\n")
+    s = Slurm(monkeypatch, [
+        (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), "")),
+        (scontrol_job(18), (0, fixture("scontrol_job_running.txt"), "")),
+    ])
+    result = run(slurm_job_info.main, dict(job_id=["16", "18"], metrics_file=str(metrics)), capsys)
+    s.done()
+    assert [j["state"] for j in result["jobs"]] == ["COMPLETED", "RUNNING"]
+    assert not result["finished"] and result["job_id"] == "18" and result["state"] == "RUNNING"
+    assert result["progress"]["step"] == 10 and result["progress"]["percent"] == 25.0
+
+
+def test_job_info_by_name_and_forgotten_jobs(monkeypatch, capsys, tmp_path):
+    rows = squeue_rows(["19", "CANCELLED", "train", "(null)"], ["5", "COMPLETED", "other", "(null)"])
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, rows, "")),
+        (scontrol_job(19), (0, fixture("scontrol_job_cancelled.txt"), "")),
+    ])
+    result = run(slurm_job_info.main, dict(name="train", metrics_file=str(tmp_path / "none.jsonl")), capsys)
+    s.done()
+    assert [j["job_id"] for j in result["jobs"]] == ["19"] and result["finished"] and result["progress"] is None
+
+    s = Slurm(monkeypatch, [
+        (scontrol_job(3), (1, "", fixture("scontrol_job_invalid.txt"))),
+        (["/usr/bin/sacct", "-X", "--noheader", "--parsable2", "--delimiter=" + slurm.FIELD_SEP,
+          "--format=" + ",".join(slurm.SACCT_FIELDS), "--jobs=3"], (1, "", fixture("sacct_disabled.txt"))),
+    ], bins=("scontrol", "squeue", "sacct"))
+    result = run(slurm_job_info.main, dict(job_id=["3"]), capsys)
+    s.done()
+    assert result["jobs"][0]["state"] == "UNKNOWN" and result["jobs"][0]["known"] is False
+    assert result["finished"]
