@@ -1,0 +1,232 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: slurm_gpu_check
+short_description: Compare the GPUs Slurm registers with the GPUs every node detects
+description:
+  - Reads what Slurm registers for each node of a partition (or node list) - GRES, state,
+    reason - and detects the GPUs of every usable node with C(nvidia-smi) and C(torch) in
+    one C(srun) step (one task per node), the same detection as M(llmtrain.slurm.gpu_info).
+  - Returns one row per node - registered, nvidia-smi count, torch count, match, reason, fix -
+    and the names of the nodes that do not match. Nodes that are DOWN, DRAIN or INVAL
+    (for example after "gres/gpu count reported lower than configured") are reported with
+    Slurm's reason; they cannot run the step.
+  - The cost is one C(srun) whatever the number of nodes.
+  - Runs on the login node.
+version_added: 0.1.0
+author:
+  - llmtrain.slurm maintainers
+options:
+  partition:
+    description: Partition whose nodes are checked. Without it and O(nodes), every node.
+    type: str
+  nodes:
+    description:
+      - Nodes to check (names or Slurm hostlists such as C(gpu-[01-04])). With O(partition),
+        only nodes of that partition.
+    type: list
+    elements: str
+  python:
+    description: Interpreter on the compute nodes in which C(torch) is probed.
+    type: str
+    default: python3
+  mode:
+    description:
+      - V(report) returns the rows and the mismatches.
+      - V(strict) fails when any node does not match, one line per node saying what differs
+        and the likely fix.
+    type: str
+    choices: [report, strict]
+    default: report
+  gres:
+    description:
+      - Request the registered GPUs for the detection step (C(--gres=gpu:N)), so that clusters
+        that confine devices with cgroups show them to the step.
+      - V(auto) requests them when every checked node registers the same non-zero count.
+    type: str
+    choices: [auto, never]
+    default: auto
+  time_limit:
+    description: Time limit of the detection step, in minutes.
+    type: int
+    default: 5
+  srun_extra_args:
+    description: More C(srun) arguments, such as C(--account=NAME) (each one list item).
+    type: list
+    elements: str
+    default: []
+notes:
+  - Supports check mode (it only reads; the detection step changes nothing).
+seealso:
+  - module: llmtrain.slurm.gpu_info
+"""
+
+EXAMPLES = r"""
+- name: Do the GPU nodes have the GPUs Slurm thinks they have?
+  llmtrain.slurm.slurm_gpu_check:
+    partition: gpu
+    python: /shared/venvs/train/bin/python
+    mode: strict
+
+- name: Report only, for a table
+  llmtrain.slurm.slurm_gpu_check:
+    nodes: [slurm-worker-[0-2]]
+  register: gpu_check
+"""
+
+RETURN = r"""
+nodes:
+  description: One row per checked node.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - name: slurm-worker-0
+      state: idle
+      registered: 2
+      nvidia_smi_count: 0
+      torch_count: 0
+      detected: 0
+      match: false
+      reason: "Slurm registers gpu:2, the node detects 0 (nvidia-smi not found ...)"
+      fix: "make the NVIDIA driver on slurm-worker-0 see all 2 GPUs ..."
+      slurm_reason: null
+mismatches:
+  description: Names of the nodes whose row does not match.
+  returned: always
+  type: list
+  elements: str
+table:
+  description: The rows as aligned text lines, for printing.
+  returned: always
+  type: list
+  elements: str
+cmd:
+  description: The srun argument vector (the detection script shown as C(<detection script>)).
+  returned: when a step ran
+  type: list
+  elements: str
+"""
+
+import inspect
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, slurm
+
+
+def select_nodes(all_nodes, partition, wanted):
+    nodes = all_nodes
+    if partition:
+        nodes = [n for n in nodes if partition in n["partitions"]]
+    if wanted:
+        names = set(name for item in wanted for name in slurm.expand_hostlist(item))
+        unknown = sorted(names - set(n["name"] for n in all_nodes))
+        if unknown:
+            raise slurm.SlurmError("Slurm knows no node named %s" % ", ".join(unknown))
+        nodes = [n for n in nodes if n["name"] in names]
+    return nodes
+
+
+def step_argv(srun, nodes, partition, python, gres, time_limit, extra):
+    argv = [srun, "--job-name=llmtrain-gpu-check", "--nodes=%d" % len(nodes), "--ntasks=%d" % len(nodes),
+            "--ntasks-per-node=1", "--nodelist=" + ",".join(n["name"] for n in nodes),
+            "--time=%d" % time_limit, "--kill-on-bad-exit=0"]
+    if partition:
+        argv.append("--partition=" + partition)
+    if gres:
+        argv.append("--gres=gpu:%d" % gres)
+    return argv + list(extra) + ["--", python, "-c", inspect.getsource(gpu), python]
+
+
+def requested_gres(nodes, mode):
+    counts = set(n["gres"].get("gpu", {}).get("total", 0) for n in nodes)
+    return counts.pop() if mode == "auto" and len(counts) == 1 else 0
+
+
+def parse_detections(stdout):
+    """JSON lines printed by the nodes -> {node name: detection}."""
+    found = {}
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        found[record.get("slurm_node") or record.get("hostname")] = record
+    return found
+
+
+def format_table(rows):
+    header = ("NODE", "STATE", "SLURM", "NVIDIA-SMI", "TORCH", "MATCH")
+    lines = [header] + [(r["name"], r["state"], str(r["registered"]),
+                         "-" if r["nvidia_smi_count"] is None else str(r["nvidia_smi_count"]),
+                         "-" if r["torch_count"] is None else str(r["torch_count"]),
+                         "yes" if r["match"] else "NO") for r in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in lines]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            partition=dict(type="str"),
+            nodes=dict(type="list", elements="str"),
+            python=dict(type="str", default="python3"),
+            mode=dict(type="str", default="report", choices=["report", "strict"]),
+            gres=dict(type="str", default="auto", choices=["auto", "never"]),
+            time_limit=dict(type="int", default=5),
+            srun_extra_args=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    client = slurm.Slurm(module)
+    result = dict(changed=False, nodes=[], mismatches=[], table=[])
+    try:
+        _, out, _ = client.run([client.bin("scontrol"), "show", "node", "-o"])
+        all_nodes = slurm.parse_nodes(out)
+        if p["partition"]:
+            _, out, _ = client.run([client.bin("scontrol"), "show", "partition", "-o"])
+            names = [part["name"] for part in slurm.parse_partitions(out)]
+            if p["partition"] not in names:
+                raise slurm.SlurmError("partition %r does not exist; Slurm has %s"
+                                       % (p["partition"], ", ".join(names) or "none"))
+        nodes = select_nodes(all_nodes, p["partition"], p["nodes"])
+        if not nodes:
+            raise slurm.SlurmError("no node to check (partition %s, nodes %s)" % (p["partition"], p["nodes"]))
+        ready = [n for n in nodes if gpu.usable(n)]
+        detections, step_error = {}, None
+        if ready:
+            argv = step_argv(client.bin("srun"), ready, p["partition"], p["python"],
+                             requested_gres(ready, p["gres"]), p["time_limit"], p["srun_extra_args"])
+            result["cmd"] = argv[:-2] + ["<detection script>", argv[-1]]
+            rc, out, err = module.run_command(argv)
+            detections = parse_detections(out)
+            if rc != 0 and not detections:
+                step_error = "%s failed (rc %d): %s" % (" ".join(result["cmd"]), rc, (err or out).strip()[-1500:])
+    except slurm.SlurmError as exc:
+        module.fail_json(msg=str(exc), **result)
+    if step_error:
+        module.fail_json(msg="the GPU detection step did not run: " + step_error, **result)
+
+    rows = [gpu.compare(node, detections.get(node["name"]), p["python"]) for node in nodes]
+    result.update(nodes=rows, mismatches=[r["name"] for r in rows if not r["match"]], table=format_table(rows))
+    if p["mode"] == "strict" and result["mismatches"]:
+        module.fail_json(msg="GPU check failed on %d of %d node(s):\n%s" % (
+            len(result["mismatches"]), len(rows),
+            "\n".join("%s: %s. Likely fix: %s." % (r["name"], r["reason"], r["fix"]) for r in rows if not r["match"])),
+            **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

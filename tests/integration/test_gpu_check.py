@@ -1,0 +1,50 @@
+"""What Slurm registers against what the nodes detect, on the local cluster: honest zero
+GPUs match; placeholder GRES (gpu:2 backed by regular files) is a mismatch that report
+mode lists and strict mode fails on, naming every node."""
+
+import sys
+
+from cluster import module, run_playbook, slurm
+
+NODES = ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
+
+
+def check(tmp_path, **args):
+    return module("slurm_gpu_check", dict(dict(partition="debug", python=sys.executable), **args), tmp_path)
+
+
+def test_cpu_nodes_register_and_detect_zero(local_cluster, tmp_path):
+    result = check(tmp_path)
+    assert not result["failed"], result["_output"]
+    assert [r["name"] for r in result["nodes"]] == NODES
+    assert all(r["registered"] == 0 and r["detected"] == 0 and r["match"] for r in result["nodes"])
+    assert result["mismatches"] == []
+    assert result["cmd"].count("--nodelist=" + ",".join(NODES)) == 1  # one srun for all nodes
+
+
+def test_placeholder_gres_is_a_mismatch_on_every_node(local_cluster, tmp_path):
+    try:
+        run_playbook("local_cluster.yml", "-e", "local_cluster_gres_gpus=2")
+        report = check(tmp_path, mode="report")
+        assert not report["failed"], report["_output"]
+        assert report["mismatches"] == NODES
+        for row in report["nodes"]:
+            assert row["registered"] == 2 and row["nvidia_smi_count"] == 0 and row["torch_count"] == 0
+            assert row["reason"].startswith("Slurm registers gpu:2, the node detects 0 (nvidia-smi not found")
+        assert "--gres=gpu:2" in report["cmd"]
+
+        strict = check(tmp_path, mode="strict")
+        assert strict["failed"]
+        lines = strict["msg"].splitlines()
+        assert lines[0] == "GPU check failed on 3 of 3 node(s):"
+        for name, line in zip(NODES, lines[1:]):
+            assert line.startswith(name + ": Slurm registers gpu:2, the node detects 0")
+            assert "Likely fix:" in line and "Gres=gpu:0 for NodeName=" + name in line
+
+        slurm("scontrol", "update", "nodename=slurm-worker-1", "state=drain", "reason=bad gres.conf")
+        drained = check(tmp_path)
+        row = [r for r in drained["nodes"] if r["name"] == "slurm-worker-1"][0]
+        assert row["detected"] is None and row["reason"].startswith("node is IDLE+DRAIN: bad gres.conf")
+        assert "--nodelist=slurm-worker-0,slurm-worker-2" in drained["cmd"]
+    finally:
+        run_playbook("local_cluster.yml")
