@@ -4,6 +4,7 @@
 
   {{ hostvars[node] | llmtrain.slurm.nccl_env }}          -> {NCCL_...: value}; fails on bad values
   {{ hostvars[node] | llmtrain.slurm.nccl_env_errors }}   -> [message, ...] ([] when all is well)
+  {{ hostvars[node] | llmtrain.slurm.nccl_interfaces }}   -> interfaces that must exist on the node
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ def nccl_env(variables):
     return env
 
 
+def nccl_interfaces(variables):
+    return nccl.interfaces(nccl.build_env(_settings(variables))[0])
+
+
 def nccl_env_errors(variables):
     return nccl.build_env(_settings(variables))[1]
 
 
 class FilterModule(object):
     def filters(self):
-        return {"nccl_env": nccl_env, "nccl_env_errors": nccl_env_errors}
+        return {"nccl_env": nccl_env, "nccl_env_errors": nccl_env_errors, "nccl_interfaces": nccl_interfaces}

@@ -154,3 +154,22 @@ def build_env(settings):
             else:
                 env[str(key)] = _as_text(value)
     return env, errors
+
+
+def interfaces(env):
+    """The interfaces an environment tells NCCL and Gloo to use, as what must exist on a node:
+    [dict(name, exact, variable)]. NCCL takes prefixes unless the list starts with =; Gloo
+    takes exact names. Exclusion lists (^...) name nothing that must exist."""
+    wanted = []
+    for env_name, variable in (("NCCL_SOCKET_IFNAME", PREFIX + "socket_ifname"),
+                               ("GLOO_SOCKET_IFNAME", PREFIX + "gloo_socket_ifname")):
+        value = env.get(env_name)
+        if not value:
+            continue
+        items, exclude, exact = _strip_nccl_prefixes(value) if env_name.startswith("NCCL") else (value, False, True)
+        if exclude:
+            continue
+        for item in items.split(","):
+            if not any(w["name"] == item and w["exact"] == exact for w in wanted):
+                wanted.append(dict(name=item, exact=exact, variable=variable))
+    return wanted

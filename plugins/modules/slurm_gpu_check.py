@@ -75,7 +75,8 @@ EXAMPLES = r"""
 
 - name: Report only, for a table
   llmtrain.slurm.slurm_gpu_check:
-    nodes: [slurm-worker-[0-2]]
+    nodes:
+      - "slurm-worker-[0-2]"
   register: gpu_check
 """
 
@@ -172,7 +173,7 @@ def format_table(rows):
                          "-" if r["torch_count"] is None else str(r["torch_count"]),
                          "yes" if r["match"] else "NO") for r in rows]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in lines]
+    return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)) for line in lines]
 
 
 def main():

@@ -54,8 +54,9 @@ def controller_running():
 
 
 def ansible_env():
+    # JSON results: messages appear unwrapped, as the tests quote them.
     return dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                ANSIBLE_NOCOLOR="1", PATH=BIN + os.pathsep + os.environ["PATH"])
+                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json", PATH=BIN + os.pathsep + os.environ["PATH"])
 
 
 def module(name, args, tmp_path, check=False):

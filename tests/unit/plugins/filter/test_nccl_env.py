@@ -17,4 +17,4 @@ def test_bad_values_fail_with_every_message():
         nccl_env.nccl_env(hostvars)
     assert "nccl_env_debug='LOUD'" in str(error.value) and "nccl_env_cross_nic=7" in str(error.value)
     assert len(nccl_env.nccl_env_errors(hostvars)) == 2
-    assert set(nccl_env.FilterModule().filters()) == {"nccl_env", "nccl_env_errors"}
+    assert set(nccl_env.FilterModule().filters()) == {"nccl_env", "nccl_env_errors", "nccl_interfaces"}

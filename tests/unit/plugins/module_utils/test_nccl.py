@@ -88,3 +88,19 @@ def test_extra_variables():
     env, errors = nccl.build_env(dict(extra={"BAD NAME": "x", "NCCL_DEBUG": "LOUD"}))
     assert len(errors) == 2 and "'BAD NAME'" in errors[0] and "nccl_env_extra.NCCL_DEBUG='LOUD'" in errors[1]
     assert nccl.build_env(dict(extra=["NCCL_X=1"]))[1][0].startswith("nccl_env_extra must be a mapping")
+
+
+def test_interfaces_that_must_exist():
+    env, _ = nccl.build_env(dict(socket_ifname="=ib0,ib1", gloo_socket_ifname="eth0"))
+    assert nccl.interfaces(env) == [
+        dict(name="ib0", exact=True, variable="nccl_env_socket_ifname"),
+        dict(name="ib1", exact=True, variable="nccl_env_socket_ifname"),
+        dict(name="eth0", exact=True, variable="nccl_env_gloo_socket_ifname"),
+    ]
+    # NCCL matches the prefix "eth"; Gloo, given the same value by default, needs an interface named "eth"
+    assert nccl.interfaces(nccl.build_env(dict(socket_ifname="eth"))[0]) == [
+        dict(name="eth", exact=False, variable="nccl_env_socket_ifname"),
+        dict(name="eth", exact=True, variable="nccl_env_gloo_socket_ifname")]
+    assert nccl.interfaces(nccl.build_env(dict(socket_ifname="=eth0"))[0]) == [
+        dict(name="eth0", exact=True, variable="nccl_env_socket_ifname")]
+    assert nccl.interfaces(nccl.build_env(dict(socket_ifname="^docker,lo"))[0]) == []

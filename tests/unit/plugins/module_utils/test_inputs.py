@@ -1,0 +1,56 @@
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
+
+GOOD = dict(slurm_partition="gpu", slurm_nodes=3, slurm_gpus_per_node=4, slurm_procs_per_node=4,
+            slurm_cpus_per_task=16, slurm_mem_per_cpu="8G", slurm_time_limit="2-00:00:00",
+            slurm_master_port="auto", slurm_workspace="/shared/work", slurm_python="/shared/venv/bin/python",
+            slurm_env_setup=["module load cuda/12.4"], preflight_gpu_policy="strict",
+            nccl_env_socket_ifname="eth0", nccl_env_ib_hca="mlx5_0:1")
+
+
+def test_a_good_inventory_passes():
+    assert inputs.validate(GOOD) == []
+
+
+@pytest.mark.parametrize("time_limit", ["30", "10:00", "04:00:00", "1-12", "1-12:30", "2-00:00:00", "UNLIMITED"])
+def test_slurm_time_formats(time_limit):
+    assert inputs.validate(dict(slurm_time_limit=time_limit)) == []
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("slurm_partition", "gpu;reboot", "is not a partition name"),
+    ("slurm_nodes", 0, "must be a whole number >= 1"),
+    ("slurm_nodes", "three", "must be a whole number >= 1"),
+    ("slurm_nodes", True, "must be a whole number >= 1"),
+    ("slurm_gpus_per_node", -1, "0 for CPU nodes"),
+    ("slurm_procs_per_node", 0, "one per GPU"),
+    ("slurm_cpus_per_task", "2.5", "must be a whole number >= 1"),
+    ("slurm_mem_per_cpu", "8GB", "such as 2G or 512M"),
+    ("slurm_time_limit", "4h", "HH:MM:SS"),
+    ("slurm_master_port", 80, "from 1024 to 65535"),
+    ("slurm_master_port", "99999", "from 1024 to 65535"),
+    ("slurm_workspace", "relative/dir", "absolute path"),
+    ("slurm_python", "", "interpreter on the compute nodes"),
+    ("slurm_env_setup", "module load cuda", "list of shell lines"),
+    ("slurm_env_setup", ["module load a\nrm -rf /"], "one line per item"),
+    ("preflight_gpu_policy", "lenient", "strict"),
+    ("nccl_env_debug", "LOUD", "VERSION, WARN, INFO, TRACE"),
+])
+def test_each_bad_value_is_named_with_its_fix(name, value, words):
+    errors = inputs.validate(dict(GOOD, **{name: value}))
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("%s=%r" % (name, value))
+    assert words in errors[0]
+
+
+def test_more_processes_than_gpus():
+    errors = inputs.validate(dict(GOOD, slurm_procs_per_node=8))
+    assert errors == ["slurm_procs_per_node=8 is more than slurm_gpus_per_node=4: each process needs its own GPU, "
+                      "so set slurm_procs_per_node to 4 or fewer."]
+    assert inputs.validate(dict(GOOD, slurm_gpus_per_node=0, slurm_procs_per_node=8)) == []  # CPU: any number
+
+
+def test_every_problem_is_reported_at_once():
+    errors = inputs.validate(dict(slurm_nodes=0, slurm_master_port=1, nccl_env_cross_nic=9))
+    assert [e.split("=")[0] for e in errors] == ["slurm_nodes", "slurm_master_port", "nccl_env_cross_nic"]
