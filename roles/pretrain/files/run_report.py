@@ -1,0 +1,400 @@
+#!/usr/bin/env python3
+"""Report of one training run, written on the controller from what was fetched.
+
+    python run_report.py --run-dir runs/<run_name> [--facts FILE]
+
+Reads RUN/metrics.jsonl (the trainer's records), RUN/samples.txt (generated text) and a
+facts JSON file written by the playbook (default RUN/facts.json); writes RUN/loss.png and
+RUN/report.md. Whatever is missing is reported as missing: a failed run still gets a
+report of what exists. The same inputs give the same report (it holds no time of its own).
+
+Facts (every key optional):
+    run_name, workspace, model {...}, env {NAME: value},
+    cluster {partition, slurm_version, nodes: [names], gpus_per_node, procs_per_node},
+    gpu_check_table [lines],
+    jobs [{kind, job_id, state, exit_code, elapsed, nodelist, start_time, end_time, restarts}],
+    checkpoint {path, step} or null
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.txt"
+FACTS_FILE = "facts.json"
+PLOT_FILE = "loss.png"
+REPORT_FILE = "report.md"
+NOT_RECORDED = "not recorded"
+
+
+def warn(message):
+    print("run_report: warning: " + message, file=sys.stderr)
+
+
+def read_metrics(path):
+    """metrics.jsonl -> (loss records sorted by step, one per step; events in file order;
+    lines that are not JSON objects). None when the file does not exist."""
+    if not os.path.exists(path):
+        return None
+    by_step, events, unreadable = {}, [], 0
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                unreadable += 1
+            elif "event" in record:
+                events.append(record)
+            elif isinstance(record.get("step"), int) and is_number(record.get("loss")):
+                by_step[record["step"]] = record  # a later record of a step replaces an earlier one
+            else:
+                unreadable += 1
+    return [by_step[step] for step in sorted(by_step)], events, unreadable
+
+
+def read_facts(path):
+    if not path or not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            facts = json.load(handle)
+    except ValueError as error:
+        warn("%s is not JSON (%s); the report leaves its sections as not recorded" % (path, error))
+        return {}
+    if not isinstance(facts, dict):
+        warn("%s holds no JSON object; the report leaves its sections as not recorded" % path)
+        return {}
+    return facts
+
+
+def read_text(path):
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def atomic_write(path, write):
+    """write(temp_path) then rename over path, so a reader never sees half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
+    os.close(fd)
+    try:
+        write(temp)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+# ---------------------------------------------------------------- formatting
+
+def fmt_loss(value):
+    return "%.4f" % value
+
+
+def fmt_int(value):
+    return "{:,}".format(int(value)) if is_number(value) else NOT_RECORDED
+
+
+def fmt_duration(seconds):
+    if not is_number(seconds):
+        return NOT_RECORDED
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return "%dh %02dm %02ds" % (hours, minutes, secs)
+    if minutes:
+        return "%dm %02ds" % (minutes, secs)
+    return "%ds" % secs
+
+
+def text(value):
+    """A fact as table or line text: missing values say so."""
+    if value is None or value == "":
+        return NOT_RECORDED
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(item) for item in value) or NOT_RECORDED
+    return str(value)
+
+
+def cell(value):
+    """text() that cannot break a Markdown table row."""
+    return text(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
+    return lines
+
+
+def fenced(body):
+    """body in a fence longer than any backtick run inside it, so it is shown as is."""
+    longest, run = 0, 0
+    for char in body:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return [fence, body.rstrip("\n"), fence]
+
+
+# ---------------------------------------------------------------- content
+
+def summarize(losses, events):
+    """The summary's figures, from the loss records and events."""
+    last = losses[-1]
+    done = [e for e in events if e.get("event") == "done"]
+    starts = [e for e in events if e.get("event") in ("start", "resume")]
+    total = last.get("total_steps")
+    if not is_number(total):
+        total = next((e["total_steps"] for e in reversed(starts) if is_number(e.get("total_steps"))), None)
+    steps_done = max([last["step"]] + [e["step"] for e in done if is_number(e.get("step"))])
+    vals = [(r["step"], r["val_loss"]) for r in losses if is_number(r.get("val_loss"))]
+    rates = [r["tokens_per_s"] for r in losses if is_number(r.get("tokens_per_s"))]
+    mfus = [r["mfu"] for r in losses if is_number(r.get("mfu"))]
+    end = done[-1] if done else last
+    return {
+        "first": losses[0],
+        "last": last,
+        "finished": bool(done),
+        "steps_done": steps_done,
+        "total_steps": total,
+        "tokens_seen": end.get("tokens_seen", last.get("tokens_seen")),
+        "elapsed_s": end.get("elapsed_s", last.get("elapsed_s")),
+        "best_val": min(vals, key=lambda sv: (sv[1], sv[0])) if vals else None,
+        "final_val": vals[-1] if vals else None,
+        "median_tokens_per_s": statistics.median(rates) if rates else None,
+        "median_mfu": statistics.median(mfus) if mfus else None,
+    }
+
+
+def summary_lines(metrics, summary, events):
+    if metrics is None:
+        return ["No metrics: `%s` was not fetched, so the trainer recorded nothing this report can "
+                "show (see the jobs and their logs)." % METRICS_FILE]
+    if summary is None:
+        return ["No loss records in `%s`: training did not reach its first logged step (see the jobs "
+                "and their logs)." % METRICS_FILE]
+    first, last = summary["first"], summary["last"]
+    total = summary["total_steps"]
+    if summary["finished"]:
+        status = "finished"
+    else:
+        preempted = [e for e in events if e.get("event") == "preempted"]
+        status = ("stopped before the end (last event: preempted at step %s)" % preempted[-1].get("step")
+                  if preempted and preempted[-1] is events[-1] else "stopped before the end")
+    trend = "fell" if last["loss"] < first["loss"] else "went"
+    lines = [
+        "- Status: %s" % status,
+        "- Steps: %s of %s" % (fmt_int(summary["steps_done"]), fmt_int(total)),
+        "- Final train loss: %s (step %d)" % (fmt_loss(last["loss"]), last["step"]),
+        "- Train loss %s from %s (step %d) to %s (step %d)" % (trend, fmt_loss(first["loss"]), first["step"],
+                                                              fmt_loss(last["loss"]), last["step"]),
+    ]
+    if summary["best_val"]:
+        lines.append("- Best val loss: %s (step %d)" % (fmt_loss(summary["best_val"][1]), summary["best_val"][0]))
+        lines.append("- Final val loss: %s (step %d)" % (fmt_loss(summary["final_val"][1]), summary["final_val"][0]))
+    else:
+        lines.append("- Val loss: %s" % NOT_RECORDED)
+    lines.append("- Tokens seen: %s" % fmt_int(summary["tokens_seen"]))
+    lines.append("- Training time: %s" % fmt_duration(summary["elapsed_s"]))
+    rate = summary["median_tokens_per_s"]
+    lines.append("- Median throughput: %s tokens/s" % (fmt_int(round(rate)) if rate is not None else NOT_RECORDED))
+    if summary["median_mfu"] is not None:
+        lines.append("- Median MFU: %.1f%%" % (100 * summary["median_mfu"]))
+    for event in events:
+        kind = event.get("event")
+        if kind == "preempted":
+            lines.append("- Preempted at step %s (%s)" % (event.get("step"), text(event.get("signal"))))
+        elif kind == "resume":
+            lines.append("- Resumed at step %s" % event.get("step"))
+    return lines
+
+
+def cluster_lines(facts, events):
+    cluster = facts.get("cluster")
+    start = next((e for e in events if e.get("event") in ("start", "resume")), {})
+    if not isinstance(cluster, dict):
+        lines = ["Cluster: %s." % NOT_RECORDED]
+    else:
+        nodes = cluster.get("nodes")
+        nodes = nodes if isinstance(nodes, list) else ([nodes] if nodes else [])
+        lines = [
+            "- Partition: %s" % text(cluster.get("partition")),
+            "- Slurm version: %s" % text(cluster.get("slurm_version")),
+            "- Nodes: %s%s" % (text(nodes), " (%d)" % len(nodes) if nodes else ""),
+            "- GPUs per node: %s" % text(cluster.get("gpus_per_node")),
+            "- Processes per node: %s" % text(cluster.get("procs_per_node")),
+        ]
+    if "workspace" in facts:
+        lines.append("- Workspace: %s" % text(facts.get("workspace")))
+    if start:
+        lines.append("- World size: %s ranks on %s" % (text(start.get("world_size")), text(start.get("device"))))
+    return lines
+
+
+def model_lines(facts, events):
+    model = facts.get("model")
+    start = next((e for e in events if e.get("event") in ("start", "resume")), {})
+    lines = []
+    if isinstance(model, dict) and model:
+        lines += ["- %s: %s" % (key, text(model[key])) for key in sorted(model)]
+    else:
+        lines.append("- Configuration: %s" % NOT_RECORDED)
+    if is_number(start.get("params")):
+        lines.append("- Parameters: %s" % fmt_int(start["params"]))
+    if is_number(start.get("tokens_per_step")):
+        lines.append("- Tokens per step: %s" % fmt_int(start["tokens_per_step"]))
+    return lines
+
+
+def env_lines(facts):
+    env = facts.get("env")
+    if not isinstance(env, dict):
+        return ["Environment: %s." % NOT_RECORDED]
+    if not env:
+        return ["No NCCL/UCX/Gloo variables were set (library defaults apply)."]
+    return table(["Variable", "Value"], [(name, env[name]) for name in sorted(env)])
+
+
+def jobs_lines(facts):
+    jobs = facts.get("jobs")
+    if not isinstance(jobs, list):
+        return ["Jobs: %s." % NOT_RECORDED]
+    if not jobs:
+        return ["No jobs were submitted."]
+    rows = []
+    for job in jobs:
+        job = job if isinstance(job, dict) else {}
+        rows.append([job.get(key) for key in ("job_id", "kind", "state", "exit_code", "elapsed", "nodelist", "restarts")])
+    return table(["Job", "Kind", "State", "Exit", "Elapsed", "Nodes", "Restarts"], rows)
+
+
+def checkpoint_lines(facts):
+    if "checkpoint" not in facts:
+        return ["Checkpoint: %s." % NOT_RECORDED]
+    checkpoint = facts["checkpoint"]
+    if not isinstance(checkpoint, dict) or not checkpoint.get("path"):
+        return ["No checkpoint was written."]
+    return ["- Path: `%s`" % checkpoint["path"], "- Step: %s" % text(checkpoint.get("step"))]
+
+
+def render(run_name, metrics, summary, facts, samples, plot_note):
+    losses, events = (metrics[0], metrics[1]) if metrics else ([], [])
+    out = ["# Run %s" % run_name, "", "## Summary", ""]
+    out += summary_lines(metrics, summary, events)
+    if metrics and metrics[2]:
+        out += ["", "%d line(s) of `%s` were not records and were skipped." % (metrics[2], METRICS_FILE)]
+    out += ["", "## Loss", ""]
+    out += ["![loss](%s)" % PLOT_FILE] if plot_note is None else [plot_note]
+    out += ["", "## Cluster", ""] + cluster_lines(facts, events)
+    out += ["", "## Model", ""] + model_lines(facts, events)
+    out += ["", "## GPU check", ""]
+    gpu_table = facts.get("gpu_check_table")
+    if isinstance(gpu_table, list) and gpu_table:
+        out += fenced("\n".join(str(line) for line in gpu_table))
+    else:
+        out.append("GPU check: %s." % NOT_RECORDED)
+    out += ["", "## NCCL / UCX / Gloo environment", ""] + env_lines(facts)
+    out += ["", "## Jobs", ""] + jobs_lines(facts)
+    out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)
+    out += ["", "## Samples", ""]
+    out += fenced(samples) if samples and samples.strip() else ["Samples: %s." % NOT_RECORDED]
+    return "\n".join(out) + "\n"
+
+
+def plot(losses, events, run_name, path):
+    """Train loss against step, val losses as points, resumes and preemptions as lines."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(8, 4.5), dpi=100)
+    axes.plot([r["step"] for r in losses], [r["loss"] for r in losses], color="tab:blue", linewidth=1.5,
+              label="train loss")
+    vals = [(r["step"], r["val_loss"]) for r in losses if is_number(r.get("val_loss"))]
+    if vals:
+        axes.plot([s for s, _ in vals], [v for _, v in vals], "o", color="tab:orange", markersize=5,
+                  label="val loss")
+    # a resume usually sits on the step of the preemption before it: a wide band under a thin line
+    styles = {"preempted": dict(color="tab:red", linestyle="-", linewidth=5, alpha=0.3, label="preempted"),
+              "resume": dict(color="tab:green", linestyle="--", linewidth=1.2, label="resumed")}
+    labelled = set()
+    for event in events:
+        style = styles.get(event.get("event"))
+        if style and is_number(event.get("step")):
+            axes.axvline(event["step"], **dict(style, label=None if style["label"] in labelled else style["label"]))
+            labelled.add(style["label"])
+    axes.set_xlabel("step")
+    axes.set_ylabel("loss")
+    axes.set_title("Loss of run %s" % run_name)
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="upper right")
+    figure.tight_layout()
+    try:
+        atomic_write(path, lambda temp: figure.savefig(temp, format="png", metadata={"Software": None}))
+    finally:
+        plt.close(figure)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Write RUN/report.md and RUN/loss.png from a fetched run.")
+    parser.add_argument("--run-dir", required=True, metavar="DIR", help="runs/<run_name> on the controller")
+    parser.add_argument("--facts", metavar="FILE", help="facts JSON written by the playbook (default: DIR/%s)"
+                        % FACTS_FILE)
+    args = parser.parse_args(argv)
+
+    run_dir = args.run_dir
+    os.makedirs(run_dir, exist_ok=True)
+    facts = read_facts(args.facts or os.path.join(run_dir, FACTS_FILE))
+    if args.facts and not os.path.exists(args.facts):
+        warn("%s does not exist; the report leaves its sections as not recorded" % args.facts)
+    run_name = text(facts.get("run_name") or os.path.basename(os.path.normpath(os.path.abspath(run_dir))))
+    metrics = read_metrics(os.path.join(run_dir, METRICS_FILE))
+    losses, events = (metrics[0], metrics[1]) if metrics else ([], [])
+    summary = summarize(losses, events) if losses else None
+    samples = read_text(os.path.join(run_dir, SAMPLES_FILE))
+
+    plot_path = os.path.join(run_dir, PLOT_FILE)
+    plot_note = None
+    if not losses:
+        warn("no loss records in %s; report.md says so and no plot is drawn"
+             % os.path.join(run_dir, METRICS_FILE))
+        plot_note = "No plot: there are no loss records."
+    else:
+        try:
+            plot(losses, events, run_name, plot_path)
+        except ImportError as error:
+            warn("no plot: %s" % error)
+            plot_note = "No plot: matplotlib is not installed for %s." % sys.executable
+    if plot_note is not None and os.path.exists(plot_path):
+        os.unlink(plot_path)  # a plot of an earlier attempt would not match this report
+
+    report_path = os.path.join(run_dir, REPORT_FILE)
+    report = render(run_name, metrics, summary, facts, samples, plot_note)
+
+    def write_report(temp):
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(report)
+    atomic_write(report_path, write_report)
+    print("run_report: wrote %s%s" % (report_path, " and " + plot_path if plot_note is None else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""roles/pretrain/files/run_report.py: report.md and loss.png from a fetched run directory."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+SCRIPT = os.path.join(ROOT, "roles", "pretrain", "files", "run_report.py")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("run_report", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_report = load_script()
+
+
+def loss_record(step, loss, **extra):
+    record = {"step": step, "total_steps": 100, "loss": loss, "lr": 1e-3, "tokens_seen": step * 4096,
+              "tokens_per_s": 1000.0 + step, "elapsed_s": step * 2.0, "eta_s": (100 - step) * 2.0}
+    record.update(extra)
+    return record
+
+
+def metrics_records():
+    """A run preempted at step 40 and resumed there, with val losses at 50 and 100."""
+    records = [{"event": "start", "step": 0, "total_steps": 100, "world_size": 12, "device": "cuda:0",
+                "params": 124439808, "tokens_per_step": 4096}]
+    records += [loss_record(step, 5.0 - step / 40) for step in (10, 20, 30, 40)]
+    records += [{"event": "checkpoint", "step": 40, "path": "/ws/run/checkpoints/step_40.pt"},
+                {"event": "preempted", "step": 40, "signal": "SIGUSR2"},
+                {"event": "resume", "step": 40, "total_steps": 100, "world_size": 12, "device": "cuda:0",
+                 "params": 124439808, "tokens_per_step": 4096, "checkpoint": "/ws/run/checkpoints/step_40.pt",
+                 "discarded_records": 0}]
+    records += [loss_record(step, 5.0 - step / 40, mfu=0.40 + step / 1000) for step in range(50, 101, 10)]
+    records[-6]["val_loss"] = 3.9   # step 50
+    records[-1]["val_loss"] = 2.6   # step 100
+    records += [{"event": "checkpoint", "step": 100, "path": "/ws/run/checkpoints/step_100.pt"},
+                {"event": "done", "step": 100, "tokens_seen": 409600, "elapsed_s": 3723.4}]
+    return records
+
+
+FACTS = {
+    "run_name": "gpt2-124m",
+    "workspace": "/home/user/llmtrain",
+    "cluster": {"partition": "gpu", "slurm_version": "23.11.4",
+                "nodes": ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"],
+                "gpus_per_node": 4, "procs_per_node": 4},
+    "gpu_check_table": ["node            slurm  detected  ok",
+                        "slurm-worker-0  4      4         yes"],
+    "env": {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "ib7s", "UCX_NET_DEVICES": "ib7s400p0:1,ib7s400p1:1"},
+    "jobs": [{"kind": "prepare", "job_id": "101", "state": "COMPLETED", "exit_code": 0, "elapsed": "00:01:10",
+              "nodelist": "slurm-worker-0", "start_time": "2026-01-01T10:00:00",
+              "end_time": "2026-01-01T10:01:10", "restarts": 0},
+             {"kind": "train", "job_id": "102", "state": "COMPLETED", "exit_code": 0, "elapsed": "01:02:03",
+              "nodelist": "slurm-worker-[0-2]", "restarts": 1}],
+    "checkpoint": {"path": "/home/user/llmtrain/gpt2-124m/checkpoints/step_100.pt", "step": 100},
+    "model": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024},
+}
+
+
+def make_run(tmp_path, records=None, facts=None, samples=None):
+    run_dir = tmp_path / "runs" / "gpt2-124m"
+    run_dir.mkdir(parents=True)
+    if records is not None:
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if facts is not None:
+        (run_dir / "facts.json").write_text(json.dumps(facts))
+    if samples is not None:
+        (run_dir / "samples.txt").write_text(samples)
+    return run_dir
+
+
+def report_of(run_dir, *extra):
+    assert run_report.main(["--run-dir", str(run_dir)] + list(extra)) == 0
+    return (run_dir / "report.md").read_text()
+
+
+def test_full_report(tmp_path):
+    run_dir = make_run(tmp_path, metrics_records(), FACTS, "PROMPT: The history of\n| a `pipe` <b>\n")
+    report = report_of(run_dir)
+    assert report.startswith("# Run gpt2-124m\n")
+    for expected in [
+        "- Status: finished",
+        "- Steps: 100 of 100",
+        "- Final train loss: 2.5000 (step 100)",
+        "- Train loss fell from 4.7500 (step 10) to 2.5000 (step 100)",
+        "- Best val loss: 2.6000 (step 100)",
+        "- Final val loss: 2.6000 (step 100)",
+        "- Tokens seen: 409,600",
+        "- Training time: 1h 02m 03s",
+        "- Median throughput: 1,055 tokens/s",
+        "- Median MFU: 47.5%",
+        "- Preempted at step 40 (SIGUSR2)",
+        "- Resumed at step 40",
+        "![loss](loss.png)",
+        "- Partition: gpu",
+        "- Nodes: slurm-worker-0, slurm-worker-1, slurm-worker-2 (3)",
+        "- GPUs per node: 4",
+        "- World size: 12 ranks on cuda:0",
+        "- Parameters: 124,439,808",
+        "- n_embd: 768",
+        "slurm-worker-0  4      4         yes",
+        "| Variable | Value |",
+        "| NCCL_IB_HCA | ib7s |",
+        "| UCX_NET_DEVICES | ib7s400p0:1,ib7s400p1:1 |",
+        "| Job | Kind | State | Exit | Elapsed | Nodes | Restarts |",
+        "| 102 | train | COMPLETED | 0 | 01:02:03 | slurm-worker-[0-2] | 1 |",
+        "- Path: `/home/user/llmtrain/gpt2-124m/checkpoints/step_100.pt`",
+        "```\nPROMPT: The history of\n| a `pipe` <b>\n```",
+    ]:
+        assert expected in report, expected
+    # the env table is sorted, so the report does not depend on dict order
+    assert report.index("NCCL_IB_HCA") < report.index("NCCL_SOCKET_IFNAME") < report.index("UCX_NET_DEVICES")
+    assert "not recorded" not in report
+
+
+def test_same_inputs_same_report(tmp_path):
+    run_dir = make_run(tmp_path, metrics_records(), FACTS)
+    assert report_of(run_dir) == report_of(run_dir)
+
+
+def test_loss_png_is_a_real_image(tmp_path):
+    image = pytest.importorskip("matplotlib.image")
+    run_dir = make_run(tmp_path, metrics_records(), FACTS)
+    report_of(run_dir)
+    png = run_dir / "loss.png"
+    data = png.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 1000
+    pixels = image.imread(str(png))
+    assert pixels.shape[0] > 100 and pixels.shape[1] > 100 and pixels.shape[2] in (3, 4)
+    assert not [name for name in os.listdir(run_dir) if name.startswith(".")]  # no temp files left
+
+
+def test_missing_facts_say_not_recorded(tmp_path):
+    run_dir = make_run(tmp_path, metrics_records(), {"run_name": "gpt2-124m", "cluster": {"partition": "gpu"},
+                                                     "checkpoint": None})
+    report = report_of(run_dir)
+    assert "- Partition: gpu" in report
+    assert "- Nodes: not recorded" in report
+    assert "GPU check: not recorded." in report
+    assert "Environment: not recorded." in report
+    assert "Jobs: not recorded." in report
+    assert "No checkpoint was written." in report
+    assert "Samples: not recorded." in report
+    assert "- Final train loss: 2.5000 (step 100)" in report
+
+
+def test_no_facts_file_and_odd_values(tmp_path):
+    records = metrics_records()[:5]  # start and 4 losses: no val loss, no MFU, not done
+    run_dir = make_run(tmp_path, records)
+    (run_dir / "metrics.jsonl").write_text((run_dir / "metrics.jsonl").read_text() + '{"step": 5, "loss"\n')
+    report = report_of(run_dir)
+    assert report.startswith("# Run gpt2-124m\n")  # named after the run directory
+    assert "- Status: stopped before the end" in report
+    assert "- Steps: 40 of 100" in report
+    assert "- Val loss: not recorded" in report
+    assert "MFU" not in report
+    assert "1 line(s) of `metrics.jsonl` were not records" in report
+    assert "Cluster: not recorded." in report
+    assert "Checkpoint: not recorded." in report
+
+
+def test_preempted_run(tmp_path):
+    records = metrics_records()[:7]  # up to the preempted event
+    report = report_of(make_run(tmp_path, records, FACTS))
+    assert "- Status: stopped before the end (last event: preempted at step 40)" in report
+
+
+def test_table_cells_cannot_break_rows(tmp_path):
+    facts = dict(FACTS, env={"NCCL_EXTRA": "a|b"})
+    report = report_of(make_run(tmp_path, metrics_records(), facts))
+    assert "| NCCL_EXTRA | a\\|b |" in report
+
+
+def test_samples_with_a_fence_inside_stay_fenced(tmp_path):
+    report = report_of(make_run(tmp_path, metrics_records(), FACTS, "code:\n```\nx\n```\n"))
+    assert "````\ncode:\n```\nx\n```\n````" in report
+
+
+def test_no_metrics_still_writes_a_report(tmp_path, capsys):
+    run_dir = make_run(tmp_path, facts=FACTS)
+    (run_dir / "loss.png").write_bytes(PNG_MAGIC)  # from an earlier attempt
+    report = report_of(run_dir)
+    assert "No metrics: `metrics.jsonl` was not fetched" in report
+    assert "No plot: there are no loss records." in report
+    assert "| 102 | train | COMPLETED |" in report
+    assert not (run_dir / "loss.png").exists()
+    assert "no loss records" in capsys.readouterr().err
+
+
+def test_metrics_without_loss_records(tmp_path):
+    run_dir = make_run(tmp_path, metrics_records()[:1])
+    report = report_of(run_dir)
+    assert "No loss records in `metrics.jsonl`" in report
+    assert "- World size: 12 ranks on cuda:0" in report
+
+
+def test_command_line(tmp_path):
+    run_dir = make_run(tmp_path, metrics_records(), samples="hello\n")
+    facts = tmp_path / "elsewhere.json"
+    facts.write_text(json.dumps(FACTS))
+    result = subprocess.run([sys.executable, SCRIPT, "--run-dir", str(run_dir), "--facts", str(facts)],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "wrote" in result.stdout
+    report = (run_dir / "report.md").read_text()
+    assert "- Partition: gpu" in report and "```\nhello\n```" in report
+    assert (run_dir / "loss.png").read_bytes().startswith(PNG_MAGIC)
