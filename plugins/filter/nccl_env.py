@@ -3,6 +3,7 @@
 """Filters over the nccl_env_* inventory variables.
 
   {{ hostvars[node] | llmtrain.slurm.nccl_env }}          -> {NCCL_...: value}; fails on bad values
+  {{ vars | llmtrain.slurm.nccl_env(hostvars[node]) }}    -> the same with a node's values laid over
   {{ hostvars[node] | llmtrain.slurm.nccl_env_errors }}   -> [message, ...] ([] when all is well)
   {{ hostvars[node] | llmtrain.slurm.nccl_interfaces }}   -> interfaces that must exist on the node
 """
@@ -18,8 +19,11 @@ def _settings(variables):
     return {key: variables[key] for key in list(variables) if str(key).startswith(nccl.PREFIX)}
 
 
-def nccl_env(variables):
-    env, errors = nccl.build_env(_settings(variables))
+def nccl_env(variables, overrides=None):
+    """overrides: a node's own variables, laid over variables (the cluster-wide values)."""
+    settings = _settings(variables)
+    settings.update(_settings(overrides or {}))
+    env, errors = nccl.build_env(settings)
     if errors:
         raise AnsibleFilterError("Invalid NCCL/UCX/Gloo settings:\n" + "\n".join(errors))
     return env

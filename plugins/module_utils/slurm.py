@@ -506,27 +506,34 @@ def tail_lines(path, count, block=8192):
     return lines[-count:]
 
 
-def last_json_record(path):
-    """The last complete JSON object of a JSONL file (a half-written last line is skipped)."""
-    for line in reversed(tail_lines(path, 4)):
+def last_json_records(path, count=16):
+    """The complete JSON objects among the last `count` lines of a JSONL file, in file order
+    (a half-written last line is skipped)."""
+    records = []
+    for line in tail_lines(path, count):
         try:
             record = json.loads(line)
         except ValueError:
             continue
         if isinstance(record, dict):
-            return record
-    return None
+            records.append(record)
+    return records
 
 
 METRIC_KEYS = ("step", "total_steps", "loss", "val_loss", "lr", "tokens_per_s", "elapsed_s", "eta_s")
 
 
-def progress_of(record):
-    if record is None:
+def progress_of(records):
+    """Progress from the tail of a metrics file: the metrics of the last loss record, and the
+    last record's `event` (e.g. checkpoint, preempted, done) with its step."""
+    if not records:
         return None
-    progress = {k: record.get(k) for k in METRIC_KEYS}
+    metrics = next((r for r in reversed(records) if "loss" in r), records[-1])
+    progress = {k: metrics.get(k) for k in METRIC_KEYS}
     if progress["step"] is not None and progress["total_steps"]:
         progress["percent"] = round(100.0 * progress["step"] / progress["total_steps"], 1)
+    progress["event"] = records[-1].get("event")
+    progress["event_step"] = records[-1].get("step")
     return progress
 
 

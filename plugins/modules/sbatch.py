@@ -315,7 +315,9 @@ def present(module, client, p):
     else:
         content = p["content"]
     if p["chdir"] and not os.path.isdir(p["chdir"]):
-        module.fail_json(msg="chdir %s is not a directory" % p["chdir"])
+        if not module.check_mode:
+            module.fail_json(msg="chdir %s is not a directory" % p["chdir"])
+        module.warn("chdir %s does not exist yet (check mode: a task before this one would create it)" % p["chdir"])
 
     identity = dict(options, export=export) if export is not None else options
     fp = slurm.fingerprint(p["name"], content, identity, env, p["chdir"])

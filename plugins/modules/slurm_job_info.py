@@ -99,13 +99,14 @@ state:
   type: str
 progress:
   description:
-    - The last record of O(metrics_file) (the keys listed there, null when absent).
-    - Also C(percent) when step and total_steps are known.
+    - The metrics of the last loss record of O(metrics_file) (the keys listed there, null when
+      absent), C(percent) when step and total_steps are known, and C(event)/C(event_step) of the
+      file's last record (such as C(checkpoint), C(preempted) or C(done); null for a loss record).
   returned: when metrics_file is given
   type: dict
   sample:
     {step: 120, total_steps: 1000, loss: 3.21, val_loss: null, lr: 0.0003, tokens_per_s: 5230.0,
-     elapsed_s: 61.2, eta_s: 449.0, percent: 12.0}
+     elapsed_s: 61.2, eta_s: 449.0, percent: 12.0, event: null, event_step: null}
 """
 
 import os
@@ -141,13 +142,13 @@ def main():
     if jobs:
         result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
     if p["metrics_file"]:
-        record = None
+        records = []
         if os.path.exists(p["metrics_file"]):
             try:
-                record = slurm.last_json_record(p["metrics_file"])
+                records = slurm.last_json_records(p["metrics_file"])
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (p["metrics_file"], err))
-        result["progress"] = slurm.progress_of(record)
+        result["progress"] = slurm.progress_of(records)
     module.exit_json(**result)
 
 

@@ -1,5 +1,5 @@
 """The seed's job as written (sbatch -> srun sh -c 'python -m torch.distributed.run ...')
-on 3 nodes x 2 processes with gloo, through the front door playbook."""
+on 3 nodes x 2 processes with gloo, through playbooks/seed_job.yml."""
 
 import glob
 import os
@@ -12,7 +12,7 @@ WORKSPACE = "/var/tmp/llmtrain-workspace/seed"
 
 def test_seed_job_runs_six_ranks_across_three_nodes(local_cluster):
     before = set(glob.glob(os.path.join(WORKSPACE, "TorchDist-*.out")))
-    run_playbook("pretrain.yml")
+    run_playbook("seed_job.yml")
     outputs = set(glob.glob(os.path.join(WORKSPACE, "TorchDist-*.out"))) - before
     assert len(outputs) == 1
     with open(outputs.pop()) as handle:

@@ -18,3 +18,10 @@ def test_bad_values_fail_with_every_message():
     assert "nccl_env_debug='LOUD'" in str(error.value) and "nccl_env_cross_nic=7" in str(error.value)
     assert len(nccl_env.nccl_env_errors(hostvars)) == 2
     assert set(nccl_env.FilterModule().filters()) == {"nccl_env", "nccl_env_errors", "nccl_interfaces"}
+
+
+def test_node_values_override_the_cluster_wide_ones():
+    cluster = dict(nccl_env_socket_ifname="eth0", nccl_env_ib_hca="mlx5_0:1", nccl_env_async_error_handling=3)
+    node = dict(nccl_env_ib_hca="mlx5_2:1")
+    assert nccl_env.nccl_env(cluster, node) == {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5_2:1",
+                                                "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "GLOO_SOCKET_IFNAME": "eth0"}

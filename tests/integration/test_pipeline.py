@@ -1,0 +1,98 @@
+"""The front door on the local cluster: ansible-playbook playbooks/pretrain.yml from the
+inventory to a checkpoint, a report and samples; a rerun changes nothing and submits
+nothing; --check submits nothing; per-node settings give per-node env files; a failing
+job fails the play with its log tail and leaves its logs in runs/."""
+
+import json
+import os
+import re
+import shutil
+import struct
+
+import pytest
+
+from cluster import ROOT, run_playbook, slurm
+
+WORKSPACE = "/var/tmp/llmtrain-workspace"
+RUN = "local-demo"
+RUNS = os.path.join(ROOT, "runs")
+
+
+def job_ids():
+    """Ids of the pipeline's own jobs (prepare, train, generate) the controller still knows;
+    preflight's probe steps run every time and are left out."""
+    lines = slurm("squeue", "--noheader", "--states=all", "--format=%i %j").splitlines()
+    return set(line.split()[0] for line in lines
+               if line.split()[1] not in ("llmtrain-preflight", "llmtrain-gpu-check"))
+
+
+@pytest.fixture(scope="module")
+def pipeline(local_cluster):
+    shutil.rmtree(os.path.join(WORKSPACE, RUN), ignore_errors=True)
+    shutil.rmtree(os.path.join(RUNS, RUN), ignore_errors=True)
+    return run_playbook("pretrain.yml")
+
+
+def test_pipeline_trains_reports_and_generates(pipeline):
+    run_dir = os.path.join(WORKSPACE, RUN)
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "step_001200.pt"))
+    local = os.path.join(RUNS, RUN)
+    records = [json.loads(line) for line in open(os.path.join(local, "metrics.jsonl"))]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert losses[-1] < losses[0] - 1.5, (losses[0], losses[-1])  # it learned
+    assert records[-1] == dict(records[-1], event="done", step=1200)
+    with open(os.path.join(local, "loss.png"), "rb") as handle:
+        header = handle.read(24)
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24])[0] > 100
+    report = open(os.path.join(local, "report.md")).read()
+    assert "![loss](loss.png)" in report and "Steps: 1,200 of 1,200" in report
+    samples = open(os.path.join(local, "samples.txt")).read()
+    completions = re.split(r"^=== prompt \d+: .*$", samples, flags=re.M)[1:]
+    assert len(completions) == 3 and all(len(c.strip()) > 50 for c in completions)
+    assert "self" in samples or "def " in samples.split("def ", 1)[1]  # it writes Python-ish text
+    assert any(name.endswith(".out") for name in os.listdir(os.path.join(local, "logs")))
+
+
+def test_rerun_changes_nothing_and_submits_nothing(pipeline):
+    before = job_ids()
+    again = run_playbook("pretrain.yml")
+    assert again.changed == 0, again.output[-4000:]
+    assert job_ids() - before == set()  # (finished jobs may age out of the controller meanwhile)
+
+
+def test_check_mode_submits_nothing(pipeline):
+    before = job_ids()
+    checked = run_playbook("pretrain.yml", "--check", "-e", "pretrain_run_name=check-mode-run")
+    assert checked.rc == 0, checked.output[-4000:]
+    assert job_ids() - before == set()
+    assert not os.path.exists(os.path.join(WORKSPACE, "check-mode-run", "scripts", "pretrain.sbatch"))
+
+
+def test_nodes_with_different_host_vars_get_different_env_files(pipeline, tmp_path):
+    extra = tmp_path / "per_node.yml"
+    extra.write_text("all:\n  children:\n    slurm_workers:\n      hosts:\n"
+                     "        slurm-worker-1:\n          nccl_env_ib_hca: mlx5_1:1\n          nccl_env_debug: INFO\n")
+    run_playbook("nccl_env.yml", "-i", os.path.join(ROOT, "inventories", "local", "hosts.yml"), "-i", str(extra),
+                 "-e", "pretrain_run_name=env-files-run")
+    env_dir = os.path.join(WORKSPACE, "env-files-run", "env")
+    one = open(os.path.join(env_dir, "slurm-worker-1.env")).read()
+    zero = open(os.path.join(env_dir, "slurm-worker-0.env")).read()
+    assert "export NCCL_IB_HCA=mlx5_1:1" in one and "export NCCL_DEBUG=INFO" in one
+    assert "NCCL_IB_HCA" not in zero and "NCCL_DEBUG" not in zero
+    for text in (one, zero):
+        assert "export NCCL_SOCKET_IFNAME=eth0" in text and "export GLOO_SOCKET_IFNAME=eth0" in text
+    assert oct(os.stat(os.path.join(env_dir, "slurm-worker-1.env")).st_mode & 0o777) == "0o644"
+
+
+def test_failing_job_fails_the_play_with_its_log_tail_and_keeps_its_logs(pipeline):
+    name = "failing-run"
+    shutil.rmtree(os.path.join(RUNS, name), ignore_errors=True)
+    failed = run_playbook("pretrain.yml", "--tags", "nccl_env,deploy,pretrain", "-e", "pretrain_run_name=" + name,
+                          "-e", json.dumps({"pretrain_extra_args": ["--no-such-flag"]}), check=False)
+    assert failed.rc != 0
+    assert re.search(r"Training job \d+ \(llmtrain-failing-run\) ended FAILED, exit code [1-9]", failed.output), \
+        failed.output[-4000:]
+    assert "--no-such-flag" in failed.output  # the trainer's own complaint, from the log tail
+    logs = os.listdir(os.path.join(RUNS, name, "logs"))
+    assert logs and all(f.startswith("llmtrain-failing-run-") for f in logs)
+    assert os.path.exists(os.path.join(RUNS, name, "report.md"))
