@@ -80,5 +80,68 @@ def validate(values):
     if "preflight_gpu_policy" in values and values["preflight_gpu_policy"] not in ("strict", "report"):
         errors.append("preflight_gpu_policy=%r must be strict (fail on a GPU mismatch) or report (only "
                       "show it)." % values["preflight_gpu_policy"])
+    errors.extend(_stage_errors(values))
     errors.extend(nccl.build_env({k: v for k, v in values.items() if k.startswith(nccl.PREFIX)})[1])
+    return errors
+
+
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
+
+
+def _number(value):
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _stage_errors(values):
+    """The pretrain_* and inference_* values, so that a bad one stops the run before the
+    first job rather than when its stage starts."""
+    errors = []
+    if "pretrain_run_name" in values and not RUN_NAME.match(str(values["pretrain_run_name"] or "")):
+        errors.append("pretrain_run_name=%r must be 1-64 letters, digits, . _ - starting with a letter or digit "
+                      "(it names a directory and the job)." % values["pretrain_run_name"])
+    _count(errors, values, "pretrain_steps", 1, "optimizer steps of the run")
+    _count(errors, values, "pretrain_batch_size", 1, "sequences per process per micro-step")
+    _count(errors, values, "pretrain_checkpoint_interval", 0, "steps between checkpoints (0: only at the end)")
+    _count(errors, values, "pretrain_requeue_max", 0, "how often a preempted job may requeue itself")
+    _count(errors, values, "pretrain_signal_lead", 0, "seconds before the time limit to checkpoint")
+    if "pretrain_learning_rate" in values:
+        rate = _number(values["pretrain_learning_rate"])
+        if rate is None or not 0 < rate < 1:
+            errors.append("pretrain_learning_rate=%r must be a number between 0 and 1, such as 0.0006."
+                          % (values["pretrain_learning_rate"],))
+    if "pretrain_model" in values:
+        model = values["pretrain_model"]
+        if not isinstance(model, dict):
+            errors.append("pretrain_model=%r must be a mapping such as {n_layer: 12, n_head: 12, n_embd: 768, "
+                          "block_size: 1024}." % (model,))
+        else:
+            bad = [k for k in MODEL_KEYS if k in model and (_int(model[k]) is None or _int(model[k]) < 1)]
+            if bad:
+                errors.append("pretrain_model: %s must be whole numbers >= 1." % ", ".join(bad))
+            elif _int(model.get("n_embd", 1)) % _int(model.get("n_head", 1)):
+                errors.append("pretrain_model: n_embd=%s must be a multiple of n_head=%s." % (model["n_embd"], model["n_head"]))
+    for name in ("pretrain_force",):
+        if name in values and not isinstance(values[name], bool):
+            errors.append("%s=%r must be true or false." % (name, values[name]))
+    if "pretrain_extra_args" in values and not (isinstance(values["pretrain_extra_args"], list) and
+                                                all(isinstance(a, str) for a in values["pretrain_extra_args"])):
+        errors.append("pretrain_extra_args=%r must be a list of strings, such as [\"--warmup\", \"100\"]."
+                      % (values["pretrain_extra_args"],))
+    if "inference_prompts" in values:
+        prompts = values["inference_prompts"]
+        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):
+            errors.append("inference_prompts=%r must be a non-empty list of non-empty strings." % (prompts,))
+    _count(errors, values, "inference_max_new_tokens", 1, "tokens generated per prompt")
+    _count(errors, values, "inference_top_k", 0, "sample from the k most likely tokens, 0 for all")
+    if "inference_temperature" in values:
+        temperature = _number(values["inference_temperature"])
+        if temperature is None or temperature < 0:
+            errors.append("inference_temperature=%r must be a number >= 0 (0 always takes the most likely token)."
+                          % (values["inference_temperature"],))
     return errors

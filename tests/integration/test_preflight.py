@@ -61,6 +61,9 @@ BAD_INPUTS = [
     ("nccl_env_debug", "LOUD", "nccl_env_debug='LOUD' is not a valid NCCL_DEBUG"),
     ("nccl_env_socket_ifname", "eth0;id", "nccl_env_socket_ifname='eth0;id' is not a valid NCCL_SOCKET_IFNAME"),
     ("nccl_env_ib_hca", "mlx5_0:x", "nccl_env_ib_hca='mlx5_0:x' is not a valid NCCL_IB_HCA"),
+    ("pretrain_steps", 0, "pretrain_steps=0 must be a whole number >= 1"),
+    ("pretrain_run_name", "../x", "pretrain_run_name='../x' must be 1-64 letters"),
+    ("inference_prompts", [], "inference_prompts=[] must be a non-empty list"),
 ]
 
 

@@ -2,7 +2,11 @@ import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
 
-GOOD = dict(slurm_partition="gpu", slurm_nodes=3, slurm_gpus_per_node=4, slurm_procs_per_node=4,
+GOOD = dict(pretrain_run_name="gpt2-124m", pretrain_steps=20000, pretrain_batch_size=16, pretrain_learning_rate=6e-4,
+            pretrain_model=dict(n_layer=12, n_head=12, n_embd=768, block_size=1024), pretrain_checkpoint_interval=1000,
+            pretrain_requeue_max=3, pretrain_force=False, pretrain_extra_args=["--warmup", "100"],
+            inference_prompts=["def "], inference_max_new_tokens=200, inference_temperature=0.8, inference_top_k=50,
+            slurm_partition="gpu", slurm_nodes=3, slurm_gpus_per_node=4, slurm_procs_per_node=4,
             slurm_cpus_per_task=16, slurm_mem_per_cpu="8G", slurm_time_limit="2-00:00:00",
             slurm_master_port="auto", slurm_workspace="/shared/work", slurm_python="/shared/venv/bin/python",
             slurm_env_setup=["module load cuda/12.4"], preflight_gpu_policy="strict",
@@ -36,6 +40,14 @@ def test_slurm_time_formats(time_limit):
     ("slurm_env_setup", ["module load a\nrm -rf /"], "one line per item"),
     ("preflight_gpu_policy", "lenient", "strict"),
     ("nccl_env_debug", "LOUD", "VERSION, WARN, INFO, TRACE"),
+    ("pretrain_run_name", "../escape", "names a directory"),
+    ("pretrain_steps", 0, "optimizer steps"),
+    ("pretrain_learning_rate", "fast", "between 0 and 1"),
+    ("pretrain_force", "yes", "true or false"),
+    ("pretrain_extra_args", "--warmup 100", "list of strings"),
+    ("inference_prompts", [], "non-empty list"),
+    ("inference_temperature", -1, "number >= 0"),
+    ("inference_max_new_tokens", 0, "tokens generated per prompt"),
 ])
 def test_each_bad_value_is_named_with_its_fix(name, value, words):
     errors = inputs.validate(dict(GOOD, **{name: value}))
@@ -54,3 +66,10 @@ def test_more_processes_than_gpus():
 def test_every_problem_is_reported_at_once():
     errors = inputs.validate(dict(slurm_nodes=0, slurm_master_port=1, nccl_env_cross_nic=9))
     assert [e.split("=")[0] for e in errors] == ["slurm_nodes", "slurm_master_port", "nccl_env_cross_nic"]
+
+
+def test_model_shape():
+    assert inputs.validate(dict(pretrain_model=dict(n_layer=2, n_head=3, n_embd=64))) == [
+        "pretrain_model: n_embd=64 must be a multiple of n_head=3."]
+    assert inputs.validate(dict(pretrain_model=dict(n_layer=0))) == ["pretrain_model: n_layer must be whole numbers >= 1."]
+    assert inputs.validate(dict(pretrain_model="big"))[0].startswith("pretrain_model='big' must be a mapping")
