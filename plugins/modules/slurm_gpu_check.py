@@ -21,6 +21,8 @@ description:
 version_added: 0.1.0
 author:
   - llmtrain.slurm maintainers
+extends_documentation_fragment:
+  - llmtrain.slurm.slurm
 options:
   partition:
     description: Partition whose nodes are checked. Without it and O(nodes), every node.
