@@ -4,6 +4,7 @@ way a user would check it."""
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -108,19 +109,37 @@ def test_bad_input_is_rejected_naming_the_variable(local_cluster, variable, valu
     assert result.changed == 0
 
 
+def running_identity(pid):
+    """(start time, comm) of a live, non-zombie pid, or None; a reused pid has another start time."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            stat = handle.read()
+    except (IOError, OSError):
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else (fields[19], stat[stat.find("(") + 1:stat.rfind(")")])
+
+
 def test_absent_stops_everything_it_started_and_present_restores(local_cluster):
     pids = [pid_of("munge/munged.pid"), pid_of("run/slurmctld.pid")] + \
         [pid_of("run/slurmd-%s.pid" % n) for n in NODES]
-    # A job still running when the cluster goes down must not outlive it.
-    slurm("sbatch", "--output=/dev/null", "--wrap", "sleep 300", "-N1")
+    # A job still running when the cluster goes down must not outlive it: note every process
+    # inside the nodes' namespaces while it runs (slurmd, slurmstepd, the job's own).
+    job = slurm("sbatch", "--parsable", "--output=/dev/null", "--wrap", "sleep 300", "-N1").strip()
+    deadline = time.monotonic() + 60
+    while slurm("squeue", "--noheader", "--jobs", job, "--format=%T").strip() != "RUNNING":
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.5)
+    inside = set()
+    for name in NODES:
+        inside |= set(int(p) for p in subprocess.check_output(
+            ["ip", "netns", "pids", "llmt-" + name], universal_newlines=True).split())
+    assert len(inside) > len(NODES)  # more than the slurmds: the job's processes too
+    started = {pid: running_identity(pid) for pid in set(pids) | inside}
     run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
     try:
-        for pid in pids:
-            state = None
-            if os.path.exists("/proc/%d/stat" % pid):
-                with open("/proc/%d/stat" % pid) as handle:
-                    state = handle.read().split(")")[-1].split()[0]
-            assert state in (None, "Z", "X"), "pid %d still runs" % pid
+        for pid, identity in sorted(started.items()):
+            assert identity is None or running_identity(pid) != identity, "pid %d %s still runs" % (pid, identity)
         assert not controller_running()
         netns = subprocess.check_output(["ip", "netns", "list"], universal_newlines=True)
         assert "llmt-" not in netns
@@ -129,8 +148,6 @@ def test_absent_stops_everything_it_started_and_present_restores(local_cluster):
         with open("/etc/hosts") as handle:
             assert "slurm-worker-0" not in handle.read()
         assert not os.path.islink("/etc/slurm/slurm.conf")
-        sleepers = subprocess.run(["pgrep", "-f", "^sleep 300$"], stdout=subprocess.PIPE, universal_newlines=True)
-        assert sleepers.stdout.strip() == ""
         again = run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
         assert again.changed == 0
     finally:
