@@ -49,6 +49,11 @@ def _strip_nccl_prefixes(value):
     return (value[1:] if exact else value), exclude, exact
 
 
+def _named(bad):
+    """The bad items of a list, for a message."""
+    return ", ".join(repr(b) for b in bad) or "empty list"
+
+
 def _check_ifname_list(value, allow_prefixes):
     items = value
     if allow_prefixes:
@@ -57,7 +62,7 @@ def _check_ifname_list(value, allow_prefixes):
     if bad or not items:
         return ("interface names are 1-15 characters of letters, digits and _.@- separated by commas%s;"
                 " bad: %s" % (" (optionally led by ^ to exclude and/or = for exact names)" if allow_prefixes else "",
-                             ", ".join(repr(b) for b in bad) or "empty list"))
+                             _named(bad)))
     return None
 
 
@@ -72,7 +77,7 @@ def check(env_name, value):
         bad = [item for item in items.split(",") if not HCA.match(item)]
         if bad or not items:
             return ("HCAs are device names with an optional :port (e.g. mlx5_0:1,mlx5_1:1), optionally"
-                    " led by ^ and/or =; bad: %s" % (", ".join(repr(b) for b in bad) or "empty list"))
+                    " led by ^ and/or =; bad: %s" % _named(bad))
         return None
     if env_name == "NCCL_IB_DISABLE":
         return None if value in ("0", "1") else "must be 0 (use InfiniBand) or 1 (disable it)"
@@ -83,7 +88,7 @@ def check(env_name, value):
         bad = [item for item in items.split(",") if item.upper() not in DEBUG_SUBSYSTEMS]
         if bad or not items:
             return ("must be a comma list (optionally led by ^) of %s; bad: %s"
-                    % (", ".join(DEBUG_SUBSYSTEMS), ", ".join(repr(b) for b in bad) or "empty list"))
+                    % (", ".join(DEBUG_SUBSYSTEMS), _named(bad)))
         return None
     if env_name == "NCCL_NET_GDR_LEVEL":
         ok = value.upper() in GDR_LEVELS or (value.isdigit() and int(value) <= 5)
@@ -95,12 +100,12 @@ def check(env_name, value):
     if env_name == "UCX_NET_DEVICES":
         bad = [item for item in value.split(",") if not UCX_DEVICE.match(item)]
         return ("must be 'all' or a comma list of devices with an optional :port (e.g. mlx5_0:1,mlx5_1:1);"
-                " bad: %s" % (", ".join(repr(b) for b in bad) or "empty list")) if bad or not value else None
+                " bad: %s" % _named(bad)) if bad or not value else None
     if env_name == "UCX_TLS":
         items = value[1:] if value.startswith("^") else value
         bad = [item for item in items.split(",") if item.lower() not in UCX_TRANSPORTS]
         return ("must be a comma list (optionally led by ^) of UCX transports such as rc,ud,sm,self,tcp,"
-                "cuda_copy,cuda_ipc,gdr_copy; bad: %s" % (", ".join(repr(b) for b in bad) or "empty list")) if bad or not items else None
+                "cuda_copy,cuda_ipc,gdr_copy; bad: %s" % _named(bad)) if bad or not items else None
     return None
 
 
