@@ -100,9 +100,28 @@ class Distributed:
         if self.active:
             torch_dist.barrier()
 
-    def close(self):
-        if self.active and torch_dist.is_initialized():
-            torch_dist.destroy_process_group()
+    def close(self, wait_for_all=False):
+        """Tear the process group down. With wait_for_all (every rank got here), a rank then
+        waits on the launcher's store until every rank has torn its group down: a rank that
+        exits early closes its sockets under peers still inside their teardown."""
+        if not (self.active and torch_dist.is_initialized()):
+            return
+        store = torch_dist.distributed_c10d._get_default_store() if wait_for_all else None
+        torch_dist.destroy_process_group()
+        if store is None:
+            return
+        try:
+            closed = store.add(CLOSED_KEY, 1)
+            deadline = time.monotonic() + CLOSE_WAIT_S
+            while closed < self.world_size and time.monotonic() < deadline:
+                time.sleep(0.05)
+                closed = store.add(CLOSED_KEY, 0)
+        except (RuntimeError, OSError):  # the store is gone: nobody is left to wait for
+            pass
+
+
+CLOSED_KEY = "llmtrain/process-group-closed"
+CLOSE_WAIT_S = 60.0
 
 
 class StopRequest:
@@ -425,16 +444,30 @@ def main(argv=None):
     # Handlers go in before the process group and the model, so an early signal is not fatal.
     stop = StopRequest({parse_signal(cfg.preempt_signal), signal.SIGTERM})
     dist = Distributed()
+    status, every_rank_done = None, False
     try:
         status = train(cfg, args.data, args.out, meta, dist, stop)
+        every_rank_done = True  # train() returns only after its last barrier
         stop.ignore_from_now()
         return status
     except ConfigError as e:
         print(f"train: error: {e}", file=sys.stderr, flush=True)
         return 2
     finally:
-        dist.close()
+        dist.close(wait_for_all=every_rank_done)
+
+
+def exit_now(status):
+    """End a launched rank without the interpreter's teardown: the run's files are written and
+    closed, the process group is gone, and what is left to tear down (torch's threads and
+    native objects) can only fail a finished run (std::terminate at exit, seen with gloo)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if "RANK" in os.environ:  # a rank started by torch.distributed.run
+        exit_now(code if isinstance(code, int) else 1)
+    sys.exit(code)
