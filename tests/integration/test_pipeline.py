@@ -46,6 +46,9 @@ def test_pipeline_trains_reports_and_generates(pipeline):
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24])[0] > 100
     report = open(os.path.join(local, "report.md")).read()
     assert "![loss](loss.png)" in report and "Steps: 1,200 of 1,200" in report
+    assert re.search(r"^- Slurm version: \d+\.\d+", report, flags=re.M), report
+    gpu_section = report.split("## GPU check", 1)[1].split("\n## ", 1)[0]
+    assert all("slurm-worker-%d " % n in gpu_section for n in range(3)), gpu_section  # preflight's table, per node
     samples = open(os.path.join(local, "samples.txt")).read()
     completions = re.split(r"^=== prompt \d+: .*$", samples, flags=re.M)[1:]
     assert len(completions) == 3 and all(len(c.strip()) > 50 for c in completions)

@@ -11,7 +11,7 @@ report of what exists. The same inputs give the same report (it holds no time of
 Facts (every key optional):
     run_name, workspace, model {...}, env {NAME: value},
     cluster {partition, slurm_version, nodes: [names], gpus_per_node, procs_per_node},
-    gpu_check_table [lines],
+    gpu_check_table [lines], gpu_check_time, gpu_check_policy,
     jobs [{kind, job_id, state, exit_code, elapsed, nodelist, start_time, end_time, restarts}],
     checkpoint {path, step} or null
 """
@@ -307,6 +307,9 @@ def render(run_name, metrics, summary, facts, samples, plot_note):
     out += ["", "## GPU check", ""]
     gpu_table = facts.get("gpu_check_table")
     if isinstance(gpu_table, list) and gpu_table:
+        if facts.get("gpu_check_time"):
+            out += ["Preflight at %s, policy %s:" % (text(facts.get("gpu_check_time")),
+                                                     text(facts.get("gpu_check_policy"))), ""]
         out += fenced("\n".join(str(line) for line in gpu_table))
     else:
         out.append("GPU check: %s." % NOT_RECORDED)
