@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Checks of the inventory's cluster-shape variables (slurm_*, preflight_*), done before
+"""Checks of the inventory's variables (slurm_*, preflight_*, deploy_*, pretrain_*, inference_*), done before
 anything reaches Slurm. Every message names the variable, the bad value and the fix."""
 
 from __future__ import annotations
@@ -80,8 +80,50 @@ def validate(values):
     if "preflight_gpu_policy" in values and values["preflight_gpu_policy"] not in ("strict", "report"):
         errors.append("preflight_gpu_policy=%r must be strict (fail on a GPU mismatch) or report (only "
                       "show it)." % values["preflight_gpu_policy"])
+    errors.extend(_deploy_errors(values))
     errors.extend(_stage_errors(values))
     errors.extend(nccl.build_env({k: v for k, v in values.items() if k.startswith(nccl.PREFIX)})[1])
+    return errors
+
+
+VENV_PYTHON = re.compile(r"^/.*[^/]/bin/python[0-9.]*$")
+
+
+def _strings(values, name, example):
+    """values[name] as a list of one-line strings, or an error message."""
+    value = values[name]
+    if isinstance(value, list) and all(isinstance(v, str) and v.strip() and "\n" not in v and "\0" not in v
+                                       for v in value):
+        return None
+    return "%s=%r must be a list of one-line strings, such as %s." % (name, value, example)
+
+
+def _deploy_errors(values):
+    """The deploy_venv_* values: the venv is made before the nodes are probed."""
+    errors = []
+    for name in ("deploy_venv_create", "deploy_venv_system_site_packages", "deploy_prepare_dataset"):
+        if name in values and not isinstance(values[name], bool):
+            errors.append("%s=%r must be true or false." % (name, values[name]))
+    for name, example in (("deploy_venv_packages", "[torch, numpy]"),
+                          ("deploy_venv_pip_args", "[--index-url, https://download.pytorch.org/whl/cu124]")):
+        if name in values:
+            message = _strings(values, name, example)
+            if message:
+                errors.append(message)
+    if "deploy_venv_base_python" in values:
+        base = values["deploy_venv_base_python"]
+        if not isinstance(base, str) or not base.strip() or "\n" in base or "\0" in base:
+            errors.append("deploy_venv_base_python=%r must name the interpreter on the nodes that makes the venv, "
+                          "such as python3 or /usr/bin/python3.11." % (base,))
+    if values.get("deploy_venv_create") is True:
+        python = values.get("slurm_python")
+        # (a missing or empty slurm_python has its own message)
+        if isinstance(python, str) and python.strip() and not (VENV_PYTHON.match(python) and "\n" not in python):
+            errors.append("deploy_venv_create=true makes the venv that slurm_python names, so slurm_python=%r must be "
+                          "the venv's interpreter: an absolute path ending in bin/python, such as "
+                          "/shared/venvs/llmtrain/bin/python." % (python,))
+        if values.get("deploy_venv_packages") == []:
+            errors.append("deploy_venv_packages=[] installs nothing, but the trainer needs torch: list at least torch.")
     return errors
 
 

@@ -10,7 +10,10 @@ GOOD = dict(pretrain_run_name="gpt2-124m", pretrain_steps=20000, pretrain_batch_
             slurm_cpus_per_task=16, slurm_mem_per_cpu="8G", slurm_time_limit="2-00:00:00",
             slurm_master_port="auto", slurm_workspace="/shared/work", slurm_python="/shared/venv/bin/python",
             slurm_env_setup=["module load cuda/12.4"], preflight_gpu_policy="strict",
-            nccl_env_socket_ifname="eth0", nccl_env_ib_hca="mlx5_0:1")
+            nccl_env_socket_ifname="eth0", nccl_env_ib_hca="mlx5_0:1",
+            deploy_venv_create=True, deploy_venv_base_python="python3.11", deploy_venv_packages=["torch==2.13.0", "numpy"],
+            deploy_venv_pip_args=["--index-url", "https://download.pytorch.org/whl/cu124"],
+            deploy_venv_system_site_packages=False)
 
 
 def test_a_good_inventory_passes():
@@ -48,6 +51,10 @@ def test_slurm_time_formats(time_limit):
     ("inference_prompts", [], "non-empty list"),
     ("inference_temperature", -1, "number >= 0"),
     ("inference_max_new_tokens", 0, "tokens generated per prompt"),
+    ("deploy_venv_create", "yes", "true or false"),
+    ("deploy_venv_packages", "torch numpy", "list of one-line strings"),
+    ("deploy_venv_pip_args", ["--index-url", ""], "list of one-line strings"),
+    ("deploy_venv_base_python", "", "makes the venv"),
 ])
 def test_each_bad_value_is_named_with_its_fix(name, value, words):
     errors = inputs.validate(dict(GOOD, **{name: value}))
@@ -73,3 +80,16 @@ def test_model_shape():
         "pretrain_model: n_embd=64 must be a multiple of n_head=3."]
     assert inputs.validate(dict(pretrain_model=dict(n_layer=0))) == ["pretrain_model: n_layer must be whole numbers >= 1."]
     assert inputs.validate(dict(pretrain_model="big"))[0].startswith("pretrain_model='big' must be a mapping")
+
+
+@pytest.mark.parametrize("python", ["python3", "/shared/venv/bin/", "venv/bin/python", "/bin/python"])
+def test_a_venv_to_make_needs_slurm_python_to_be_its_interpreter(python):
+    assert inputs.validate(dict(GOOD, slurm_python=python)) == [
+        "deploy_venv_create=true makes the venv that slurm_python names, so slurm_python=%r must be the venv's "
+        "interpreter: an absolute path ending in bin/python, such as /shared/venvs/llmtrain/bin/python." % python]
+    assert inputs.validate(dict(GOOD, slurm_python=python, deploy_venv_create=False)) == []
+
+
+def test_a_venv_without_packages_has_no_torch():
+    assert inputs.validate(dict(GOOD, deploy_venv_packages=[])) == [
+        "deploy_venv_packages=[] installs nothing, but the trainer needs torch: list at least torch."]
