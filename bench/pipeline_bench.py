@@ -1,0 +1,352 @@
+"""The pipeline on the local cluster, measured against doing the same by hand.
+
+    python bench/pipeline_bench.py [--runs 5] [--steps 200] [--format markdown]
+
+1. ansible-playbook playbooks/pretrain.yml (cluster already up) against the same three jobs
+   (prepare, train, generate) submitted by hand in sequence with `sbatch --wait`;
+2. completion latency: the training job's last log line (its own end time) -> the
+   watching task's result line on the terminal, and Slurm queries per second while watching;
+3. a no-op rerun of the finished pipeline: wall time and jobs submitted;
+4. preflight (with the GPU check) + one submission at 1, 3 and 8 local nodes;
+5. orchestration overhead: pipeline wall time minus the jobs' own elapsed time, and the
+   number of Ansible tasks it runs.
+
+Runs alternate (pipeline, by hand, pipeline, ...) so that drift on a noisy machine hits both.
+The local cluster is brought up if it is down (and down again at the end), and left with
+the node count it had.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+WORKSPACE = Path("/var/tmp/llmtrain-workspace")
+RUN = "bench"
+CLUSTER_DIR = Path("/var/lib/llmtrain-local-cluster")
+SETUP_STEPS = ("llmtrain-preflight", "llmtrain-gpu-check")
+
+
+def env():
+    out = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_NOCOLOR="1", PATH="%s:%s" % (BIN, os.environ.get("PATH", "")))
+    out.pop("ANSIBLE_CALLBACK_RESULT_FORMAT", None)
+    return out
+
+
+def play(playbook, *extra, stamp=False):
+    """ansible-playbook from the repository root -> (wall seconds, [(seconds since start, line)], rc)."""
+    argv = [str(BIN / "ansible-playbook"), playbook] + list(extra)
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            universal_newlines=True, bufsize=1)
+    lines = []
+    for line in proc.stdout:
+        lines.append((time.time() if stamp else time.monotonic() - started, line.rstrip("\n")))
+    rc = proc.wait()
+    wall = time.monotonic() - started
+    if rc != 0:
+        sys.stderr.write("\n".join(line for _, line in lines[-60:]) + "\n")
+        raise SystemExit("%s failed (rc %d)" % (" ".join(argv[1:]), rc))
+    return wall, lines, rc
+
+
+def slurm(*argv):
+    return subprocess.run(argv, check=True, stdout=subprocess.PIPE, universal_newlines=True, timeout=120).stdout
+
+
+def jobs_after(first_id):
+    """Jobs the controller still knows with an id >= first_id: {name: [job dict]}."""
+    out = slurm("squeue", "--noheader", "--states=all", "--format=%i|%j|%T|%S|%e")
+    jobs = {}
+    for line in out.splitlines():
+        job_id, name, state, start, end = line.strip().split("|")
+        if job_id.isdigit() and int(job_id) >= first_id:
+            jobs.setdefault(name, []).append(dict(id=int(job_id), state=state, start=parse_time(start),
+                                                  end=parse_time(end)))
+    return jobs
+
+
+def next_job_id():
+    """The highest id the controller knows + 1: every job submitted from now on has one at least as high."""
+    ids = [int(x) for x in slurm("squeue", "--noheader", "--states=all", "--format=%i").split() if x.isdigit()]
+    return max(ids) + 1 if ids else 1
+
+
+def parse_time(text):
+    try:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
+        return None
+
+
+def cluster_nodes():
+    """Node count of the running local cluster, or 0 when it is down."""
+    if subprocess.run(["scontrol", "ping"], stdout=subprocess.PIPE, stderr=subprocess.PIPE).returncode != 0:
+        return 0
+    out = subprocess.run(["sinfo", "--noheader", "--format=%D"], stdout=subprocess.PIPE, universal_newlines=True)
+    return sum(int(x) for x in out.stdout.split() if x.isdigit())
+
+
+def set_cluster(nodes):
+    play("playbooks/local_cluster.yml", "-e", json.dumps({"local_cluster_nodes": nodes}))
+
+
+def stats(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return dict(median=None, min=None, max=None, n=0)
+    return dict(median=statistics.median(values), min=min(values), max=max(values), n=len(values))
+
+
+def fmt(s, unit="s", digits=1):
+    if s["median"] is None:
+        return "n/a"
+    return "%.*f %s (min %.*f, max %.*f, n=%d)" % (digits, s["median"], unit, digits, s["min"], digits, s["max"], s["n"])
+
+
+# -- 1, 2, 3, 5: the pipeline and the same jobs by hand ------------------------------------
+
+def pipeline_vars(steps):
+    return ["-e", json.dumps({"pretrain_run_name": RUN, "pretrain_steps": steps, "pretrain_checkpoint_interval": 100,
+                              "local_cluster_enabled": False})]
+
+
+def clean_run():
+    shutil.rmtree(WORKSPACE / RUN, ignore_errors=True)
+    shutil.rmtree(ROOT / "runs" / RUN, ignore_errors=True)
+
+
+def run_pipeline(steps):
+    clean_run()
+    first = next_job_id()
+    wall, lines, _ = play("playbooks/pretrain.yml", *pipeline_vars(steps), stamp=True)
+    started = lines[0][0] if lines else time.time()
+    jobs = jobs_after(first)
+    work = [j for name, js in jobs.items() if name not in SETUP_STEPS for j in js]
+    elapsed = sum((j["end"] - j["start"]) for j in work if j["start"] and j["end"])
+    recap = re.search(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=\d+\s+failed=\d+\s+skipped=(\d+)",
+                      "\n".join(line for _, line in lines))
+    return dict(wall=wall, lines=lines, started=started, jobs=jobs, work_elapsed=elapsed,
+                tasks_ok=int(recap.group(1)), tasks_skipped=int(recap.group(3)),
+                latency=watch_latency(lines), polls=watch_polls(lines))
+
+
+def watch_latency(lines):
+    """The training job's own end line (in its log) -> the watch task's result on the terminal."""
+    log_dir = WORKSPACE / RUN / "logs"
+    ends = []
+    for path in log_dir.glob("llmtrain-%s-*.out" % RUN):
+        for line in path.read_text(errors="replace").splitlines():
+            match = re.search(r"^llmtrain: job \d+ ends with exit code \d+ at (\S+)Z$", line)
+            if match:
+                stamp = match.group(1)[:26]  # microseconds are enough
+                ends.append(datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f")
+                            .replace(tzinfo=datetime.timezone.utc).timestamp())
+    in_watch, seen = False, None
+    for stamp, line in lines:
+        if line.startswith("TASK [llmtrain.slurm.pretrain : Watch the training job"):
+            in_watch = True
+        elif in_watch and re.match(r"^(ok|changed|fatal): \[", line):
+            seen = stamp
+            break
+    if not ends or seen is None:
+        return None
+    return seen - max(ends)
+
+
+def watch_polls(lines):
+    """(Slurm queries, seconds) of the watch task, from the progress lines it printed."""
+    in_watch, first, last, queries = False, None, None, 0
+    for stamp, line in lines:
+        if line.startswith("TASK [llmtrain.slurm.pretrain : Watch the training job"):
+            in_watch, first = True, stamp
+        elif in_watch and line.startswith("TASK ["):
+            break
+        elif in_watch and (re.match(r"^\[[^]]+\] job \d+ ", line) or re.match(r"^(ok|changed|fatal): \[", line)):
+            queries += 1  # one progress line per poll, one result line at the end
+            last = stamp
+    return (queries, (last - first) if first and last else None)
+
+
+def manual_scripts(jobs):
+    """The pipeline's own job scripts and options, for the same jobs by hand."""
+    scripts = {}
+    for name in ("llmtrain-prepare-%s" % RUN, "llmtrain-%s" % RUN, "llmtrain-generate-%s" % RUN):
+        job = jobs[name][-1]
+        path = WORKSPACE / RUN / "scripts" / ("manual-%s.sh" % name)
+        slurm("scontrol", "write", "batch_script", str(job["id"]), str(path))
+        detail = slurm("scontrol", "show", "job", "-o", str(job["id"]))
+        fields = dict(re.findall(r"(\w+)=(\S+)", detail))
+        scripts[name] = dict(path=path, workdir=fields["WorkDir"], nodes=fields["NumNodes"].split("-")[0],
+                             cpus=fields.get("CPUs/Task", "1"), time=fields["TimeLimit"],
+                             output=fields["StdOut"], mem=fields.get("MinMemoryNode"), mem_per_cpu=fields.get("MinMemoryCPU"))
+    return scripts
+
+
+def run_by_hand(scripts):
+    """rm the data and the results, then sbatch --wait the three jobs in turn."""
+    run_dir = WORKSPACE / RUN
+    for sub in ("data", "checkpoints"):
+        shutil.rmtree(run_dir / sub, ignore_errors=True)
+        (run_dir / sub).mkdir()
+    for name in ("metrics.jsonl", "PREEMPTED", "samples.json", "samples.meta.json"):
+        try:
+            (run_dir / name).unlink()
+        except FileNotFoundError:
+            pass
+    started = time.monotonic()
+    for name, job in scripts.items():
+        argv = ["sbatch", "--wait", "--parsable", "--job-name=%s-manual" % name, "--chdir=%s" % job["workdir"],
+                "--nodes=%s" % job["nodes"], "--cpus-per-task=%s" % job["cpus"], "--time=%s" % job["time"],
+                "--output=%s" % job["output"].replace(".out", "-manual.out")]
+        if job["mem"]:
+            argv.append("--mem=%s" % job["mem"])
+        elif job["mem_per_cpu"]:
+            argv.append("--mem-per-cpu=%s" % job["mem_per_cpu"])
+        subprocess.run(argv + [str(job["path"])], check=True, stdout=subprocess.PIPE, timeout=3600)
+    return time.monotonic() - started
+
+
+def noop_rerun(steps):
+    first = next_job_id()
+    wall, lines, _ = play("playbooks/pretrain.yml", *pipeline_vars(steps))
+    submitted = [j for name, js in jobs_after(first).items() if name not in SETUP_STEPS for j in js]
+    recap = re.search(r"changed=(\d+)", "\n".join(line for _, line in lines))
+    return wall, len(submitted), int(recap.group(1))
+
+
+# -- 4: scaling with nodes -------------------------------------------------------------------
+
+SUBMIT_PLAY = """---
+- name: Submit one job the size of the cluster, then cancel it
+  hosts: slurm_login
+  gather_facts: false
+  tasks:
+    - name: Submit
+      llmtrain.slurm.sbatch:
+        name: llmtrain-bench-submit
+        content: "#!/bin/bash\\nsrun hostname\\nsleep 30\\n"
+        chdir: /tmp
+        options: {nodes: "{{ n }}", ntasks-per-node: 1, time: 2, output: /dev/null}
+        force: true
+      register: job
+    - name: Cancel
+      llmtrain.slurm.sbatch:
+        name: llmtrain-bench-submit
+        state: absent
+"""
+
+
+def scaling(sizes, runs, keep_nodes):
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        submit_play = Path(tmp) / "submit.yml"
+        submit_play.write_text(SUBMIT_PLAY)
+        for nodes in sizes:
+            set_cluster(nodes)
+            pre, sub = [], []
+            for _ in range(runs):
+                pre.append(play("playbooks/preflight.yml", "-e", json.dumps({"slurm_nodes": nodes}))[0])
+                sub.append(play(str(submit_play), "-e", "n=%d" % nodes)[0])
+            results[nodes] = dict(preflight=stats(pre), submit=stats(sub), total=stats([a + b for a, b in zip(pre, sub)]))
+        set_cluster(keep_nodes)
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=200, help="training steps of each pipeline run")
+    parser.add_argument("--sizes", default="1,3,8", help="node counts for the scaling runs")
+    parser.add_argument("--format", choices=["text", "markdown"], default="text")
+    args = parser.parse_args()
+
+    was = cluster_nodes()
+    if was == 0:
+        set_cluster(3)
+    try:
+        pipeline, manual = [], []
+        scripts = None
+        for i in range(args.runs):
+            result = run_pipeline(args.steps)
+            pipeline.append(result)
+            scripts = scripts or manual_scripts(result["jobs"])
+            manual.append(run_by_hand(scripts))
+            print("run %d: pipeline %.1f s, by hand %.1f s, latency %s" % (
+                i + 1, result["wall"], manual[-1], result["latency"]), file=sys.stderr, flush=True)
+        # leave a finished pipeline run for the no-op reruns
+        run_pipeline(args.steps)
+        noops = [noop_rerun(args.steps) for _ in range(args.runs)]
+        scale = scaling([int(x) for x in args.sizes.split(",")], args.runs, was or 3)
+    finally:
+        if was == 0:
+            play("playbooks/local_cluster.yml", "-e", "local_cluster_state=absent")
+    print(render(args, pipeline, manual, noops, scale))
+
+
+def render(args, pipeline, manual, noops, scale):
+    p_wall = stats([r["wall"] for r in pipeline])
+    m_wall = stats(manual)
+    ratios = stats([r["wall"] / m for r, m in zip(pipeline, manual)])
+    latency = stats([r["latency"] for r in pipeline])
+    q_rates = stats([q / s for q, s in (r["polls"] for r in pipeline) if s])
+    overhead = stats([r["wall"] - r["work_elapsed"] for r in pipeline])
+    noop = stats([w for w, _, _ in noops])
+    submitted = sum(n for _, n, _ in noops)
+    changed = max(c for _, _, c in noops)
+    one, most = scale[min(scale)], scale[max(scale)]
+    scale_ratio = most["total"]["median"] / one["total"]["median"]
+
+    def verdict(ok, what):
+        return "met" if ok else "missed: %s" % what
+
+    out = [
+        "Local cluster, 3 nodes x 2 ranks (CPU, gloo); each run trains %d steps of the local inventory's model "
+        "(`-e pretrain_run_name=%s -e pretrain_steps=%d -e local_cluster_enabled=false`). Medians of %d runs, "
+        "pipeline and by-hand runs alternating." % (args.steps, RUN, args.steps, args.runs),
+        "",
+        "| figure | result | target |",
+        "|---|---|---|",
+        "| 1. pipeline wall time | %s | |" % fmt(p_wall),
+        "| 1. same 3 jobs by hand, `sbatch --wait` each | %s | |" % fmt(m_wall),
+        "| 1. pipeline / by hand | %s | <= 1.0: %s |" % (
+            fmt(ratios, unit="", digits=2), verdict(ratios["median"] <= 1.0, "by %.0f%%" % (100 * (ratios["median"] - 1)))),
+        "| 2. job end -> watch task returns | %s | <= 1 s: %s |" % (
+            fmt(latency, digits=2), verdict(latency["median"] is not None and latency["median"] <= 1.0,
+                                             "by %.2f s" % ((latency["median"] or 0) - 1.0))),
+        "| 2. Slurm queries per second while watching | %s | <= 1 |" % fmt(q_rates, unit="/s", digits=2),
+        "| 3. no-op rerun | %s, %d job(s) submitted, changed=%d | <= 10 s, 0 jobs: %s |" % (
+            fmt(noop), submitted, changed,
+            verdict(noop["median"] <= 10 and submitted == 0, "by %.1f s" % (noop["median"] - 10))),
+        "| 5. orchestration overhead (wall - jobs' elapsed) | %s | report |" % fmt(overhead),
+        "| 5. Ansible tasks per pipeline run | %d ok, %d skipped | report |" % (
+            pipeline[0]["tasks_ok"], pipeline[0]["tasks_skipped"]),
+        "",
+        "4. Preflight (inputs, cluster, node probe, GPU check) + one submission, by local node count:",
+        "",
+        "| nodes | preflight | submit | total |",
+        "|---:|---|---|---|",
+    ]
+    for nodes in sorted(scale):
+        s = scale[nodes]
+        out.append("| %d | %s | %s | %s |" % (nodes, fmt(s["preflight"]), fmt(s["submit"]), fmt(s["total"])))
+    out += ["", "%d-node / %d-node total: %.2f (target <= 1.3: %s)." % (
+        max(scale), min(scale), scale_ratio, verdict(scale_ratio <= 1.3, "by %.0f%%" % (100 * (scale_ratio - 1.3))))]
+    if args.format == "text":
+        return "\n".join(line.replace("|", " ") for line in out)
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
