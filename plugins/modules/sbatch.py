@@ -59,7 +59,7 @@ options:
     description:
       - Environment variables for the job. They are given to C(sbatch) in its own process
         environment, never on its command line, so values holding commas, quotes, newlines
-        or C($(...)) reach the job unchanged and execute nothing.
+        or shell command substitutions reach the job unchanged and execute nothing.
       - With the C(export) option unset this adds C(--export=ALL); with C(export=NONE) it
         becomes C(--export=NAME1,NAME2) (names only; Slurm reads the values from the
         environment); with a list of names, these names are added to it.
