@@ -81,6 +81,12 @@ sanity: ansible-test-tree
 units: ansible-test-tree
 	$(ANSIBLE_TEST) units --local --python $(ANSIBLE_TEST_PYTHON) $(ANSIBLE_TEST_ARGS) tests/unit/plugins/
 
+# The reference under docs/ (docs/reference.md, docs/{modules,callback,filter,roles}/) from
+# the plugins' documentation and the roles' meta/argument_specs.yml; tests/unit/test_docs.py
+# fails when the committed pages differ from what this writes.
+docs: venv
+	$(BIN)/python tools/docs.py
+
 # Speed and memory figures, printed and written to docs/benchmarks.md.
 bench: venv
 	$(BIN)/python bench/report.py
