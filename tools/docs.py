@@ -133,55 +133,43 @@ def value_text(value):
     return code(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
 
 
-def option_lines(options, here, current, depth=0):
-    """Options (or role variables) as a nested list."""
-    lines = []
-    indent = "  " * depth
-    for name, spec in sorted((options or {}).items()):
-        kind = spec.get("type", "str")
-        if spec.get("elements"):
-            kind += " of " + spec["elements"]
-        head = "%s- **%s** (%s%s)" % (indent, code(name), kind, ", required" if spec.get("required") else "")
-        body = markup(spec.get("description"), here, current)
-        facts = []
-        if spec.get("default") is not None:
-            facts.append("Default: %s." % value_text(spec["default"]))
-        if spec.get("choices"):
-            facts.append("Choices: %s." % ", ".join(value_text(c) for c in spec["choices"]))
-        if spec.get("aliases"):
-            facts.append("Aliases: %s." % ", ".join(code(a) for a in spec["aliases"]))
-        if spec.get("version_added") and spec.get("version_added") != "0.1.0":
-            facts.append("Added in %s." % spec["version_added"])
-        lines.append(head + (": " + body[0] if body else ""))
-        for paragraph in body[1:] + ([" ".join(facts)] if facts else []):
-            lines.append("")
-            lines.append(indent + "  " + paragraph)
-        lines.append("")
-        if spec.get("suboptions"):
-            lines.extend(option_lines(spec["suboptions"], here, current, depth + 1))
-    return lines
+def option_facts(spec):
+    """The line under an option: default, choices, aliases, version."""
+    facts = []
+    if spec.get("default") is not None:
+        facts.append("Default: %s." % value_text(spec["default"]))
+    if spec.get("choices"):
+        facts.append("Choices: %s." % ", ".join(value_text(c) for c in spec["choices"]))
+    if spec.get("aliases"):
+        facts.append("Aliases: %s." % ", ".join(code(a) for a in spec["aliases"]))
+    if spec.get("version_added") and spec.get("version_added") != "0.1.0":
+        facts.append("Added in %s." % spec["version_added"])
+    return [" ".join(facts)] if facts else []
 
 
-def return_lines(values, here, current, depth=0):
+def return_facts(spec):
+    """The line under a return value: its sample."""
+    return ["Sample: " + value_text(spec["sample"])] if "sample" in spec else []
+
+
+def entry_lines(entries, here, current, nested, depth=0):
+    """Options (role variables) or return values as a nested list; nested names the key of the
+    entries below an entry (suboptions, contains)."""
     lines = []
     indent = "  " * depth
-    for name, spec in sorted((values or {}).items()):
-        kind = spec.get("type", "str")
-        if spec.get("elements"):
-            kind += " of " + spec["elements"]
-        returned = spec.get("returned")
-        head = "%s- **%s** (%s%s)" % (indent, code(name), kind, ", returned " + escape(returned) if returned else "")
+    for name, spec in sorted((entries or {}).items()):
+        kind = spec.get("type", "str") + (" of " + spec["elements"] if spec.get("elements") else "")
+        if nested == "suboptions":
+            qualifier, facts = (", required" if spec.get("required") else ""), option_facts(spec)
+        else:
+            qualifier, facts = (", returned " + escape(spec["returned"]) if spec.get("returned") else ""), return_facts(spec)
         body = markup(spec.get("description"), here, current)
-        lines.append(head + (": " + body[0] if body else ""))
-        for paragraph in body[1:]:
-            lines.append("")
-            lines.append(indent + "  " + paragraph)
-        if "sample" in spec:
-            lines.append("")
-            lines.append(indent + "  Sample: " + value_text(spec["sample"]))
+        lines.append("%s- **%s** (%s%s)%s" % (indent, code(name), kind, qualifier, ": " + body[0] if body else ""))
+        for paragraph in body[1:] + facts:
+            lines += ["", indent + "  " + paragraph]
         lines.append("")
-        if spec.get("contains"):
-            lines.extend(return_lines(spec["contains"], here, current, depth + 1))
+        if spec.get(nested):
+            lines.extend(entry_lines(spec[nested], here, current, nested, depth + 1))
     return lines
 
 
@@ -215,7 +203,7 @@ def plugin_page(kind, fqcn, entry):
             positional = positional if isinstance(positional, list) else [p.strip() for p in positional.split(",")]
             lines += ["`_input` is the value before the `|`; then, in this order: %s." % ", ".join(
                 code(p) for p in positional), ""]
-        lines += option_lines(doc["options"], here, current)
+        lines += entry_lines(doc["options"], here, current, "suboptions")
     lines += bullet_section("Notes", doc.get("notes"), here, current)
     if doc.get("seealso"):
         lines += ["## See also", ""]
@@ -232,7 +220,7 @@ def plugin_page(kind, fqcn, entry):
     if entry.get("examples"):
         lines += ["## Examples", "", "```yaml", entry["examples"].strip("\n"), "```", ""]
     if entry.get("return"):
-        lines += ["## Return values", ""] + return_lines(entry["return"], here, current)
+        lines += ["## Return values", ""] + entry_lines(entry["return"], here, current, "contains")
     if doc.get("author"):
         lines += ["## Authors", ""] + ["- " + escape(author) for author in doc["author"]] + [""]
     return lines
@@ -252,7 +240,7 @@ def role_page(fqcn, entry):
             lines += [paragraph, ""]
         if spec.get("options"):
             lines += ["%s Variables" % ("###" if len(points) > 1 else "##"), ""]
-            lines += option_lines(spec["options"], "role", current)
+            lines += entry_lines(spec["options"], "role", current, "suboptions")
     lines += ["Use it as `%s` (`roles:` or `ansible.builtin.include_role`); `ansible-doc -t role %s` shows the same." % (
         fqcn, fqcn), ""]
     return lines
