@@ -8,7 +8,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PYTEST_ARGS ?=
 
 .PHONY: venv cluster cluster-down pretrain test test-unit test-integration lint sanity units \
-	ansible-test-tree docs bench clean
+	ansible-test-tree docs changelog bench clean
 
 venv: $(VENV)/.installed
 
@@ -86,6 +86,14 @@ units: ansible-test-tree
 # fails when the committed pages differ from what this writes.
 docs: venv
 	$(BIN)/python tools/docs.py
+
+# CHANGELOG.md and changelogs/changelog.yaml from changelogs/fragments. The fragments stay
+# (keep_fragments): until the version in galaxy.yml is published, running this again folds
+# new and edited fragments into that version's entry (the warnings "release ... already exists"
+# and "no release_summary" are expected then). tests/unit/test_changelog.py fails when a
+# fragment is not in it yet.
+changelog: venv
+	$(BIN)/antsibull-changelog release --reload-plugins --refresh
 
 # Speed and memory figures, printed and written to docs/benchmarks.md.
 bench: venv
