@@ -7,7 +7,8 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PYTEST_ARGS ?=
 
-.PHONY: venv cluster cluster-down pretrain test test-unit test-integration lint bench clean
+.PHONY: venv cluster cluster-down pretrain test test-unit test-integration lint sanity units \
+	ansible-test-tree docs changelog bench clean
 
 venv: $(VENV)/.installed
 
@@ -32,9 +33,10 @@ cluster-down: venv
 pretrain: venv
 	ansible-playbook playbooks/pretrain.yml
 
-# Fresh machine -> every test: unit first, then integration on the local cluster (the
-# test session brings it up and takes it down again).
-test: venv test-unit test-integration
+# Fresh machine -> every test: unit first (pytest, then ansible-test units on the plugin
+# tests), then integration on the local cluster (the test session brings it up and takes it
+# down again).
+test: venv test-unit units test-integration
 
 test-unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
@@ -42,10 +44,56 @@ test-unit: venv
 test-integration: venv
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
-lint: venv
+lint: venv sanity
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint
 	$(BIN)/antsibull-changelog lint
+
+# ansible-test needs the collection in a directory named ansible_collections/llmtrain/slurm.
+# This tree is made fresh each time from the files git knows (tracked, and untracked but not
+# ignored: no .venv, runs/ or caches; not the .collections link, which sanity rejects and
+# this tree does not need; a file deleted but not yet staged is a tar warning). It gets a git
+# repository of its own because ansible-test lists the files through the nearest one, and
+# this checkout's ignores tests/output.
+ANSIBLE_TEST_TREE := tests/output/collection/ansible_collections/llmtrain/slurm
+ANSIBLE_TEST = cd $(ANSIBLE_TEST_TREE) && $(BIN)/ansible-test
+ANSIBLE_TEST_PYTHON = $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+
+ansible-test-tree: venv
+	rm -rf tests/output/collection
+	mkdir -p $(ANSIBLE_TEST_TREE)
+	git ls-files -z --cached --others --exclude-standard -- . ':!.collections' \
+	  | tar --null --ignore-failed-read --files-from=- -cf - | tar -xf - -C $(ANSIBLE_TEST_TREE)
+	git -C $(ANSIBLE_TEST_TREE) init --quiet
+
+# ansible-test sanity: every module, plugin, role file and script (pylint, pep8,
+# validate-modules, ansible-doc, import, compile, shebang, yamllint, ...); each test's tools
+# are installed once into ~/.ansible/test/venv.
+sanity: ansible-test-tree
+	$(BIN)/python tools/ansible_test_pip.py >/dev/null
+	$(ANSIBLE_TEST) sanity --local --python $(ANSIBLE_TEST_PYTHON) $(ANSIBLE_TEST_ARGS)
+
+# ansible-test units on the plugin tests, with this venv's Python (it has pytest-xdist,
+# pytest-mock and mock from requirements.txt), the way Ansible's own CI imports the
+# collection. The trainer, run report and inventory tests run under pytest only (make
+# test-unit): the trainer's need torch, which ansible-test's own environments lack, and
+# they train in subprocesses that ansible-test's parallel workers slow about six times.
+units: ansible-test-tree
+	$(ANSIBLE_TEST) units --local --python $(ANSIBLE_TEST_PYTHON) $(ANSIBLE_TEST_ARGS) tests/unit/plugins/
+
+# The reference under docs/ (docs/reference.md, docs/{modules,callback,filter,roles}/) from
+# the plugins' documentation and the roles' meta/argument_specs.yml; tests/unit/test_docs.py
+# fails when the committed pages differ from what this writes.
+docs: venv
+	$(BIN)/python tools/docs.py
+
+# CHANGELOG.md and changelogs/changelog.yaml from changelogs/fragments. The fragments stay
+# (keep_fragments): until the version in galaxy.yml is published, running this again folds
+# new and edited fragments into that version's entry (the warnings "release ... already exists"
+# and "no release_summary" are expected then). tests/unit/test_changelog.py fails when a
+# fragment is not in it yet.
+changelog: venv
+	$(BIN)/antsibull-changelog release --reload-plugins --refresh
 
 # Speed and memory figures, printed and written to docs/benchmarks.md.
 bench: venv

@@ -42,7 +42,7 @@ def bare_loop(data_dir, steps, warmup_steps, batch_size):
         if step == warmup_steps:
             started = time.perf_counter()
         x, y = windows(tokens, torch.randint(len(tokens) - T, (batch_size,)), T)
-        _, loss = model(x, y)
+        _logits, loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -56,7 +56,7 @@ def run_measured(argv, env):
     """Run argv to completion; return (stdout, peak RSS in MiB of that process)."""
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(argv, cwd=FILES_DIR, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
+        _pid, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode:
             raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.read()}")
@@ -69,7 +69,7 @@ def trainer_run(data_dir, out_dir, args, env):
             "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--warmup", "10",
             "--log-interval", str(args.warmup_steps), "--eval-interval", "0", "--eval-iters", "1",
             "--checkpoint-interval", "0"] + [f"--{k.replace('_', '-')}={v}" for k, v in MODEL.items()]
-    _, rss = run_measured(argv, env)
+    _stdout, rss = run_measured(argv, env)
     records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     timed = {r["step"]: r["elapsed_s"] for r in records if "loss" in r}
     tokens_per_step = args.batch_size * MODEL["block_size"]
@@ -102,8 +102,8 @@ def measure(args):
         "model": MODEL, "batch_size": args.batch_size, "steps": args.steps, "timed_steps": args.steps - args.warmup_steps,
         "threads": args.threads, "repeats": args.repeats,
         "trainer_tokens_per_s": round(best["trainer"][0]), "bare_tokens_per_s": round(best["bare"][0]),
-        "trainer_peak_rss_mib": round(max(r for _, r in results["trainer"]), 1),
-        "bare_peak_rss_mib": round(max(r for _, r in results["bare"]), 1),
+        "trainer_peak_rss_mib": round(max(r for _tokens, r in results["trainer"]), 1),
+        "bare_peak_rss_mib": round(max(r for _tokens, r in results["bare"]), 1),
         "overhead": round(overhead, 4), "max_overhead": args.max_overhead,
     }
 
@@ -127,7 +127,7 @@ def render(result, fmt):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup-steps", type=int, default=10, help="steps not timed (allocator and cache warmup)")
     p.add_argument("--batch-size", type=int, default=16)

@@ -39,7 +39,7 @@ def write_random_tokens(data_dir, n_tokens, vocab):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--gpus", type=int, default=torch.cuda.device_count(), help="ranks, one per GPU")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--skip-steps", type=int, default=20, help="first steps left out (compilation, warmup)")

@@ -19,7 +19,7 @@ description:
     of the default callback stays and this line follows it.
 version_added: 0.1.0
 author:
-  - llmtrain.slurm maintainers
+  - llmtrain.slurm maintainers (!UNKNOWN)
 requirements:
   - Enabled in C(callbacks_enabled) (the collection's C(ansible.cfg) does that).
 """

@@ -17,7 +17,7 @@ notes:
   - Works without Slurm accounting. Job details come from C(scontrol show job) and
     C(squeue); C(sacct) is asked only when the controller has forgotten a job and
     accounting is enabled. A finished job known to neither is reported with state
-    V(UNKNOWN) and RV(jobs[].known=false), not as an error.
+    V(UNKNOWN), not as an error.
   - Every Slurm command is run as an argument vector, never through a shell.
 """
 

@@ -77,7 +77,7 @@ def parse_list(text):
             migs.setdefault(current, [])
         elif stripped.startswith("MIG ") and current is not None:
             # MIG 1g.10gb     Device  0: (UUID: MIG-...)
-            head, _, tail = stripped.partition(":")
+            head, _sep, tail = stripped.partition(":")
             words = head.split()
             uuid = tail.strip()
             if uuid.startswith("(UUID:"):
@@ -90,7 +90,7 @@ def run(argv, timeout=60):
     """Run argv; (rc, stdout, stderr). A missing program is rc 127."""
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              universal_newlines=True, timeout=timeout)
+                              universal_newlines=True, timeout=timeout, check=False)
     except OSError as exc:
         return 127, "", str(exc)
     except subprocess.TimeoutExpired:
@@ -117,7 +117,7 @@ def nvidia_smi(runner=run, which=shutil.which):
     except ValueError as exc:
         return [], str(exc)
     if any(g["mig_mode"] == "Enabled" for g in gpus):
-        rc, out, _ = runner([binary, "-L"])
+        rc, out, _err = runner([binary, "-L"])
         if rc == 0:
             migs = parse_list(out)
             for gpu in gpus:
@@ -225,4 +225,5 @@ def compare(node, detection, python):
 
 if __name__ == "__main__":
     # Run on a compute node by slurm_gpu_check: one JSON line, whatever happens.
-    print(json.dumps(detect(sys.argv[1] if len(sys.argv) > 1 else None)), flush=True)
+    sys.stdout.write(json.dumps(detect(sys.argv[1] if len(sys.argv) > 1 else None)) + "\n")
+    sys.stdout.flush()

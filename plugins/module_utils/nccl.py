@@ -57,12 +57,12 @@ def _named(bad):
 def _check_ifname_list(value, allow_prefixes):
     items = value
     if allow_prefixes:
-        items, _, _ = _strip_nccl_prefixes(value)
+        items, _exclude, _exact = _strip_nccl_prefixes(value)
     bad = [item for item in items.split(",") if not IFNAME.match(item)]
     if bad or not items:
+        prefixes = " (optionally led by ^ to exclude and/or = for exact names)" if allow_prefixes else ""
         return ("interface names are 1-15 characters of letters, digits and _.@- separated by commas%s;"
-                " bad: %s" % (" (optionally led by ^ to exclude and/or = for exact names)" if allow_prefixes else "",
-                             _named(bad)))
+                " bad: %s" % (prefixes, _named(bad)))
     return None
 
 
@@ -73,7 +73,7 @@ def check(env_name, value):
     if env_name == "GLOO_SOCKET_IFNAME":
         return _check_ifname_list(value, False)
     if env_name == "NCCL_IB_HCA":
-        items, _, _ = _strip_nccl_prefixes(value)
+        items, _exclude, _exact = _strip_nccl_prefixes(value)
         bad = [item for item in items.split(",") if not HCA.match(item)]
         if bad or not items:
             return ("HCAs are device names with an optional :port (e.g. mlx5_0:1,mlx5_1:1), optionally"
@@ -138,7 +138,7 @@ def build_env(settings):
         else:
             env[env_name] = text.upper() if env_name == "NCCL_DEBUG" else text
     if "GLOO_SOCKET_IFNAME" not in env and "NCCL_SOCKET_IFNAME" in env:
-        plain, exclude, _ = _strip_nccl_prefixes(env["NCCL_SOCKET_IFNAME"])
+        plain, exclude, _exact = _strip_nccl_prefixes(env["NCCL_SOCKET_IFNAME"])
         if not exclude:
             env["GLOO_SOCKET_IFNAME"] = plain
     extra = values.get("extra") or {}

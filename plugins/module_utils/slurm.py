@@ -160,7 +160,7 @@ def parse_exit_code(text):
     text = null(text)
     if text is None:
         return None, None
-    code, _, signal = text.partition(":")
+    code, _sep, signal = text.partition(":")
     return int(code), int(signal or 0)
 
 
@@ -576,8 +576,8 @@ class Slurm:
 
     def jobs_of_user(self):
         """Every job of this user the controller still knows, any state."""
-        _, out, _ = self.run([self.bin("squeue"), "--noheader", "--states=all", "--user=" + self.user(),
-                              "--format=" + SQUEUE_FORMAT])
+        _rc, out, _err = self.run([self.bin("squeue"), "--noheader", "--states=all", "--user=" + self.user(),
+                                  "--format=" + SQUEUE_FORMAT])
         return parse_squeue(out)
 
     def show_job(self, job_id):

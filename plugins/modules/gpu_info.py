@@ -18,7 +18,7 @@ description:
     M(llmtrain.slurm.slurm_gpu_check), which runs the same detection on all nodes at once.
 version_added: 0.1.0
 author:
-  - llmtrain.slurm maintainers
+  - llmtrain.slurm maintainers (!UNKNOWN)
 options:
   python:
     description:

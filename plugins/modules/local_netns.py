@@ -16,7 +16,7 @@ description:
   - Idempotent; reports a change only when something was created, fixed or removed.
 version_added: 0.1.0
 author:
-  - llmtrain.slurm maintainers
+  - llmtrain.slurm maintainers (!UNKNOWN)
 options:
   bridge:
     description: Name of the bridge on the host (at most 15 characters).

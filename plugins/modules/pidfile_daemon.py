@@ -17,7 +17,7 @@ description:
   - Processes are found by pid file only, never by name.
 version_added: 0.1.0
 author:
-  - llmtrain.slurm maintainers
+  - llmtrain.slurm maintainers (!UNKNOWN)
 options:
   name:
     description: What the daemon is called in messages.
@@ -140,7 +140,7 @@ def main():
         module.exit_json(**result)
 
     if pid and not daemon.stop(pid, p["process_name"], p["timeout"]):
-        module.fail_json(msg="%s (pid %d) did not stop within %ss, even after SIGKILL"
+        module.fail_json(msg="%s (pid %s) did not stop within %ss, even after SIGKILL"
                          % (p["name"], pid, p["timeout"]), **result)
     if p["state"] == "stopped":
         result["pid"] = None

@@ -14,16 +14,16 @@ description:
     name, the script content, O(options), O(env) and O(chdir). The fingerprint is recorded
     on the job as its comment, C(llmtrain:FINGERPRINT), so the job is found again by
     C(squeue) (and C(sacct) where accounting keeps comments)."
-  - The same identity pending or running gives RV(changed=false) and the same RV(job_id).
+  - The same identity pending or running gives C(changed=false) and the same RV(job_id).
     The same identity completed successfully and still known to Slurm also gives
-    RV(changed=false), unless O(force). Otherwise the job is submitted.
+    C(changed=false), unless O(force). Otherwise the job is submitted.
   - With O(wait), the task returns when the job has left the active states, checking it
     once per O(poll_interval); it fails when the job did not complete successfully,
     showing the last lines of its output.
   - O(state=absent) cancels the active jobs of this name (of the connecting user).
 version_added: 0.1.0
 author:
-  - llmtrain.slurm maintainers
+  - llmtrain.slurm maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - llmtrain.slurm.slurm
   - llmtrain.slurm.slurm.job_states
@@ -59,7 +59,7 @@ options:
     description:
       - Environment variables for the job. They are given to C(sbatch) in its own process
         environment, never on its command line, so values holding commas, quotes, newlines
-        or C($(...)) reach the job unchanged and execute nothing.
+        or shell command substitutions reach the job unchanged and execute nothing.
       - With the C(export) option unset this adds C(--export=ALL); with C(export=NONE) it
         becomes C(--export=NAME1,NAME2) (names only; Slurm reads the values from the
         environment); with a list of names, these names are added to it.
@@ -332,6 +332,7 @@ def present(module, client, p):
         result.update(job_result(slurm.unknown_job("")), job_id=None, state=None, reason=None,
                       changed=True, submitted=True, cmd=argv)
         module.exit_json(**result)
+        return
     else:
         rc, out, err = module.run_command(argv, data=content if p["script"] is None else None,
                                           binary_data=True, environ_update=env)

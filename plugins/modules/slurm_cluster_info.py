@@ -14,7 +14,7 @@ description:
   - Returns the result, and the same as the fact C(ansible_facts.slurm_cluster).
 version_added: 0.1.0
 author:
-  - llmtrain.slurm maintainers
+  - llmtrain.slurm maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - llmtrain.slurm.slurm
 options: {}
@@ -49,7 +49,7 @@ partitions:
     name: {description: Partition name., type: str, sample: debug}
     default: {description: Whether it is the default partition., type: bool}
     state: {description: Partition state (lower case)., type: str, sample: up}
-    nodes: {description: Its nodes, host list expanded., type: list, elements: str}
+    nodes: {description: "Its nodes, host list expanded.", type: list, elements: str}
     nodelist: {description: Its nodes as a Slurm host list., type: str, sample: "slurm-worker-[0-2]"}
     total_nodes: {description: Node count., type: int}
     total_cpus: {description: CPU count., type: int}
@@ -63,7 +63,7 @@ nodes:
   elements: dict
   contains:
     name: {description: Node name., type: str, sample: slurm-worker-0}
-    state: {description: Base state (lower case), without flags., type: str, sample: idle}
+    state: {description: "Base state (lower case), without flags.", type: str, sample: idle}
     state_flags: {description: State flags such as C(drain)., type: list, elements: str}
     cpus: {description: CPUs., type: int}
     cpus_allocated: {description: CPUs allocated to jobs., type: int}

@@ -20,7 +20,7 @@ description:
   - Runs on the login node.
 version_added: 0.1.0
 author:
-  - llmtrain.slurm maintainers
+  - llmtrain.slurm maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - llmtrain.slurm.slurm
 options:
@@ -195,10 +195,10 @@ def main():
     client = slurm.Slurm(module)
     result = dict(changed=False, nodes=[], mismatches=[], table=[])
     try:
-        _, out, _ = client.run([client.bin("scontrol"), "show", "node", "-o"])
+        _rc, out, _err = client.run([client.bin("scontrol"), "show", "node", "-o"])
         all_nodes = slurm.parse_nodes(out)
         if p["partition"]:
-            _, out, _ = client.run([client.bin("scontrol"), "show", "partition", "-o"])
+            _rc, out, _err = client.run([client.bin("scontrol"), "show", "partition", "-o"])
             names = [part["name"] for part in slurm.parse_partitions(out)]
             if p["partition"] not in names:
                 raise slurm.SlurmError("partition %r does not exist; Slurm has %s"

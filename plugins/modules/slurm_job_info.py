@@ -17,7 +17,7 @@ description:
     then prints one line of progress per retry.
 version_added: 0.1.0
 author:
-  - llmtrain.slurm maintainers
+  - llmtrain.slurm maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - llmtrain.slurm.slurm
   - llmtrain.slurm.slurm.job_states
@@ -74,8 +74,8 @@ jobs:
     partition: {description: Partition., type: str}
     nodelist: {description: Slurm host list of its nodes., type: str, sample: "slurm-worker-[0-2]"}
     nodes: {description: The host list expanded., type: list, elements: str}
-    submit_time: {description: Submit time (ISO 8601, the controller's time zone)., type: str}
-    start_time: {description: Start time, once known., type: str}
+    submit_time: {description: "Submit time (ISO 8601, the controller's time zone).", type: str}
+    start_time: {description: "Start time, once known.", type: str}
     end_time: {description: End time (expected end while running)., type: str}
     elapsed: {description: Seconds run., type: int}
     time_limit: {description: Time limit as Slurm prints it., type: str}
@@ -83,7 +83,7 @@ jobs:
     stdout_path: {description: Standard output file., type: str}
     stderr_path: {description: Standard error file., type: str}
     workdir: {description: Working directory., type: str}
-    fingerprint: {description: Fingerprint recorded by M(llmtrain.slurm.sbatch), if any., type: str}
+    fingerprint: {description: "Fingerprint recorded by M(llmtrain.slurm.sbatch), if any.", type: str}
     known: {description: Whether Slurm still knows the job., type: bool}
 finished:
   description: Whether every job reported has left the active states (false when no job was found).

@@ -26,7 +26,7 @@ def run_playbook(playbook, *extra, check=True, timeout=900):
     """ansible-playbook from the repository root, as a user runs it."""
     argv = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook)] + list(extra)
     proc = subprocess.run(argv, cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=timeout)
+                          universal_newlines=True, timeout=timeout, check=False)
     result = PlaybookResult(proc)
     if check and result.rc != 0:
         raise AssertionError("%s failed (rc %d):\n%s" % (" ".join(argv), result.rc, proc.stdout[-6000:]))
@@ -37,7 +37,7 @@ def slurm(*argv, timeout=120):
     """Run a Slurm client command against the local cluster; return stdout."""
     env = dict(os.environ, SLURM_CONF=SLURM_CONF)
     proc = subprocess.run(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=timeout)
+                          universal_newlines=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise AssertionError("%s failed (rc %d): %s" % (" ".join(argv), proc.returncode, proc.stderr))
     return proc.stdout
@@ -67,7 +67,7 @@ def module(name, args, tmp_path, check=False):
     argv = [os.path.join(BIN, "ansible"), "slurm_login", "-m", "llmtrain.slurm." + name, "-a", json.dumps(args),
             "--tree", str(tree)] + (["--check"] if check else [])
     proc = subprocess.run(argv, cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=120)
+                          universal_newlines=True, timeout=120, check=False)
     with open(tree / "localhost") as handle:
         result = json.load(handle)
     result["_output"] = proc.stdout

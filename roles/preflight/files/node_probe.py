@@ -18,7 +18,7 @@ import tempfile
 def main():
     token_path, token, interfaces = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    present = sorted(name for _, name in socket.if_nameindex())
+    present = sorted(name for _index, name in socket.if_nameindex())
     wanted = interfaces.get(node, interfaces.get("*", []))
     missing = []
     for want in wanted:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Report of one training run, written on the controller from what was fetched.
 
     python run_report.py --run-dir runs/<run_name> [--facts FILE]
@@ -138,7 +137,7 @@ def cell(value):
 
 
 def table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _column in header) + "|"]
     lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
     return lines
 
@@ -203,8 +202,8 @@ def summary_lines(metrics, summary, events):
         "- Status: %s" % status,
         "- Steps: %s of %s" % (fmt_int(summary["steps_done"]), fmt_int(total)),
         "- Final train loss: %s (step %d)" % (fmt_loss(last["loss"]), last["step"]),
-        "- Train loss %s from %s (step %d) to %s (step %d)" % (trend, fmt_loss(first["loss"]), first["step"],
-                                                              fmt_loss(last["loss"]), last["step"]),
+        "- Train loss %s from %s (step %d) to %s (step %d)" % (
+            trend, fmt_loss(first["loss"]), first["step"], fmt_loss(last["loss"]), last["step"]),
     ]
     if summary["best_val"]:
         lines.append("- Best val loss: %s (step %d)" % (fmt_loss(summary["best_val"][1]), summary["best_val"][0]))
@@ -332,7 +331,7 @@ def plot(losses, events, run_name, path):
               label="train loss")
     vals = [(r["step"], r["val_loss"]) for r in losses if is_number(r.get("val_loss"))]
     if vals:
-        axes.plot([s for s, _ in vals], [v for _, v in vals], "o", color="tab:orange", markersize=5,
+        axes.plot([s for s, _value in vals], [v for _step, v in vals], "o", color="tab:orange", markersize=5,
                   label="val loss")
     # a resume usually sits on the step of the preemption before it: a wide band under a thin line
     styles = {"preempted": dict(color="tab:red", linestyle="-", linewidth=5, alpha=0.3, label="preempted"),

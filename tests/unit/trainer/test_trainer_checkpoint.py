@@ -24,7 +24,7 @@ def state(step, model=None):
 
 
 def steps(ckpt_dir):
-    return [s for s, _ in list_checkpoints(ckpt_dir)]
+    return [s for s, _path in list_checkpoints(ckpt_dir)]
 
 
 def test_save_keeps_the_newest_and_leaves_no_temp_files(tmp_path):
@@ -96,7 +96,7 @@ def test_compiled_and_ddp_state_dicts_load_into_a_plain_model(tmp_path):
     for i, sd in enumerate((compiled_keys, ddp_of_compiled)):
         torch.save({"format": FORMAT, "step": i + 1, "model": sd, "model_config": asdict(TINY)},
                    tmp_path / f"step_00000{i + 1}.pt")
-        _, loaded = find_checkpoint(tmp_path / f"step_00000{i + 1}.pt")
+        _path, loaded = find_checkpoint(tmp_path / f"step_00000{i + 1}.pt")
         target = GPT(TINY)
         target.load_state_dict(loaded["model"])  # strict: every key must match
         assert all(torch.equal(a, b) for a, b in zip(target.state_dict().values(), source.state_dict().values()))

@@ -62,7 +62,7 @@ def test_two_ranks_match_one_rank_with_the_same_global_batch(tmp_path, two_rank_
     val = {r["step"]: r["val_loss"] for r in two_records if "val_loss" in r}
     assert val == pytest.approx({r["step"]: r["val_loss"] for r in one_records if "val_loss" in r}, rel=1e-5)
     assert list(val) == [6, 12]
-    assert [s for s, _ in list_checkpoints(two_rank_run / "checkpoints")] == [STEPS]
+    assert [s for s, _path in list_checkpoints(two_rank_run / "checkpoints")] == [STEPS]
 
 
 def test_a_signal_to_one_rank_stops_both_at_the_same_step_and_resume_matches(tmp_path, two_rank_run, train_args):
@@ -79,14 +79,14 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_step_and_resume_matches(tmp
         rank1 = worker_pid(launcher.pid, 1)
         assert rank1 is not None
         os.kill(rank1, signal.SIGUSR2)  # rank 0 is not signalled
-        output, _ = launcher.communicate(timeout=90)
+        output, _stderr = launcher.communicate(timeout=90)
     finally:
         launcher.kill()
     assert launcher.returncode != 0, output  # the launcher reports any worker's non-zero exit as its own failure
     marker = json.loads((out / "PREEMPTED").read_text())  # written by rank 0, which got no signal
     stopped = marker["step"]
     assert marker["signal"] == "SIGUSR2" and 3 <= stopped < STEPS
-    assert [s for s, _ in list_checkpoints(out / "checkpoints")] == [stopped]
+    assert [s for s, _path in list_checkpoints(out / "checkpoints")] == [stopped]
     exit_codes = re.findall(r"exitcode\s*:\s*(-?\d+)", output)
     assert exit_codes and set(exit_codes) == {"75"}, output  # no rank died some other way
 

@@ -6,7 +6,7 @@ from trainer_testing import run_module
 
 
 def test_same_seed_same_text_and_json_output(reference_run, capsys):
-    out, _ = reference_run
+    out, _result = reference_run
     argv = ["--checkpoint", out, "--prompt", "def f", "--prompt", "", "--max-new-tokens", "30",
             "--temperature", "1.0", "--top-k", "20", "--json"]
     first = run_module("generate", *argv, "--seed", "3", timeout=60)
@@ -24,7 +24,7 @@ def test_same_seed_same_text_and_json_output(reference_run, capsys):
 
 
 def test_a_prompt_does_not_depend_on_the_other_prompts(reference_run, capsys):
-    out, _ = reference_run
+    out, _result = reference_run
     base = ["--checkpoint", str(out), "--max-new-tokens", "20", "--seed", "9", "--json"]
     generate.main(base + ["--prompt", "def f1"])
     alone = json.loads(capsys.readouterr().out)
@@ -34,7 +34,7 @@ def test_a_prompt_does_not_depend_on_the_other_prompts(reference_run, capsys):
 
 
 def test_the_trained_model_writes_like_its_corpus(reference_run, capsys):
-    out, _ = reference_run
+    out, _result = reference_run
     generate.main(["--checkpoint", str(out / "checkpoints"), "--prompt", "def f1(x):\n", "--max-new-tokens", "60",
                    "--temperature", "0", "--json"])
     completion = json.loads(capsys.readouterr().out)[0]["completion"]
@@ -43,7 +43,7 @@ def test_the_trained_model_writes_like_its_corpus(reference_run, capsys):
 
 
 def test_prompt_files_and_text_output(reference_run, tmp_path, capsys):
-    out, _ = reference_run
+    out, _result = reference_run
     (tmp_path / "prompts.txt").write_text("def f2\n\nreturn x\n")
     (tmp_path / "prompts.json").write_text(json.dumps(["line one\nline two"]))
     generate.main(["--checkpoint", str(out), "--prompt-file", str(tmp_path / "prompts.txt"), "--max-new-tokens", "5"])

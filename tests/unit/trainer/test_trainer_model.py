@@ -51,8 +51,8 @@ def test_attention_is_causal():
     changed = idx.clone()
     changed[0, 12:] = (changed[0, 12:] + 1) % 256
     with torch.no_grad():
-        a, _ = model(idx)
-        b, _ = model(changed)
+        a, _loss = model(idx)
+        b, _loss = model(changed)
     assert torch.equal(a[0, :12], b[0, :12])
     assert not torch.allclose(a[0, 12:], b[0, 12:])
 
@@ -69,7 +69,7 @@ def test_loss_falls_on_repetitive_text():
     first = last = None
     for step in range(80):
         x, y = windows(tokens, window_starts(len(tokens), 32, 0, TRAIN_STREAM, step, (8,)), 32)
-        _, loss = model(x, y)
+        _logits, loss = model(x, y)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()

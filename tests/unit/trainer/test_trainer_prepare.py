@@ -43,7 +43,7 @@ def test_output_does_not_depend_on_the_chunk_size_and_val_spans_the_corpus(tmp_p
     prepare.main(["--input", str(corpus), "--out", str(tmp_path / "one_chunk"), "--chunk-size", str(4 * VAL_SEGMENT)])
     prepare.main(["--input", str(corpus), "--out", str(tmp_path / "small_chunks"), "--chunk-size", "4093"])
     assert prepared_bytes(tmp_path / "one_chunk") == prepared_bytes(tmp_path / "small_chunks")
-    _, val = prepared_bytes(tmp_path / "small_chunks")
+    _train, val = prepared_bytes(tmp_path / "small_chunks")
     assert set(val) == {ord("a"), ord("b"), ord("c")}
     assert len(val) == pytest.approx(0.1 * 3 * VAL_SEGMENT, abs=3)
 
@@ -53,7 +53,7 @@ def test_memory_stays_flat_while_streaming_a_large_file(tmp_path):
     tracemalloc.start()
     try:
         prepare.main(["--input", str(corpus), "--out", str(tmp_path / "data"), "--chunk-size", str(64 << 10)])
-        _, peak = tracemalloc.get_traced_memory()
+        _current, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert peak < 2 << 20, f"peak Python allocation {peak} bytes for a 16 MiB corpus"

@@ -41,7 +41,7 @@ def partial_bytes(ckpt_dir, step):
 
 
 def checkpoint_steps(run_dir):
-    return [s for s, _ in list_checkpoints(run_dir / "checkpoints")]
+    return [s for s, _path in list_checkpoints(run_dir / "checkpoints")]
 
 
 def test_a_run_records_metrics_and_checkpoints_and_running_it_again_does_nothing(reference_run, train_args):
@@ -109,7 +109,7 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one_and_resume_us
     args = [*train_args, "--out", out, "--steps", REFERENCE_STEPS, "--checkpoint-interval", "4", "--keep-checkpoints", "5"]
     proc = start_module("train", *args, env=trainer_env(**{WRITE_PAUSE_ENV: 1.0}))
     try:
-        wait_for(lambda: (ckpt_dir / "step_000004.pt").exists(), what="checkpoint 4")
+        wait_for((ckpt_dir / "step_000004.pt").exists, what="checkpoint 4")
         wait_for(lambda: partial_bytes(ckpt_dir, 8) > 0, what="the write of checkpoint 8 to start")
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)

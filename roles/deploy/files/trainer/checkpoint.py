@@ -107,7 +107,7 @@ def load_latest(ckpt_dir):
     favour of the one before it; if none loads that is an error, not a fresh start.
     """
     candidates = list_checkpoints(ckpt_dir)
-    for _, path in reversed(candidates):
+    for _step, path in reversed(candidates):
         try:
             return path, load_checkpoint(path)
         except Exception as e:  # any failure to read means: fall back to the previous checkpoint

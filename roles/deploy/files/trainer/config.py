@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, fields
 
 
 def knob(default, help, aliases=()):
-    return field(default=default, metadata={"help": help, "aliases": aliases})
+    # called only in TrainConfig's class body, where field() belongs
+    return field(default=default, metadata={"help": help, "aliases": aliases})  # pylint: disable=invalid-field-call
 
 
 @dataclass

@@ -35,7 +35,7 @@ def read_prompt_file(path):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m trainer.generate", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m trainer.generate", description=__doc__.split("\n\n", maxsplit=1)[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--checkpoint", required=True, metavar="PATH", help="run dir, checkpoints dir or checkpoint file")
     p.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a prompt; repeat for more")

@@ -69,7 +69,7 @@ class GPT(nn.Module):
             "wte": nn.Embedding(cfg.vocab_size, cfg.n_embd),
             "wpe": nn.Embedding(cfg.block_size, cfg.n_embd),
             "drop": nn.Dropout(cfg.dropout),
-            "h": nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
+            "h": nn.ModuleList(Block(cfg) for _layer in range(cfg.n_layer)),
             "ln_f": nn.LayerNorm(cfg.n_embd),
         })
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -125,8 +125,8 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         """Append max_new_tokens sampled tokens to idx (B, T); temperature 0 picks the most likely."""
-        for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.config.block_size:])
+        for _token in range(max_new_tokens):
+            logits, _loss = self(idx[:, -self.config.block_size:])
             logits = logits[:, -1, :].float()
             if temperature == 0:
                 next_token = logits.argmax(dim=-1, keepdim=True)

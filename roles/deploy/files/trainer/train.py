@@ -181,7 +181,7 @@ def seed_everything(*key):
 
 
 def rng_state():
-    _, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    _kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     state = {
         "python": random.getstate(),
         "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
@@ -220,7 +220,7 @@ def estimate_val_loss(model, val_tokens, cfg, dist, autocast):
     for i in range(cfg.eval_iters):
         x, y = windows(val_tokens, starts[i, dist.rank * B:(dist.rank + 1) * B], cfg.block_size)
         with autocast:
-            _, loss = model(x.to(dist.device), y.to(dist.device))
+            _logits, loss = model(x.to(dist.device), y.to(dist.device))
         total += loss.float()
     model.train()
     return dist.mean(total / cfg.eval_iters)
@@ -314,9 +314,9 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
         if start_step:
             event.update(checkpoint=resume_path, discarded_records=metrics.dropped)
         metrics.write(event)
+        start_note = f"resuming at step {start_step} from {resume_path}" if start_step else "starting at step 0"
         log(f"train: {raw_model.num_params() / 1e6:.2f}M parameters, {W} rank(s) on {device.type}, "
-            f"{tokens_per_step:,} tokens per step, " + (f"resuming at step {start_step} from {resume_path}"
-                                                         if start_step else "starting at step 0"), flush=True)
+            f"{tokens_per_step:,} tokens per step, {start_note}", flush=True)
 
     run_started = time.perf_counter()
     last_record_time, last_record_step = run_started, start_step
@@ -361,7 +361,7 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
             sync = model.no_sync() if dist.active and micro < A - 1 else nullcontext()
             with sync:
                 with autocast:
-                    _, loss = model(x, y)
+                    _logits, loss = model(x, y)
                 (loss / A).backward()
             loss_sum += loss.detach().float()
         if cfg.grad_clip:

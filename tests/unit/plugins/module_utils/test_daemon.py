@@ -75,9 +75,9 @@ def test_stop_terminates_a_real_process():
         comm = daemon.process_status(child.pid)[1]
         assert comm and comm.startswith("python")
         assert daemon.is_alive(child.pid, comm)
-        reaper = lambda: child.poll() is not None  # noqa: E731 - reap so it does not stay a zombie
         assert daemon.stop(child.pid, comm, timeout=5)
-        assert daemon.wait_until(reaper, 5)
+        # reap it, so that it does not stay a zombie
+        assert daemon.wait_until(lambda: child.poll() is not None, 5)
         assert child.returncode == -signal.SIGTERM
     finally:
         child.kill()

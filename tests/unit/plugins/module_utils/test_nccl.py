@@ -38,7 +38,7 @@ def test_gloo_interface_follows_nccl_only_when_it_names_interfaces(value, gloo):
 
 
 def test_explicit_gloo_interface_wins():
-    env, _ = nccl.build_env(dict(socket_ifname="ib0", gloo_socket_ifname="eth1"))
+    env, _errors = nccl.build_env(dict(socket_ifname="ib0", gloo_socket_ifname="eth1"))
     assert env["GLOO_SOCKET_IFNAME"] == "eth1"
 
 
@@ -91,7 +91,7 @@ def test_extra_variables():
 
 
 def test_interfaces_that_must_exist():
-    env, _ = nccl.build_env(dict(socket_ifname="=ib0,ib1", gloo_socket_ifname="eth0"))
+    env, _errors = nccl.build_env(dict(socket_ifname="=ib0,ib1", gloo_socket_ifname="eth0"))
     assert nccl.interfaces(env) == [
         dict(name="ib0", exact=True, variable="nccl_env_socket_ifname"),
         dict(name="ib1", exact=True, variable="nccl_env_socket_ifname"),

@@ -302,8 +302,8 @@ def test_wait_times_out():
     running = fixture("scontrol_job_running.txt")
     module = FakeModule([(0, running, "")] * 4)
     now = [0.0]
-    j, timed_out = slurm.Slurm(module).wait("18", 2.5, 1.0, clock=lambda: now[0],
-                                           sleep=lambda s: now.__setitem__(0, now[0] + s))
+    j, timed_out = slurm.Slurm(module).wait(
+        "18", 2.5, 1.0, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     assert timed_out and j["state"] == "RUNNING" and len(module.calls) == 4
 
 

@@ -2,7 +2,7 @@ import json
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu
 from ansible_collections.llmtrain.slurm.plugins.modules import gpu_info
-from test_sbatch import Slurm, run
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, run
 
 
 def test_exact_argv_and_result(monkeypatch, capsys):

@@ -1,71 +1,15 @@
-"""sbatch with a faked run_command: each test lists the exact argument vectors the module
-must run, and Slurm's recorded answers to them (the helpers serve the other module tests too)."""
-
-import json
-import os
-import re
+"""sbatch with a faked run_command (fake_slurm): each test lists the exact argument vectors
+the module must run, and Slurm's recorded answers to them."""
 
 import pytest
 from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
 from ansible_collections.llmtrain.slurm.plugins.modules import sbatch
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
+    SQUEUE, Slurm, fixture, job_text, run, scontrol_job, squeue_rows)
 
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm")
 SCRIPT = "#!/bin/bash\necho hello\n"
-SQUEUE = ["/usr/bin/squeue", "--noheader", "--states=all", "--user=alice", "--format=" + slurm.SQUEUE_FORMAT]
-
-
-def fixture(name):
-    with open(os.path.join(FIXTURES, name)) as handle:
-        return handle.read()
-
-
-def scontrol_job(job_id):
-    return ["/usr/bin/scontrol", "show", "job", "-o", str(job_id)]
-
-
-def squeue_rows(*rows):
-    return "".join(slurm.FIELD_SEP.join(r) + slurm.RECORD_SEP + "\n" for r in rows)
-
-
-def job_text(name, job_id):
-    """A recorded scontrol record under another job id."""
-    return re.sub(r"^JobId=\d+ ", "JobId=%s " % job_id, fixture("scontrol_job_%s.txt" % name))
-
-
-class Slurm:
-    """The expected conversation: [(argv, (rc, stdout, stderr)), ...], checked in order."""
-
-    def __init__(self, monkeypatch, conversation, bins=("sbatch", "scontrol", "squeue", "scancel")):
-        self.conversation = list(conversation)
-        self.kwargs = []
-        test = self
-
-        def run_command(module, argv, **kwargs):
-            assert test.conversation, "unexpected command %r" % (argv,)
-            expected, answer = test.conversation.pop(0)
-            assert argv == expected
-            test.kwargs.append(kwargs)
-            return answer
-
-        monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
-        monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
-                            lambda module, name, required=False, opt_dirs=None: "/usr/bin/" + name if name in bins else None)
-        monkeypatch.setattr(slurm.Slurm, "user", lambda self: "alice")
-
-    def done(self):
-        assert self.conversation == [], "commands not run: %r" % self.conversation
-
-
-def run(module_main, args, capsys, check_mode=False):
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            module_main()
-    return json.loads(capsys.readouterr().out)
 
 
 def fp_of(name="train", content=SCRIPT, options=None, env=None, chdir=None):

@@ -1,7 +1,7 @@
 """slurm_cluster_info with a faked run_command (helpers from test_sbatch)."""
 
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_cluster_info
-from test_sbatch import Slurm, fixture, run
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, fixture, run
 
 
 def test_cluster_info(monkeypatch, capsys):

@@ -6,7 +6,7 @@ import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, slurm
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_gpu_check
-from test_sbatch import Slurm, run
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, run
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm")
 

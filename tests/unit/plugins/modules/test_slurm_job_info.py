@@ -4,7 +4,7 @@ import json
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_job_info
-from test_sbatch import SQUEUE, Slurm, fixture, run, scontrol_job, squeue_rows
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import SQUEUE, Slurm, fixture, run, scontrol_job, squeue_rows
 
 
 def test_job_info_by_ids_with_metrics(monkeypatch, capsys, tmp_path):
