@@ -152,6 +152,7 @@ def _stage_errors(values):
     _count(errors, values, "pretrain_checkpoint_interval", 0, "steps between checkpoints (0: only at the end)")
     _count(errors, values, "pretrain_requeue_max", 0, "how often a preempted job may requeue itself")
     _count(errors, values, "pretrain_signal_lead", 0, "seconds before the time limit to checkpoint")
+    _count(errors, values, "pretrain_poll_interval", 1, "seconds between progress lines while watching")
     if "pretrain_learning_rate" in values:
         rate = _number(values["pretrain_learning_rate"])
         if rate is None or not 0 < rate < 1:

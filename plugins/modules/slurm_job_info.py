@@ -35,6 +35,16 @@ options:
         C(total_steps), C(loss), C(val_loss), C(lr), C(tokens_per_s), C(elapsed_s), C(eta_s).
       - A missing file gives RV(progress=null), not an error.
     type: path
+  wait_seconds:
+    description:
+      - Keep checking the jobs, once per second, for up to this many seconds, and return as
+        soon as none is active any more. With C(until) and C(delay=0) a watching task then
+        notices a job's end within about a second, yet returns (for a progress line) only
+        every O(wait_seconds).
+      - V(0) checks once.
+    type: float
+    default: 0
+    version_added: 0.1.0
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -48,6 +58,15 @@ EXAMPLES = r"""
   until: watch.finished
   retries: 720
   delay: 10
+
+- name: The same, noticing the end within a second while printing a line every 10 s
+  llmtrain.slurm.slurm_job_info:
+    job_id: "{{ train_job.job_id }}"
+    wait_seconds: 10
+  register: watch
+  until: watch.finished
+  retries: 720
+  delay: 0
 
 - name: All jobs called pretrain-tiny
   llmtrain.slurm.slurm_job_info:
@@ -85,6 +104,11 @@ jobs:
     workdir: {description: Working directory., type: str}
     fingerprint: {description: "Fingerprint recorded by M(llmtrain.slurm.sbatch), if any.", type: str}
     known: {description: Whether Slurm still knows the job., type: bool}
+checks:
+  description: How many times the jobs were looked up (one per second at most with O(wait_seconds)).
+  returned: always
+  type: int
+  sample: 10
 finished:
   description: Whether every job reported has left the active states (false when no job was found).
   returned: always
@@ -110,6 +134,7 @@ progress:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -122,23 +147,39 @@ def main():
             job_id=dict(type="list", elements="str"),
             name=dict(type="str"),
             metrics_file=dict(type="path"),
+            wait_seconds=dict(type="float", default=0),
         ),
         required_one_of=[("job_id", "name")],
         mutually_exclusive=[("job_id", "name")],
         supports_check_mode=True,
     )
     p = module.params
+    if p["wait_seconds"] < 0:
+        module.fail_json(msg="wait_seconds=%s must be 0 (check once) or more" % p["wait_seconds"])
     client = slurm.Slurm(module)
+    deadline = time.monotonic() + p["wait_seconds"]
+    queries = 0
     try:
         if p["name"] is not None:
             ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == p["name"]]
             ids.sort(key=lambda i: int(i.split("_")[0]))
         else:
             ids = p["job_id"]
-        jobs = [client.show_job(i) for i in ids]
+        while True:
+            checked = time.monotonic()
+            jobs = [client.show_job(i) for i in ids]
+            queries += 1
+            if not any(j["active"] for j in jobs):
+                break
+            if p["wait_seconds"] > 0:
+                # one check per second at most, also across retries of the watching task:
+                # the next run of this module checks at once, so this one waits out its second
+                time.sleep(max(0.0, checked + 1 - time.monotonic()))
+            if checked + 1 > deadline:
+                break
     except slurm.SlurmError as err:
         module.fail_json(msg=str(err))
-    result = dict(changed=False, jobs=jobs, finished=bool(jobs) and not any(j["active"] for j in jobs))
+    result = dict(changed=False, jobs=jobs, finished=bool(jobs) and not any(j["active"] for j in jobs), checks=queries)
     if jobs:
         result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
     if p["metrics_file"]:

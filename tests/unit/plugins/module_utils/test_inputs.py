@@ -45,6 +45,7 @@ def test_slurm_time_formats(time_limit):
     ("nccl_env_debug", "LOUD", "VERSION, WARN, INFO, TRACE"),
     ("pretrain_run_name", "../escape", "names a directory"),
     ("pretrain_steps", 0, "optimizer steps"),
+    ("pretrain_poll_interval", 0, "seconds between progress lines"),
     ("pretrain_learning_rate", "fast", "between 0 and 1"),
     ("pretrain_force", "yes", "true or false"),
     ("pretrain_extra_args", "--warmup 100", "list of strings"),

@@ -4,7 +4,8 @@ import json
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_job_info
-from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import SQUEUE, Slurm, fixture, run, scontrol_job, squeue_rows
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
+    SQUEUE, Slurm, fixture, job_text, run, scontrol_job, squeue_rows)
 
 
 def test_job_info_by_ids_with_metrics(monkeypatch, capsys, tmp_path):
@@ -40,3 +41,43 @@ def test_job_info_by_name_and_forgotten_jobs(monkeypatch, capsys, tmp_path):
     s.done()
     assert result["jobs"][0]["state"] == "UNKNOWN" and result["jobs"][0]["known"] is False
     assert result["finished"]
+
+
+class Clock:
+    """time.monotonic/time.sleep for the module: sleeping moves the clock, nothing waits."""
+
+    def __init__(self, monkeypatch):
+        self.now, self.sleeps = 1000.0, []
+        monkeypatch.setattr(slurm_job_info.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(slurm_job_info.time, "sleep", self.sleep)
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_wait_seconds_returns_at_the_check_that_sees_the_end(monkeypatch, capsys):
+    clock = Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))] * 3
+              + [(scontrol_job(18), (0, job_text("completed", 18), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["18"], wait_seconds=10), capsys)
+    s.done()
+    assert result["finished"] and result["checks"] == 4 and result["jobs"][0]["state"] == "COMPLETED"
+    assert clock.sleeps == [1.0, 1.0, 1.0]  # one check a second, none after the end
+
+
+def test_wait_seconds_gives_up_after_its_time_a_second_after_the_last_check(monkeypatch, capsys):
+    clock = Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))] * 3)
+    result = run(slurm_job_info.main, dict(job_id=["18"], wait_seconds=2.5), capsys)
+    s.done()
+    assert not result["finished"] and result["checks"] == 3
+    assert clock.now == 1003.0  # the next retry's first check comes at least a second after this one's last
+
+
+def test_without_wait_seconds_it_checks_once(monkeypatch, capsys):
+    clock = Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["18"]), capsys)
+    s.done()
+    assert result["checks"] == 1 and clock.sleeps == []
