@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PYTEST_ARGS ?=
 
-.PHONY: venv cluster cluster-down pretrain test test-unit test-integration lint sanity units \
+.PHONY: venv cluster cluster-down pretrain test test-unit test-integration molecule lint sanity units \
 	ansible-test-tree docs changelog bench clean
 
 venv: $(VENV)/.installed
@@ -36,13 +36,20 @@ pretrain: venv
 # Fresh machine -> every test: unit first (pytest, then ansible-test units on the plugin
 # tests), then integration on the local cluster (the test session brings it up and takes it
 # down again).
-test: venv test-unit units test-integration
+test: venv test-unit units test-integration molecule
 
 test-unit: venv
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 test-integration: venv
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+# Molecule scenarios on the real local cluster (extensions/molecule, built-in default driver
+# on localhost): default brings the cluster up, runs playbooks/pretrain.yml, runs it again
+# (no change allowed), verifies the artifacts and takes the cluster down; gpu_mismatch
+# registers placeholder GPUs and checks that strict preflight stops, naming every node.
+molecule: venv
+	$(BIN)/molecule test --all
 
 lint: venv sanity
 	$(BIN)/yamllint -s .
