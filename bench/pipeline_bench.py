@@ -198,7 +198,7 @@ def manual_scripts(jobs):
     scripts = {}
     for name in ("llmtrain-prepare-%s" % RUN, "llmtrain-%s" % RUN, "llmtrain-generate-%s" % RUN):
         job = jobs[name][-1]
-        path = WORKSPACE / RUN / "scripts" / ("manual-%s.sh" % name)
+        path = SHIM_DIR / ("manual-%s.sh" % name)  # outside the run directory, which each pipeline run removes
         slurm("scontrol", "write", "batch_script", str(job["id"]), str(path))
         detail = slurm("scontrol", "show", "job", "-o", str(job["id"]))
         fields = dict(re.findall(r"(\w+)=(\S+)", detail))
