@@ -168,27 +168,26 @@ def watch_latency(lines):
                 stamp = match.group(1)[:26]  # microseconds are enough
                 ends.append(datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f")
                             .replace(tzinfo=datetime.timezone.utc).timestamp())
-    in_watch, seen = False, None
-    for stamp, line in lines:
-        if line.startswith("TASK [llmtrain.slurm.pretrain : Watch the training job"):
-            in_watch = True
-        elif in_watch and re.match(r"^(ok|changed|fatal): \[", line):
-            seen = stamp
-            break
+    seen = watch_window(lines)[1]
     if not ends or seen is None:
         return None
     return seen - max(ends)
 
 
-def watch_polls(lines):
-    """(Slurm queries, seconds) while the watch task ran: the scontrol calls the shim logged."""
-    first = last = None
+def watch_window(lines):
+    """(time of the watch task's banner, time of its result line) on the terminal; None when absent."""
+    first = None
     for stamp, line in lines:
         if line.startswith("TASK [llmtrain.slurm.pretrain : Watch the training job"):
             first = stamp
-        elif first and re.match(r"^(ok|changed|fatal): \[", line):
-            last = stamp
-            break
+        elif first is not None and re.match(r"^(ok|changed|fatal): \[", line):
+            return first, stamp
+    return first, None
+
+
+def watch_polls(lines):
+    """(Slurm queries, seconds) while the watch task ran: the scontrol calls the shim logged."""
+    first, last = watch_window(lines)
     if not (first and last and QUERY_LOG.exists()):
         return (0, None)
     calls = [float(line.split()[0]) for line in QUERY_LOG.read_text().splitlines() if line.split()[1:2]]
