@@ -37,13 +37,14 @@ CLUSTER_DIR = Path("/var/lib/llmtrain-local-cluster")
 SETUP_STEPS = ("llmtrain-preflight", "llmtrain-gpu-check")
 
 
-SHIM_DIR = Path(tempfile.mkdtemp(prefix="llmtrain-bench-"))
+SHIM_DIR = Path(tempfile.gettempdir()) / ("llmtrain-bench-%d" % os.getpid())  # made by shim(), removed by main()
 QUERY_LOG = SHIM_DIR / "scontrol.log"
 
 
 def shim():
     """scontrol on the playbooks' PATH that logs each call (time, arguments), then runs Slurm's."""
     real = shutil.which("scontrol")
+    SHIM_DIR.mkdir(mode=0o700)
     script = SHIM_DIR / "scontrol"
     script.write_text('#!/bin/sh\necho "$(date +%%s.%%N) $*" >> %s\nexec %s "$@"\n' % (QUERY_LOG, real))
     script.chmod(0o755)
