@@ -7,6 +7,7 @@
   name | llmtrain.slurm.probe_errors(found, python, workspace) -> [message] for one node
   name | llmtrain.slurm.probe_summary(found)      -> one table cell
   gpu_check_row | llmtrain.slurm.gpu_mismatch_line -> "node: what differs. Likely fix: ..."
+  values | llmtrain.slurm.workspace_need           -> {bytes, how} the run's checkpoints take, or none
 """
 
 from __future__ import annotations
@@ -65,7 +66,13 @@ def gpu_mismatch_line(row):
     return "%s: %s. Likely fix: %s." % (row["name"], row["reason"], row["fix"])
 
 
+def workspace_need(values):
+    need = inputs.workspace_need(dict(values))
+    return {"bytes": need[0], "how": need[1]} if need else None
+
+
 class FilterModule(object):
     def filters(self):
         return {"input_errors": input_errors, "usable_nodes": usable_nodes, "probe_errors": probe_errors,
-                "probe_summary": probe_summary, "gpu_mismatch_line": gpu_mismatch_line}
+                "probe_summary": probe_summary, "gpu_mismatch_line": gpu_mismatch_line,
+                "workspace_need": workspace_need}

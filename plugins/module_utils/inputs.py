@@ -153,6 +153,8 @@ def _stage_errors(values):
     _count(errors, values, "pretrain_requeue_max", 0, "how often a preempted job may requeue itself")
     _count(errors, values, "pretrain_signal_lead", 0, "seconds before the time limit to checkpoint")
     _count(errors, values, "pretrain_poll_interval", 1, "seconds between progress lines while watching")
+    _count(errors, values, "pretrain_rendezvous_timeout", 1, "seconds for the nodes to reach each other at start-up")
+    _count(errors, values, "pretrain_controller_timeout", 0, "seconds the watch waits for a Slurm controller that does not answer")
     if "pretrain_learning_rate" in values:
         rate = _number(values["pretrain_learning_rate"])
         if rate is None or not 0 < rate < 1:
@@ -188,3 +190,34 @@ def _stage_errors(values):
             errors.append("inference_temperature=%r must be a number >= 0 (0 always takes the most likely token)."
                           % (values["inference_temperature"],))
     return errors
+
+
+# The reference trainer's tokens are bytes; Adam keeps two float32 moments per parameter.
+VOCAB_SIZE = 256
+RNG_BYTES_PER_RANK = 16384
+CHECKPOINT_OVERHEAD = 65536
+DEFAULT_KEEP_CHECKPOINTS = 3
+
+
+def workspace_need(values):
+    """(bytes, how) the reference trainer's checkpoints of this run take at most: keep + 1
+    (the one being written) checkpoints of weights plus Adam's two moments, float32. None
+    for your own training script, whose checkpoints this cannot know."""
+    if values.get("pretrain_script"):
+        return None
+    model = dict(values.get("pretrain_model") or {})
+    layers, width, block = (_int(model.get(k)) for k in ("n_layer", "n_embd", "block_size"))
+    if not all(isinstance(v, int) and v > 0 for v in (layers, width, block)):
+        return None
+    params = 12 * layers * width * width + VOCAB_SIZE * width + block * width
+    ranks = (_int(values.get("slurm_nodes")) or 1) * (_int(values.get("slurm_procs_per_node")) or 1)
+    one = params * 4 * 3 + ranks * RNG_BYTES_PER_RANK + CHECKPOINT_OVERHEAD
+    args = [str(a) for a in values.get("pretrain_extra_args") or []]
+    keep = DEFAULT_KEEP_CHECKPOINTS
+    for index, arg in enumerate(args):
+        if arg == "--keep-checkpoints" and index + 1 < len(args):
+            keep = _int(args[index + 1]) or keep
+        elif arg.startswith("--keep-checkpoints="):
+            keep = _int(arg.split("=", 1)[1]) or keep
+    return (keep + 1) * one, "%d checkpoints of about %.1f MiB (%d parameters, weights and Adam state)" % (
+        keep + 1, one / 1048576.0, params)

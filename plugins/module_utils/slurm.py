@@ -309,6 +309,17 @@ def _int(value):
         return None
 
 
+# Reasons a pending job gives when the nodes it needs are out of service: it cannot start
+# until someone brings them back (or changes the job).
+NODE_UNAVAILABLE_REASONS = ("ReqNodeNotAvail", "NodeDown", "Nodes_required_for_job_are_DOWN", "PartitionNodeLimit",
+                            "PartitionConfig", "Nodes required for job are DOWN")
+
+
+def waits_for_nodes(state, reason):
+    """A pending job that waits for nodes that are down or drained (not merely busy)."""
+    return state == "PENDING" and any((reason or "").startswith(r) for r in NODE_UNAVAILABLE_REASONS)
+
+
 def job_from_scontrol(rec):
     """One `scontrol show job -o` record -> the job dict the modules return."""
     state = normalize_state(rec.get("JobState"))
@@ -332,6 +343,8 @@ def job_from_scontrol(rec):
         elapsed=parse_duration(rec.get("RunTime")),
         time_limit=null(rec.get("TimeLimit")),
         restarts=_int(rec.get("Restarts")) or 0,
+        num_nodes=_int((rec.get("NumNodes") or "").split("-")[0]),
+        waits_for_nodes=waits_for_nodes(state, null(rec.get("Reason"))),
         stdout_path=null(rec.get("StdOut")),
         stderr_path=null(rec.get("StdErr")),
         workdir=null(rec.get("WorkDir")),
@@ -349,7 +362,7 @@ def unknown_job(job_id):
                 reason="the controller no longer knows this job and no accounting is available",
                 exit_code=None, signal=None, partition=None, nodelist=None, nodes=[],
                 submit_time=None, start_time=None, end_time=None, elapsed=None, time_limit=None,
-                restarts=0, stdout_path=None, stderr_path=None, workdir=None, command=None,
+                restarts=0, num_nodes=None, waits_for_nodes=False, stdout_path=None, stderr_path=None, workdir=None, command=None,
                 comment=None, fingerprint=None, known=False, source=None)
 
 
@@ -520,6 +533,55 @@ def last_json_records(path, count=16):
     return records
 
 
+RANK_PREFIX = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?(.*)$")
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)\b.*$|^[A-Za-z_][\w.]*: .*$")
+ERROR_LINE = re.compile(r"(^|: )(error|Error|ERROR)[: ]|^Traceback|Error: ")
+# What the other ranks report when one rank died: consequences, not the cause.
+SECONDARY_ERRORS = ("Connection closed by peer", "Connection reset by peer", "remote worker crash", "Broken pipe",
+                    "SignalException", "got signal:", "ProcessGroupGloo", "NCCL communicator was aborted",
+                    "Socket Timeout", "Connection refused", "ChildFailedError")
+TRACEBACK_START = "Traceback (most recent call last):"
+
+
+def _rank_tracebacks(lines):
+    """[(rank, index of its exception line, traceback lines)] in log order; rank is None for
+    lines without torch's "[rankN]: " prefix."""
+    found, open_tracebacks = [], {}
+    for index, line in enumerate(lines):
+        match = RANK_PREFIX.match(line)
+        rank, text = (match.group(1), match.group(2)) if match else (None, line)
+        if text.startswith(TRACEBACK_START):
+            open_tracebacks[rank] = [text]
+        elif rank in open_tracebacks:
+            block = open_tracebacks[rank]
+            block.append(text)
+            if text and not text[0].isspace() and EXCEPTION_LINE.match(text) and not text.startswith("During handling"):
+                found.append((rank, index, block[:60] if len(block) <= 60 else block[:20] + ["  ..."] + block[-39:]))
+                del open_tracebacks[rank]
+    return found
+
+
+def log_summary(path, tail=30, errors=8):
+    """What a failed job's log says, for a person: its last `tail` lines, the first `errors`
+    error lines, and the traceback of the rank that failed first.
+
+    When one rank raises, the others report lost peers ("Connection closed by peer") and the
+    launcher its own traceback; the first traceback whose exception is not such a consequence
+    is the cause (else the first one)."""
+    with open(path, "rb") as handle:
+        lines = handle.read().decode("utf-8", "replace").splitlines()
+    tracebacks = _rank_tracebacks(lines)
+    primary = [t for t in tracebacks if not any(s in t[2][-1] for s in SECONDARY_ERRORS)]
+    cause = (primary or tracebacks or [None])[0]
+    return {
+        "path": path,
+        "tail": lines[-tail:] if tail > 0 else [],
+        "errors": [line for line in lines if ERROR_LINE.search(line)][:errors],
+        "failed_rank": cause[0] if cause else None,
+        "traceback": cause[2] if cause else [],
+    }
+
+
 METRIC_KEYS = ("step", "total_steps", "loss", "val_loss", "lr", "tokens_per_s", "elapsed_s", "eta_s")
 
 
@@ -549,6 +611,23 @@ def failure_message(job):
 
 # ---------------------------------------------------------------- commands
 
+# What Slurm's clients print when the controller does not answer (stopped, restarting,
+# overloaded): worth retrying, unlike other failures.
+UNREACHABLE_MARKERS = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
+                       "Connection refused", "Connection reset", "Communication connection failure",
+                       "Slurm backup controller in standby mode")
+
+
+class ControllerUnreachable(SlurmError):
+    """The Slurm controller did not answer; the jobs themselves are unaffected."""
+
+
+def slurm_error(argv, rc, out, err):
+    text = (err or out).strip()
+    cls = ControllerUnreachable if any(m in text for m in UNREACHABLE_MARKERS) else SlurmError
+    return cls("%s failed (rc %d): %s" % (show_argv(argv), rc, text))
+
+
 class Slurm:
     """Slurm client commands through module.run_command, argv lists only."""
 
@@ -568,7 +647,7 @@ class Slurm:
     def run(self, argv, ok_rcs=(0,), **kwargs):
         rc, out, err = self.module.run_command(argv, **kwargs)
         if rc not in ok_rcs:
-            raise SlurmError("%s failed (rc %d): %s" % (show_argv(argv), rc, (err or out).strip()))
+            raise slurm_error(argv, rc, out, err)
         return rc, out, err
 
     def user(self):
@@ -588,8 +667,12 @@ class Slurm:
             if records:
                 return job_from_scontrol(records[0])
         elif "Invalid job id" not in (err + out):
-            raise SlurmError("scontrol show job -o %s failed (rc %d): %s" % (job_id, rc, (err or out).strip()))
+            raise slurm_error(["scontrol", "show", "job", "-o", str(job_id)], rc, out, err)
         return self.sacct_job(job_id) or unknown_job(job_id)
+
+    def nodes(self):
+        """`scontrol show node -o` as parse_nodes gives it."""
+        return parse_nodes(self.run([self.bin("scontrol"), "show", "node", "-o"])[1])
 
     def sacct_available(self):
         if self._sacct is None:

@@ -45,6 +45,23 @@ options:
     type: float
     default: 0
     version_added: 0.1.0
+  unreachable_timeout:
+    description:
+      - Seconds to keep retrying, once a second, while the Slurm controller does not answer
+        (stopped, restarting, overloaded) before failing. The jobs keep running meanwhile; the
+        failure message says so and that running the task again re-attaches.
+      - V(0) fails at the first unanswered query.
+    type: float
+    default: 0
+    version_added: 0.1.0
+  log_lines:
+    description:
+      - When no job of RV(jobs) is active any more, or one waits for nodes that are out of
+        service, read the last job's output file and return RV(log) with this many of its last lines.
+      - V(0) reads nothing.
+    type: int
+    default: 0
+    version_added: 0.1.0
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -65,6 +82,17 @@ EXAMPLES = r"""
     wait_seconds: 10
   register: watch
   until: watch.finished
+  retries: 720
+  delay: 0
+
+- name: Ride out a controller restart of up to 10 minutes; read the log when the job ends
+  llmtrain.slurm.slurm_job_info:
+    job_id: "{{ train_job.job_id }}"
+    wait_seconds: 10
+    unreachable_timeout: 600
+    log_lines: 30
+  register: watch
+  until: watch.finished or watch.jobs[0].waits_for_nodes
   retries: 720
   delay: 0
 
@@ -99,6 +127,13 @@ jobs:
     elapsed: {description: Seconds run., type: int}
     time_limit: {description: Time limit as Slurm prints it., type: str}
     restarts: {description: Times the job was requeued., type: int}
+    num_nodes: {description: Nodes the job has or asks for., type: int}
+    waits_for_nodes:
+      description:
+        - Whether the job is pending for nodes that are down or drained (reason C(ReqNodeNotAvail),
+          C(NodeDown), ...), or was requeued (after losing a node, say) and its partition has fewer
+          usable nodes than it needs; it starts only once nodes return. The wait ends early for it.
+      type: bool
     stdout_path: {description: Standard output file., type: str}
     stderr_path: {description: Standard error file., type: str}
     workdir: {description: Working directory., type: str}
@@ -121,6 +156,23 @@ state:
   description: State of the last job in RV(jobs).
   returned: when a job was found
   type: str
+log:
+  description:
+    - What the last job's output file says, for a person (only with O(log_lines), once no job
+      is active or one waits for nodes). C(tail) has its last O(log_lines) lines, C(errors) its
+      first 8 error lines, C(traceback) the Python traceback of the rank that failed first (the
+      first one that is not a lost-peer consequence such as C(Connection closed by peer)), with
+      C(failed_rank) its rank from torch's C([rankN]:) prefix (null without one).
+    - Null when the file cannot be read.
+  returned: when log_lines is given and no job is active
+  type: dict
+  sample:
+    path: /shared/runs/tiny/logs/llmtrain-tiny-42.out
+    tail: ["srun: error: slurm-worker-1: task 1: Exited with exit code 1"]
+    errors: ["[rank3]: RuntimeError: CUDA error: out of memory"]
+    failed_rank: "3"
+    traceback: ["Traceback (most recent call last):", "  File \"train.py\", line 9, in <module>",
+                "RuntimeError: CUDA error: out of memory"]
 progress:
   description:
     - The metrics of the last loss record of O(metrics_file) (the keys listed there, null when
@@ -138,7 +190,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, slurm
 
 
 def main():
@@ -148,6 +200,8 @@ def main():
             name=dict(type="str"),
             metrics_file=dict(type="path"),
             wait_seconds=dict(type="float", default=0),
+            unreachable_timeout=dict(type="float", default=0),
+            log_lines=dict(type="int", default=0),
         ),
         required_one_of=[("job_id", "name")],
         mutually_exclusive=[("job_id", "name")],
@@ -158,30 +212,55 @@ def main():
         module.fail_json(msg="wait_seconds=%s must be 0 (check once) or more" % p["wait_seconds"])
     client = slurm.Slurm(module)
     deadline = time.monotonic() + p["wait_seconds"]
-    queries = 0
-    try:
-        if p["name"] is not None:
-            ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == p["name"]]
-            ids.sort(key=lambda i: int(i.split("_")[0]))
-        else:
-            ids = p["job_id"]
-        while True:
-            checked = time.monotonic()
+    queries, unanswered_since = 0, None
+    jobs = []
+    while True:
+        checked = time.monotonic()
+        try:
+            if p["name"] is not None:
+                ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == p["name"]]
+                ids.sort(key=lambda i: int(i.split("_")[0]))
+            else:
+                ids = p["job_id"]
             jobs = [client.show_job(i) for i in ids]
-            queries += 1
-            if not any(j["active"] for j in jobs):
-                break
-            if p["wait_seconds"] > 0:
-                # one check per second at most, also across retries of the watching task:
-                # the next run of this module checks at once, so this one waits out its second
-                time.sleep(max(0.0, checked + 1 - time.monotonic()))
-            if checked + 1 > deadline:
-                break
-    except slurm.SlurmError as err:
-        module.fail_json(msg=str(err))
+            # A requeued job (after a lost node, say) that the partition cannot hold any more
+            # waits for nodes even while its reason is still Slurm's requeue delay (BeginTime).
+            for job in jobs:
+                if job["state"] == "PENDING" and job["restarts"] and not job["waits_for_nodes"] and job["num_nodes"]:
+                    usable = [n for n in client.nodes() if job["partition"] in n["partitions"] and gpu.usable(n)]
+                    job["waits_for_nodes"] = len(usable) < job["num_nodes"]
+            unanswered_since = None
+        except slurm.ControllerUnreachable as err:
+            unanswered_since = unanswered_since or checked
+            if checked - unanswered_since >= p["unreachable_timeout"]:
+                module.fail_json(msg="The Slurm controller has not answered for %d s (%s). The jobs are not affected: they "
+                                     "keep running without it. Run this again (the playbook re-attaches to its jobs) "
+                                     "once `squeue` answers." % (checked - unanswered_since, err),
+                                 controller_unreachable=True, checks=queries)
+            time.sleep(max(0.0, checked + 1 - time.monotonic()))
+            continue
+        except slurm.SlurmError as err:
+            module.fail_json(msg=str(err))
+        queries += 1
+        if not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs):
+            break
+        if p["wait_seconds"] > 0:
+            # one check per second at most, also across retries of the watching task:
+            # the next run of this module checks at once, so this one waits out its second
+            time.sleep(max(0.0, checked + 1 - time.monotonic()))
+        if checked + 1 > deadline:
+            break
     result = dict(changed=False, jobs=jobs, finished=bool(jobs) and not any(j["active"] for j in jobs), checks=queries)
     if jobs:
         result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
+    settled = not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs)
+    if p["log_lines"] > 0 and jobs and settled:
+        result["log"] = None
+        if jobs[-1]["stdout_path"]:
+            try:
+                result["log"] = slurm.log_summary(jobs[-1]["stdout_path"], tail=p["log_lines"])
+            except (IOError, OSError) as err:
+                module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
     if p["metrics_file"]:
         records = []
         if os.path.exists(p["metrics_file"]):

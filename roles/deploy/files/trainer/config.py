@@ -42,6 +42,8 @@ class TrainConfig:
     seed: int = knob(1337, "seed of initialisation, data order and dropout")
     compile: bool = knob(False, "torch.compile the model")
     dtype: str = knob("auto", "auto (bfloat16 on CUDA when supported, else float32), bfloat16 or float32")
+    rendezvous_timeout: int = knob(300, "seconds for the ranks to reach each other at start-up; then every rank "
+                                        "stops with a hint about the network interface settings")
     preempt_signal: str = knob("SIGUSR2", "signal that asks for a checkpoint and exit 75 (SIGTERM always does)")
 
 
@@ -75,7 +77,7 @@ def parse_signal(name):
 def validate(cfg):
     """Raise ConfigError for the first value that cannot work."""
     positive = ["n_layer", "n_head", "n_embd", "block_size", "steps", "batch_size", "grad_accum",
-                "eval_iters", "keep_checkpoints", "log_interval"]
+                "eval_iters", "keep_checkpoints", "log_interval", "rendezvous_timeout"]
     non_negative = ["warmup", "weight_decay", "grad_clip", "eval_interval", "checkpoint_interval", "seed", "min_lr"]
     for name in positive:
         if getattr(cfg, name) <= 0:

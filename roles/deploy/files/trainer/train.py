@@ -16,7 +16,9 @@ import math
 import os
 import random
 import signal
+import socket
 import sys
+import threading
 import time
 from contextlib import nullcontext
 from dataclasses import asdict
@@ -28,7 +30,8 @@ import torch
 import torch.distributed as torch_dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .checkpoint import CHECKPOINT_DIR, FORMAT, clean_checkpoint_dir, load_checkpoint, load_latest, save_checkpoint
+from .checkpoint import (CHECKPOINT_DIR, FORMAT, CheckpointError, clean_checkpoint_dir, list_checkpoints, load_checkpoint,
+                         load_latest, save_checkpoint)
 from .config import ConfigError, add_config_flags, parse_signal, resolve_config
 from .data import TRAIN_STREAM, VAL_STREAM, open_tokens, window_starts, windows
 from .fsio import atomic_file, remove_temp_files
@@ -41,6 +44,8 @@ PREEMPTED_MARKER = "PREEMPTED"
 METRICS_FILE = "metrics.jsonl"
 # Fault-injection tests set this to slow every step down, so a signal lands mid-run.
 STEP_PAUSE_ENV = "TRAINER_FAULT_STEP_PAUSE_S"
+# ... and this ("RANK:STEP") to make one rank raise after that step, as a bug would.
+CRASH_ENV = "TRAINER_FAULT_CRASH"
 
 
 class Distributed:
@@ -50,7 +55,7 @@ class Distributed:
     the identity.
     """
 
-    def __init__(self):
+    def __init__(self, rendezvous_timeout=300):
         self.active = "RANK" in os.environ
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -61,7 +66,29 @@ class Distributed:
         else:
             self.device = torch.device("cpu")
         if self.active:
-            torch_dist.init_process_group(backend="nccl" if self.device.type == "cuda" else "gloo", init_method="env://")
+            self._connect("nccl" if self.device.type == "cuda" else "gloo", rendezvous_timeout)
+
+    def _connect(self, backend, timeout_s):
+        """Join the process group and run one barrier (NCCL connects at the first collective),
+        within timeout_s: a rank that cannot reach the others (an interface that does not route
+        between nodes, a firewall) would otherwise wait for torch's 30-minute default."""
+        connected = threading.Event()
+
+        def give_up():
+            if not connected.wait(timeout_s):
+                print(rendezvous_hint(self.rank, backend, f"the ranks did not all connect within {timeout_s} s "
+                                      "(--rendezvous-timeout)"), file=sys.stderr, flush=True)
+                os._exit(EXIT_RENDEZVOUS)
+
+        threading.Thread(target=give_up, name="rendezvous-timeout", daemon=True).start()
+        try:
+            torch_dist.init_process_group(backend=backend, init_method="env://")
+            torch_dist.barrier()
+        except Exception as e:  # any failure to connect gets the same hint
+            print(rendezvous_hint(self.rank, backend, f"{type(e).__name__}: {e}"), file=sys.stderr, flush=True)
+            raise
+        finally:
+            connected.set()
 
     @property
     def is_main(self):
@@ -118,6 +145,20 @@ class Distributed:
                 closed = store.add(CLOSED_KEY, 0)
         except (RuntimeError, OSError):  # the store is gone: nobody is left to wait for
             pass
+
+
+EXIT_RENDEZVOUS = 3
+
+
+def rendezvous_hint(rank, backend, what):
+    """Why a rank could not reach the others, with the settings that decide the route."""
+    names = ["MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"] + (["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"]
+                                                                    if backend == "nccl" else [])
+    settings = ", ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in names)
+    return (f"train: error: rendezvous failed on rank {rank} ({socket.gethostname()}, backend {backend}): {what}. "
+            f"{settings}. Check that the interface in NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (nccl_env_socket_ifname, "
+            "nccl_env_gloo_socket_ifname) exists on every node and reaches the other nodes (not lo), and that no "
+            "firewall blocks the ports between them.")
 
 
 CLOSED_KEY = "llmtrain/process-group-closed"
@@ -303,6 +344,7 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
     peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if use_bf16 else None
     flops_per_token = raw_model.flops_per_token()
     step_pause = float(os.environ.get(STEP_PAUSE_ENV, "0"))
+    crash_rank, _, crash_step = os.environ.get(CRASH_ENV, "").partition(":")
 
     metrics = None
     if dist.is_main:
@@ -327,22 +369,29 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
         started = time.perf_counter()
         rng_states = dist.gather(rng_state())
         if dist.is_main:
-            path = save_checkpoint({
-                "format": FORMAT,
-                "step": step,
-                "tokens_seen": tokens_seen,
-                "elapsed_s": prior_elapsed + time.perf_counter() - run_started,
-                "model": raw_model.state_dict(),
-                "model_config": asdict(model_cfg),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
-                              "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},
-                "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
-                         "global_batch": B * W},
-                "rng": rng_states,
-                "world_size": W,
-                "config": asdict(cfg),
-            }, ckpt_dir, cfg.keep_checkpoints)
+            try:
+                path = save_checkpoint({
+                    "format": FORMAT,
+                    "step": step,
+                    "tokens_seen": tokens_seen,
+                    "elapsed_s": prior_elapsed + time.perf_counter() - run_started,
+                    "model": raw_model.state_dict(),
+                    "model_config": asdict(model_cfg),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
+                                  "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},
+                    "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
+                             "global_batch": B * W},
+                    "rng": rng_states,
+                    "world_size": W,
+                    "config": asdict(cfg),
+                }, ckpt_dir, cfg.keep_checkpoints)
+            except (OSError, RuntimeError) as e:  # disk full, quota, read-only (torch.save wraps some in RuntimeError)
+                newest = list_checkpoints(ckpt_dir)
+                raise CheckpointError(
+                    f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(e).__name__}: {e}); nothing of it is left "
+                    f"behind, and {newest[-1][1].name if newest else 'no earlier checkpoint'} is the newest complete one "
+                    "(a rerun resumes from it once there is room)") from e
             metrics.write({"event": "checkpoint", "step": step, "path": str(path)})
         pause_s += time.perf_counter() - started
 
@@ -415,6 +464,8 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
             return EXIT_PREEMPTED
         if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
             save(done)
+        if crash_step and int(crash_rank) == dist.rank and int(crash_step) == done:
+            raise RuntimeError(f"fault injected by {CRASH_ENV}={crash_rank}:{crash_step} on rank {dist.rank}")
         if step_pause:
             time.sleep(step_pause)
 
@@ -443,7 +494,7 @@ def main(argv=None):
                          f"not more than --block-size {cfg.block_size}; prepare more text or lower --block-size")
     # Handlers go in before the process group and the model, so an early signal is not fatal.
     stop = StopRequest({parse_signal(cfg.preempt_signal), signal.SIGTERM})
-    dist = Distributed()
+    dist = Distributed(cfg.rendezvous_timeout)
     status, every_rank_done = None, False
     try:
         status = train(cfg, args.data, args.out, meta, dist, stop)
