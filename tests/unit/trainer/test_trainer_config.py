@@ -48,10 +48,17 @@ def test_bad_json_config_is_named(tmp_path, content, message):
     (["--steps", "3", "--preempt-signal", "SIGUSR1"], "--preempt-signal SIGUSR1 is refused"),
     (["--steps", "3", "--preempt-signal", "SIGKILL"], "--preempt-signal SIGKILL cannot be caught"),
     (["--steps", "3", "--preempt-signal", "SIGNOPE"], "--preempt-signal 'SIGNOPE'"),
+    (["--steps", "3", "--rendezvous-timeout", "0"], r"--rendezvous-timeout must be a positive integer \(got 0\)"),
+    (["--steps", "3", "--rendezvous-timeout", "-5"], "--rendezvous-timeout must be a positive integer"),
 ])
 def test_invalid_values_name_their_flag(argv, message):
     with pytest.raises(ConfigError, match=message):
         resolve(argv)
+
+
+def test_rendezvous_timeout_flag():
+    assert resolve(["--steps", "3"]).rendezvous_timeout == 300
+    assert resolve(["--steps", "3", "--rendezvous-timeout", "20"]).rendezvous_timeout == 20
 
 
 def test_signal_names():
@@ -64,6 +71,7 @@ def test_signal_names():
     (["--steps", "0"], "--steps must be a positive integer"),
     (["--steps", "-1"], "--steps must be a positive integer"),
     (["--steps", "5", "--preempt-signal", "SIGUSR1"], "--preempt-signal SIGUSR1 is refused"),
+    (["--steps", "5", "--rendezvous-timeout", "0"], "--rendezvous-timeout must be a positive integer (got 0)"),
 ])
 def test_train_cli_rejects_bad_values_with_exit_2(capsys, data_dir, tmp_path, argv, message):
     with pytest.raises(SystemExit) as exit_info:

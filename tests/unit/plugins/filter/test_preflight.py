@@ -1,4 +1,5 @@
 from ansible_collections.llmtrain.slurm.plugins.filter import preflight
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
 
 FOUND = dict(node="n1", python="/v/bin/python", python_version="3.11.7",
              torch=dict(importable=True, version="2.13.0+cpu"), interfaces=["eth0", "lo"],
@@ -44,3 +45,14 @@ def test_usable_nodes_of_a_partition():
              dict(name="d", state="down", state_flags=[], partitions=["debug"]),
              dict(name="e", state="idle", state_flags=[], partitions=["gpu"])]
     assert [n["name"] for n in preflight.usable_nodes(nodes, "debug")] == ["a", "c"]
+
+
+def test_workspace_need_filter():
+    run = dict(pretrain_model=dict(n_layer=2, n_head=2, n_embd=64, block_size=64), slurm_nodes=3,
+               slurm_procs_per_node=2)
+    need = preflight.workspace_need(run)
+    assert need == dict(zip(("bytes", "how"), inputs.workspace_need(run)))
+    assert need["bytes"] > 4 * 1567623 and need["how"].startswith("4 checkpoints of about ")
+    assert preflight.workspace_need(dict(run, pretrain_script="/shared/train.py")) is None
+    assert preflight.workspace_need({}) is None
+    assert preflight.FilterModule().filters()["workspace_need"] is preflight.workspace_need

@@ -94,3 +94,72 @@ def test_a_venv_to_make_needs_slurm_python_to_be_its_interpreter(python):
 def test_a_venv_without_packages_has_no_torch():
     assert inputs.validate(dict(GOOD, deploy_venv_packages=[])) == [
         "deploy_venv_packages=[] installs nothing, but the trainer needs torch: list at least torch."]
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("pretrain_rendezvous_timeout", 0, "seconds for the nodes to reach each other"),
+    ("pretrain_rendezvous_timeout", "soon", "seconds for the nodes to reach each other"),
+    ("pretrain_controller_timeout", -1, "Slurm controller that does not answer"),
+    ("pretrain_controller_timeout", 1.5, "Slurm controller that does not answer"),
+])
+def test_fault_timeouts_are_named_with_their_fix(name, value, words):
+    errors = inputs.validate(dict(GOOD, **{name: value}))
+    assert len(errors) == 1, errors
+    assert errors[0].startswith("%s=%r must be a whole number >= " % (name, value)) and words in errors[0]
+
+
+def test_fault_timeouts_accept_their_smallest_values():
+    assert inputs.validate(dict(GOOD, pretrain_rendezvous_timeout=1, pretrain_controller_timeout=0)) == []
+    assert inputs.validate(dict(GOOD, pretrain_rendezvous_timeout="300", pretrain_controller_timeout="600")) == []
+
+
+# The local inventory's run: 3 nodes x 2 processes of a 2-layer, 64-wide model.
+LOCAL_RUN = dict(pretrain_model=dict(n_layer=2, n_head=2, n_embd=64, block_size=64), slurm_nodes=3,
+                 slurm_procs_per_node=2, pretrain_extra_args=["--warmup", "20", "--eval-interval", "200"])
+# step_*.pt of that run, as the reference trainer wrote it.
+LOCAL_CHECKPOINT_BYTES = 1567623
+
+
+def one_checkpoint(values):
+    """workspace_need's bytes for one checkpoint (it counts the kept ones and the one being written)."""
+    need, how = inputs.workspace_need(values)
+    count = int(how.split()[0])
+    assert need % count == 0
+    return need // count
+
+
+def test_workspace_need_of_the_local_run_covers_its_real_checkpoints():
+    need, how = inputs.workspace_need(LOCAL_RUN)
+    assert 4 * LOCAL_CHECKPOINT_BYTES <= need < 2 * 4 * LOCAL_CHECKPOINT_BYTES  # 3 kept and 1 being written
+    assert how.startswith("4 checkpoints of about 1.")
+
+
+@pytest.mark.parametrize("extra_args, count", [
+    ([], 4),
+    (["--keep-checkpoints", "100"], 101),
+    (["--warmup", "20", "--keep-checkpoints=5", "--log-interval", "10"], 6),
+    (["--keep-checkpoints", 1], 2),
+    (["--keep-checkpoints"], 4),  # no value: the trainer's default
+    (["--keep-checkpoints", "many"], 4),
+])
+def test_workspace_need_counts_the_checkpoints_the_trainer_keeps(extra_args, count):
+    need, how = inputs.workspace_need(dict(LOCAL_RUN, pretrain_extra_args=extra_args))
+    assert need == count * one_checkpoint(LOCAL_RUN) and how.startswith("%d checkpoints of" % count)
+
+
+def test_workspace_need_grows_with_the_ranks_random_states():
+    assert one_checkpoint(dict(LOCAL_RUN, slurm_nodes=6)) - one_checkpoint(LOCAL_RUN) == 6 * inputs.RNG_BYTES_PER_RANK
+    assert one_checkpoint(dict(LOCAL_RUN, slurm_nodes=None, slurm_procs_per_node=None)) == \
+        one_checkpoint(dict(LOCAL_RUN, slurm_nodes=1, slurm_procs_per_node=1))
+
+
+@pytest.mark.parametrize("values", [
+    dict(LOCAL_RUN, pretrain_script="/shared/my_train.py"),
+    dict(LOCAL_RUN, pretrain_model=None),
+    dict(LOCAL_RUN, pretrain_model=dict(n_layer=2, n_embd=64)),
+    dict(LOCAL_RUN, pretrain_model=dict(n_layer=0, n_embd=64, block_size=64)),
+    dict(LOCAL_RUN, pretrain_model=dict(n_layer="two", n_embd=64, block_size=64)),
+    dict(slurm_nodes=2),
+])
+def test_workspace_need_is_unknown_for_your_own_script_or_no_model(values):
+    assert inputs.workspace_need(values) is None

@@ -318,3 +318,192 @@ def test_controller_unreachable_names_the_command():
     module = FakeModule([(1, "", fixture("squeue_no_config.txt"))])
     with pytest.raises(slurm.SlurmError, match="(?s)squeue .* failed \\(rc 1\\): .*Could not establish a configuration source"):
         slurm.Slurm(module).jobs_of_user()
+
+
+# ---------------------------------------------------------------- failed job logs
+
+GLOO_LOST_PEER = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                  "[10.213.0.11]:43521")
+
+
+def rank_traceback(rank, exception, call="train(cfg, args.data, args.out, meta, dist, stop)"):
+    """A traceback as torch.distributed.run prints it for a rank ("[rankN]: " before each line)."""
+    prefix = "" if rank is None else "[rank%s]: " % rank
+    return [prefix + line for line in [
+        "Traceback (most recent call last):",
+        '  File "/shared/work/trainer/train.py", line 503, in main',
+        "    status = " + call,
+        "             " + "^" * len(call),
+        exception]]
+
+
+LAUNCHER_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/shared/venv/bin/torchrun", line 8, in <module>',
+    "    sys.exit(main())",
+    "             ^^^^^^",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "============================================================",
+    "trainer.train FAILED",
+    "------------------------------------------------------------",
+    "Failures:",
+    "  <NO_OTHER_FAILURES>",
+    "srun: error: slurm-worker-1: task 1: Exited with exit code 1",
+]
+
+
+def write_log(tmp_path, lines):
+    path = tmp_path / "slurm-42.out"
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def test_log_summary_names_the_rank_that_failed_first_not_the_peers_that_lost_it(tmp_path):
+    lines = ["step 10/100 loss 2.5000 lr 3.00e-04 1,000 tok/s eta 1m"] + rank_traceback(3, "RuntimeError: boom")
+    for rank in (0, 1, 2):
+        lines += rank_traceback(rank, GLOO_LOST_PEER)
+    lines += LAUNCHER_TRACEBACK
+    summary = slurm.log_summary(write_log(tmp_path, lines), tail=3)
+    assert summary["failed_rank"] == "3"
+    assert summary["traceback"] == rank_traceback(None, "RuntimeError: boom")  # the "[rank3]: " prefixes gone
+    assert summary["traceback"][0] == "Traceback (most recent call last):"
+    assert summary["traceback"][-1] == "RuntimeError: boom"
+    assert summary["path"] == str(tmp_path / "slurm-42.out")
+    assert summary["tail"] == ["Failures:", "  <NO_OTHER_FAILURES>",
+                               "srun: error: slurm-worker-1: task 1: Exited with exit code 1"]
+    lost_peers = ["[rank%d]: %s" % (r, GLOO_LOST_PEER) for r in (0, 1, 2)]
+    assert summary["errors"] == ["[rank3]: RuntimeError: boom"] + lost_peers + [
+        "Traceback (most recent call last):", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "srun: error: slurm-worker-1: task 1: Exited with exit code 1"]
+
+
+def test_log_summary_picks_the_cause_even_when_the_lost_peers_are_printed_first(tmp_path):
+    lines = rank_traceback(1, GLOO_LOST_PEER) + rank_traceback(0, GLOO_LOST_PEER)
+    lines += rank_traceback(2, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    lines += LAUNCHER_TRACEBACK
+    summary = slurm.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] == "2"
+    assert summary["traceback"][-1] == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def test_log_summary_with_only_lost_peers_takes_the_first(tmp_path):
+    lines = rank_traceback(5, "RuntimeError: Connection reset by peer") + rank_traceback(0, GLOO_LOST_PEER)
+    summary = slurm.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] == "5" and summary["traceback"][-1] == "RuntimeError: Connection reset by peer"
+
+
+def test_log_summary_of_a_log_without_a_traceback(tmp_path):
+    lines = ["step %d/100 loss 2.0" % i for i in range(1, 51)] + ["slurmstepd: error: *** JOB 42 ON n1 CANCELLED ***"]
+    summary = slurm.log_summary(write_log(tmp_path, lines), tail=2, errors=8)
+    assert summary["failed_rank"] is None and summary["traceback"] == []
+    assert summary["tail"] == ["step 50/100 loss 2.0", "slurmstepd: error: *** JOB 42 ON n1 CANCELLED ***"]
+    assert summary["errors"] == ["slurmstepd: error: *** JOB 42 ON n1 CANCELLED ***"]
+    assert slurm.log_summary(write_log(tmp_path, lines), tail=0)["tail"] == []
+
+
+def test_log_summary_of_a_single_process_traceback(tmp_path):
+    lines = ["train: 7,000 parameters"] + rank_traceback(None, "ValueError: bad value") + ["done?"]
+    summary = slurm.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] is None
+    assert summary["traceback"] == rank_traceback(None, "ValueError: bad value")
+
+
+def test_log_summary_keeps_the_first_error_lines_only(tmp_path):
+    lines = ["srun: error: n%d: task %d: Exited with exit code 1" % (i, i) for i in range(20)]
+    summary = slurm.log_summary(write_log(tmp_path, lines), errors=3)
+    assert summary["errors"] == lines[:3]
+    assert len(slurm.log_summary(write_log(tmp_path, lines))["errors"]) == 8  # the default
+
+
+def test_log_summary_shortens_a_deep_traceback_keeping_both_ends(tmp_path):
+    frames = ['  File "m.py", line %d, in f%d' % (i, i) for i in range(100)]
+    lines = ["[rank1]: " + line for line in ["Traceback (most recent call last):"] + frames + ["RecursionError: deep"]]
+    traceback = slurm.log_summary(write_log(tmp_path, lines))["traceback"]
+    assert len(traceback) == 60 and traceback[0] == "Traceback (most recent call last):"
+    assert traceback[20] == "  ..." and traceback[-1] == "RecursionError: deep"
+
+
+# ---------------------------------------------------------------- nodes out of service, controller down
+
+@pytest.mark.parametrize("state, reason, waits", [
+    ("PENDING", "ReqNodeNotAvail,_UnavailableNodes:slurm-worker-1", True),
+    ("PENDING", "ReqNodeNotAvail", True),
+    ("PENDING", "NodeDown", True),
+    ("PENDING", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions", True),
+    ("PENDING", "Resources", False),
+    ("PENDING", "Priority", False),
+    ("PENDING", "BeginTime", False),
+    ("PENDING", "JobHeldUser", False),
+    ("PENDING", None, False),
+    ("RUNNING", "ReqNodeNotAvail", False),
+    ("RUNNING", None, False),
+])
+def test_waits_for_nodes(state, reason, waits):
+    assert slurm.waits_for_nodes(state, reason) is waits
+
+
+def pending_record(**fields):
+    """The recorded pending job with some fields changed."""
+    rec = slurm.parse_records(fixture("scontrol_job_pending.txt"), "JobId")[0]
+    rec.update(fields)
+    return rec
+
+
+def test_job_from_scontrol_gives_the_node_count_and_whether_it_waits_for_nodes():
+    assert job("pending")["num_nodes"] == 1 and job("pending")["waits_for_nodes"] is False
+    j = slurm.job_from_scontrol(pending_record(NumNodes="3", Reason="ReqNodeNotAvail,_UnavailableNodes:slurm-worker-1"))
+    assert j["num_nodes"] == 3 and j["waits_for_nodes"] is True
+    j = slurm.job_from_scontrol(pending_record(NumNodes="3-3", Reason="Resources"))
+    assert j["num_nodes"] == 3 and j["waits_for_nodes"] is False
+    assert slurm.job_from_scontrol(pending_record(NumNodes="2-4"))["num_nodes"] == 2  # the minimum it asked for
+    running = job("running")
+    assert running["num_nodes"] == 1 and running["waits_for_nodes"] is False
+    assert slurm.unknown_job(5)["num_nodes"] is None and slurm.unknown_job(5)["waits_for_nodes"] is False
+
+
+UNREACHABLE = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n"
+
+
+def test_an_unanswering_controller_is_its_own_error():
+    assert issubclass(slurm.ControllerUnreachable, slurm.SlurmError)
+    err = slurm.slurm_error(["/usr/bin/squeue", "--noheader"], 1, "", UNREACHABLE)
+    assert type(err) is slurm.ControllerUnreachable
+    assert str(err) == ("/usr/bin/squeue --noheader failed (rc 1): "
+                        "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
+    assert type(slurm.slurm_error(["scontrol"], 1, "Socket timed out on send/recv operation", "")) is \
+        slurm.ControllerUnreachable  # what stdout says when stderr is empty
+    other = slurm.slurm_error(["scontrol"], 1, "", "scontrol: error: Access/permission denied\n")
+    assert type(other) is slurm.SlurmError
+    assert type(slurm.slurm_error(["squeue"], 1, "", fixture("squeue_no_config.txt"))) is slurm.SlurmError
+
+
+def test_show_job_raises_controller_unreachable_and_still_knows_forgotten_jobs():
+    module = FakeModule([(1, "", UNREACHABLE)])
+    with pytest.raises(slurm.ControllerUnreachable, match=r"^scontrol show job -o 7 failed \(rc 1\): slurm_load_jobs"):
+        slurm.Slurm(module).show_job("7")
+
+    module = FakeModule([(1, "", "scontrol: error: Access/permission denied\n")])
+    with pytest.raises(slurm.SlurmError) as info:
+        slurm.Slurm(module).show_job("7")
+    assert type(info.value) is slurm.SlurmError and "Access/permission denied" in str(info.value)
+
+    row = slurm.FIELD_SEP.join(["7", "train", "COMPLETED", "0:0", "00:01:05", "n1", "2026-01-01T00:00:00",
+                                "2026-01-01T00:00:01", "2026-01-01T00:01:06", "gpu", "None", "None"])
+    module = FakeModule([(1, "", fixture("scontrol_job_invalid.txt")), (0, row + "\n", "")])
+    j = slurm.Slurm(module).show_job("7")
+    assert (j["job_id"], j["state"], j["source"], j["waits_for_nodes"]) == ("7", "COMPLETED", "sacct", False)
+    assert len(module.calls) == 2 and module.calls[1][-1] == "--jobs=7"
+
+
+def test_any_command_raises_controller_unreachable(monkeypatch):
+    monkeypatch.setattr(slurm.Slurm, "user", lambda self: "alice")
+    module = FakeModule([(1, "", "squeue: error: " + UNREACHABLE)])
+    with pytest.raises(slurm.ControllerUnreachable, match="^/usr/bin/squeue --noheader --states=all --user=alice"):
+        slurm.Slurm(module).jobs_of_user()
+
+
+def test_nodes_are_scontrol_show_node():
+    module = FakeModule([(0, fixture("scontrol_show_node.txt"), "")])
+    nodes = slurm.Slurm(module).nodes()
+    assert module.calls == [["/usr/bin/scontrol", "show", "node", "-o"]]
+    assert [n["name"] for n in nodes] == ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]

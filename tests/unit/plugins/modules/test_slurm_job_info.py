@@ -1,7 +1,9 @@
 """slurm_job_info with a faked run_command (helpers from test_sbatch)."""
 
 import json
+import re
 
+from ansible.module_utils import basic
 from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_job_info
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
@@ -81,3 +83,175 @@ def test_without_wait_seconds_it_checks_once(monkeypatch, capsys):
     result = run(slurm_job_info.main, dict(job_id=["18"]), capsys)
     s.done()
     assert result["checks"] == 1 and clock.sleeps == []
+
+
+# ---------------------------------------------------------------- a controller that does not answer
+
+UNREACHABLE = (1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")
+
+
+def test_it_rides_out_a_controller_that_does_not_answer_for_a_while(monkeypatch, capsys):
+    clock = Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(18), UNREACHABLE)] * 2
+              + [(scontrol_job(18), (0, job_text("completed", 18), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["18"], unreachable_timeout=5), capsys)
+    s.done()
+    assert not result.get("failed") and result["finished"] and result["state"] == "COMPLETED"
+    assert result["checks"] == 1 and clock.sleeps == [1.0, 1.0]  # a retry a second
+
+
+def test_it_gives_up_on_the_controller_after_unreachable_timeout(monkeypatch, capsys):
+    clock = Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))]
+              + [(scontrol_job(18), UNREACHABLE)] * 4)
+    result = run(slurm_job_info.main, dict(job_id=["18"], wait_seconds=60, unreachable_timeout=2.5), capsys)
+    s.done()  # unanswered at 0, 1, 2 and 3 s after the first: 3 >= 2.5
+    assert result["failed"] and result["controller_unreachable"] is True and result["checks"] == 1
+    assert "has not answered for 3 s" in result["msg"] and "re-attaches" in result["msg"]
+    assert "Unable to contact slurm controller" in result["msg"] and "keep running" in result["msg"]
+    assert clock.now == 1004.0
+
+
+def test_unreachable_timeout_0_fails_at_the_first_unanswered_query(monkeypatch, capsys):
+    clock = Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(18), UNREACHABLE)])
+    result = run(slurm_job_info.main, dict(job_id=["18"], wait_seconds=10), capsys)
+    s.done()
+    assert result["failed"] and result["controller_unreachable"] and "has not answered for 0 s" in result["msg"]
+    assert clock.sleeps == []
+
+
+def test_a_controller_down_while_looking_jobs_up_by_name_is_ridden_out_too(monkeypatch, capsys):
+    Clock(monkeypatch)
+    rows = squeue_rows(["19", "CANCELLED", "train", "(null)"])
+    s = Slurm(monkeypatch, [(SQUEUE, (1, "", "squeue: error: Unable to contact slurm controller (connect failure)\n")),
+                            (SQUEUE, (0, rows, "")),
+                            (scontrol_job(19), (0, fixture("scontrol_job_cancelled.txt"), ""))])
+    result = run(slurm_job_info.main, dict(name="train", unreachable_timeout=10), capsys)
+    s.done()
+    assert result["finished"] and result["job_id"] == "19"
+
+
+def test_other_slurm_errors_fail_at_once(monkeypatch, capsys):
+    clock = Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(18), (1, "", "scontrol: error: Access/permission denied\n"))])
+    result = run(slurm_job_info.main, dict(job_id=["18"], unreachable_timeout=600), capsys)
+    s.done()
+    assert result["failed"] and "Access/permission denied" in result["msg"]
+    assert "controller_unreachable" not in result and clock.sleeps == []
+
+
+# ---------------------------------------------------------------- the log of a failed job
+
+def job_with_output(name, job_id, path):
+    return re.sub(r"StdOut=\S+", "StdOut=" + str(path), job_text(name, job_id))
+
+
+def test_log_lines_reads_the_output_of_a_finished_job(monkeypatch, capsys, tmp_path):
+    log = tmp_path / "slurm-17.out"
+    log.write_text("step 1/10 loss 5.0\n[rank1]: Traceback (most recent call last):\n"
+                   '[rank1]:   File "train.py", line 9, in <module>\n[rank1]: RuntimeError: boom\n'
+                   "srun: error: slurm-worker-0: task 1: Exited with exit code 1\n")
+    s = Slurm(monkeypatch, [(scontrol_job(17), (0, job_with_output("failed", 17, log), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["17"], log_lines=2), capsys)
+    s.done()
+    assert result["finished"] and result["log"]["path"] == str(log)
+    assert result["log"]["failed_rank"] == "1"
+    assert result["log"]["traceback"] == [
+        "Traceback (most recent call last):", '  File "train.py", line 9, in <module>', "RuntimeError: boom"]
+    assert result["log"]["tail"] == ["[rank1]: RuntimeError: boom",
+                                     "srun: error: slurm-worker-0: task 1: Exited with exit code 1"]
+
+
+def test_log_lines_reads_nothing_while_the_job_runs_or_when_not_asked(monkeypatch, capsys, tmp_path):
+    log = tmp_path / "slurm-18.out"
+    log.write_text("[rank0]: Traceback (most recent call last):\n[rank0]: RuntimeError: not yet\n")
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, job_with_output("running", 18, log), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["18"], log_lines=30), capsys)
+    s.done()
+    assert not result["finished"] and "log" not in result
+
+    s = Slurm(monkeypatch, [(scontrol_job(17), (0, job_with_output("failed", 17, log), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["17"]), capsys)
+    s.done()
+    assert result["finished"] and "log" not in result
+
+
+def test_log_lines_with_an_unreadable_output_file_warns(monkeypatch, capsys, tmp_path):
+    warned = []  # (where ansible-core puts warnings depends on what else this process loaded)
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda module, warning, **kwargs: warned.append(warning))
+    s = Slurm(monkeypatch, [(scontrol_job(17), (0, job_with_output("failed", 17, tmp_path / "gone.out"), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["17"], log_lines=5), capsys)
+    s.done()
+    assert result["finished"] and result["log"] is None
+    assert len(warned) == 1 and warned[0].startswith("cannot read %s: [Errno 2]" % (tmp_path / "gone.out"))
+
+
+# ---------------------------------------------------------------- a job that waits for lost nodes
+
+SCONTROL_NODES = ["/usr/bin/scontrol", "show", "node", "-o"]
+
+
+def requeued_job(job_id, reason="BeginTime", restarts=1, num_nodes=3, stdout="/tmp/fx/fx-pending-21.out"):
+    """The recorded pending job, requeued after a node failure, asking for num_nodes nodes."""
+    text = job_text("pending", job_id)
+    for key, value in (("Reason", reason), ("Restarts", restarts), ("NumNodes", num_nodes), ("StdOut", stdout)):
+        text = re.sub(r"\b%s=\S+" % key, "%s=%s" % (key, value), text)
+    return text
+
+
+def nodes_with(states):
+    """The recorded nodes (all in partition debug) in these states."""
+    lines = fixture("scontrol_show_node.txt").splitlines()
+    return "".join(line.replace("State=IDLE", "State=" + state) + "\n" for line, state in zip(lines, states))
+
+
+def test_a_requeued_job_the_partition_cannot_hold_waits_for_nodes(monkeypatch, capsys, tmp_path):
+    clock = Clock(monkeypatch)
+    log = tmp_path / "pending.out"
+    log.write_text("[rank4]: RuntimeError: [c10d] Connection closed by peer\n")
+    s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, stdout=log), "")),
+                            (SCONTROL_NODES, (0, nodes_with(["IDLE", "DOWN*", "IDLE"]), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60, log_lines=5), capsys)
+    s.done()
+    job = result["jobs"][0]
+    assert (job["state"], job["reason"], job["restarts"], job["num_nodes"]) == ("PENDING", "BeginTime", 1, 3)
+    assert job["waits_for_nodes"] is True and not result["finished"]
+    assert result["checks"] == 1 and clock.sleeps == []  # returns at once, not after wait_seconds
+    assert result["log"]["tail"] == ["[rank4]: RuntimeError: [c10d] Connection closed by peer"]
+
+
+def test_a_requeued_job_with_enough_nodes_is_just_pending(monkeypatch, capsys):
+    clock = Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21), "")),
+                            (SCONTROL_NODES, (0, nodes_with(["IDLE", "MIXED", "ALLOCATED"]), ""))] * 3)
+    result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=2.5, log_lines=5), capsys)
+    s.done()
+    assert result["jobs"][0]["waits_for_nodes"] is False and result["checks"] == 3 and clock.sleeps == [1.0, 1.0, 1.0]
+    assert "log" not in result
+
+
+def test_drained_nodes_do_not_count_for_a_requeued_job(monkeypatch, capsys):
+    Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, num_nodes=2), "")),
+                            (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE+DRAIN", "DOWN"]), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60), capsys)
+    s.done()
+    assert result["jobs"][0]["waits_for_nodes"] is True
+
+
+def test_a_pending_job_that_was_never_requeued_does_not_look_at_the_nodes(monkeypatch, capsys):
+    Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, reason="Resources", restarts=0), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["21"]), capsys)
+    s.done()  # no scontrol show node
+    assert result["jobs"][0]["waits_for_nodes"] is False
+
+
+def test_a_job_pending_for_down_nodes_returns_at_once(monkeypatch, capsys):
+    clock = Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, reason="ReqNodeNotAvail,_UnavailableNodes:n1",
+                                                                 restarts=0), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60), capsys)
+    s.done()
+    assert result["jobs"][0]["waits_for_nodes"] is True and result["checks"] == 1 and clock.sleeps == []

@@ -1,0 +1,137 @@
+"""The trainer's faults: a full disk at a checkpoint, an injected crash, ranks that cannot
+reach each other. Single-process runs call train() in this process."""
+
+import errno
+import os
+
+import pytest
+import torch
+from trainer import checkpoint, train
+from trainer.checkpoint import CheckpointError, list_checkpoints
+from trainer.config import resolve_config
+from trainer.prepare import read_meta
+from trainer.train import CRASH_ENV, EXIT_RENDEZVOUS, Distributed, build_parser, rendezvous_hint
+from trainer_testing import TINY_TRAINING, free_port, losses, read_metrics, run_module, trainer_env
+
+
+class NoStop:
+    signum = 0
+
+
+def run_here(data_dir, model_config_file, out, *argv):
+    """train() of one process, as main() calls it (without main's signal handlers)."""
+    args = build_parser().parse_args(["--data", str(data_dir), "--config", str(model_config_file), *TINY_TRAINING,
+                                      "--out", str(out), *map(str, argv)])
+    cfg = resolve_config(args)
+    return train.train(cfg, args.data, args.out, read_meta(args.data), Distributed(cfg.rendezvous_timeout), NoStop())
+
+
+@pytest.fixture(autouse=True)
+def single_process(monkeypatch):
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", CRASH_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def checkpoint_steps(run_dir):
+    return [s for s, _path in list_checkpoints(run_dir / "checkpoints")]
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.ENOSPC, "No space left on device"),
+    RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 1024 vs 960"),  # torch.save's wording
+])
+def test_a_checkpoint_that_cannot_be_written_names_the_newest_complete_one(monkeypatch, data_dir, model_config_file,
+                                                                           tmp_path, error):
+    saved = []
+
+    def save_checkpoint(state, ckpt_dir, keep):
+        saved.append(state["step"])
+        if len(saved) == 2:
+            raise error
+        return checkpoint.save_checkpoint(state, ckpt_dir, keep)
+
+    monkeypatch.setattr(train, "save_checkpoint", save_checkpoint)
+    out = tmp_path / "run"
+    with pytest.raises(CheckpointError) as info:
+        run_here(data_dir, model_config_file, out, "--steps", 8, "--checkpoint-interval", 2)
+    message = str(info.value)
+    assert saved == [2, 4] and info.value.__cause__ is error
+    assert message.startswith(f"could not write the checkpoint of step 4 in {out / 'checkpoints'} "
+                              f"({type(error).__name__}: {error}); nothing of it is left behind")
+    assert "step_000002.pt is the newest complete one (a rerun resumes from it once there is room)" in message
+    assert checkpoint_steps(out) == [2]
+    assert max(losses(read_metrics(out))) == 4  # no step after the one that could not be saved
+
+
+def test_a_full_disk_at_the_first_checkpoint_says_there_is_none(monkeypatch, data_dir, model_config_file, tmp_path):
+    def save_checkpoint(state, ckpt_dir, keep):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(train, "save_checkpoint", save_checkpoint)
+    with pytest.raises(CheckpointError, match=r"\[Errno 28\] No space left on device\); nothing of it is left behind, "
+                                              "and no earlier checkpoint is the newest complete one"):
+        run_here(data_dir, model_config_file, tmp_path / "run", "--steps", 4, "--checkpoint-interval", 2)
+
+
+def test_a_disk_that_fills_mid_write_leaves_no_partial_file_and_the_rerun_resumes(monkeypatch, data_dir,
+                                                                                   model_config_file, tmp_path):
+    real_save, writes = torch.save, []
+
+    def save(obj, f, *args, **kwargs):
+        writes.append(obj["step"])
+        if len(writes) == 2:
+            f.write(b"\0" * 4096)  # some of it made it to the disk
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.torch, "save", save)
+    out = tmp_path / "run"
+    with pytest.raises(CheckpointError, match="step_000002.pt is the newest complete one"):
+        run_here(data_dir, model_config_file, out, "--steps", 6, "--checkpoint-interval", 2)
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000002.pt"]
+
+    monkeypatch.setattr(checkpoint.torch, "save", real_save)  # room again
+    assert run_here(data_dir, model_config_file, out, "--steps", 6, "--checkpoint-interval", 2) == 0
+    records = read_metrics(out)
+    assert next(r for r in records if r.get("event") == "resume")["step"] == 2
+    assert sorted(losses(records)) == list(range(1, 7)) and records[-1]["event"] == "done"
+    assert checkpoint_steps(out) == [2, 4, 6]
+
+
+def test_an_injected_crash_raises_after_its_step_on_its_rank(monkeypatch, data_dir, model_config_file, tmp_path):
+    monkeypatch.setenv(CRASH_ENV, "0:3")
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match=f"^fault injected by {CRASH_ENV}=0:3 on rank 0$"):
+        run_here(data_dir, model_config_file, out, "--steps", 6, "--checkpoint-interval", 3)
+    assert sorted(losses(read_metrics(out))) == [1, 2, 3] and checkpoint_steps(out) == [3]
+
+    monkeypatch.setenv(CRASH_ENV, "1:3")  # another rank's fault: rank 0 runs on
+    assert run_here(data_dir, model_config_file, tmp_path / "other", "--steps", 4) == 0
+
+
+def test_the_rendezvous_hint_names_the_interface_settings(monkeypatch):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth9")
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
+    hint = rendezvous_hint(2, "gloo", "the ranks did not all connect within 5 s (--rendezvous-timeout)")
+    assert hint.startswith("train: error: rendezvous failed on rank 2 (")
+    assert "backend gloo): the ranks did not all connect within 5 s (--rendezvous-timeout). " in hint
+    assert "MASTER_ADDR=10.0.0.1, MASTER_PORT=(unset), GLOO_SOCKET_IFNAME=eth9." in hint
+    assert "NCCL_SOCKET_IFNAME=" not in hint  # gloo does not use it
+    assert ("Check that the interface in NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (nccl_env_socket_ifname, "
+            "nccl_env_gloo_socket_ifname) exists on every node") in hint and "firewall" in hint
+    nccl = rendezvous_hint(0, "nccl", "DistBackendError: timeout")
+    assert "GLOO_SOCKET_IFNAME=eth9, NCCL_SOCKET_IFNAME=ib0, NCCL_IB_HCA=(unset)." in nccl
+
+
+def test_a_rank_whose_peers_never_come_stops_after_the_rendezvous_timeout(tmp_path, train_args):
+    env = trainer_env(RANK=0, LOCAL_RANK=0, WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port(),
+                      GLOO_SOCKET_IFNAME="lo", CUDA_VISIBLE_DEVICES="")
+    result = run_module("train", *train_args, "--out", tmp_path / "run", "--steps", 3, "--rendezvous-timeout", 2,
+                        env=env, timeout=60)
+    assert result.returncode == EXIT_RENDEZVOUS, result.stderr
+    assert "rendezvous failed on rank 0 (" in result.stderr and ", backend gloo)" in result.stderr
+    assert "the ranks did not all connect within 2 s (--rendezvous-timeout)" in result.stderr
+    assert "GLOO_SOCKET_IFNAME=lo" in result.stderr
+    assert not os.path.exists(tmp_path / "run" / "checkpoints")
