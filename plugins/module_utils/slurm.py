@@ -543,22 +543,41 @@ SECONDARY_ERRORS = ("Connection closed by peer", "Connection reset by peer", "re
 TRACEBACK_START = "Traceback (most recent call last):"
 
 
+# Python's lines between the tracebacks of a chained exception (the last one is the one raised).
+CHAIN_MARKERS = ("During handling of the above exception", "The above exception was the direct cause")
+
+
 def _rank_tracebacks(lines):
     """[(rank, index of its exception line, traceback lines)] in log order; rank is None for
-    lines without torch's "[rankN]: " prefix."""
-    found, open_tracebacks = [], {}
+    lines without torch's "[rankN]: " prefix. A chained exception is one traceback, from its
+    first "Traceback" line to the exception raised last."""
+    found, open_tracebacks, ended = [], {}, {}
     for index, line in enumerate(lines):
         match = RANK_PREFIX.match(line)
         rank, text = (match.group(1), match.group(2)) if match else (None, line)
+        chained = None
+        if rank in ended:  # (its place in found, the lines since its exception line)
+            if not text.strip() or text.startswith(CHAIN_MARKERS):
+                ended[rank][1].append(text)
+                continue
+            position, gap = ended.pop(rank)
+            if any(g.startswith(CHAIN_MARKERS) for g in gap):
+                chained = position, found[position][2] + gap
         if text.startswith(TRACEBACK_START):
-            open_tracebacks[rank] = [text]
+            position, block = chained or (None, [])
+            open_tracebacks[rank] = (position, block + [text])
         elif rank in open_tracebacks:
-            block = open_tracebacks[rank]
+            position, block = open_tracebacks[rank]
             block.append(text)
-            if text and not text[0].isspace() and EXCEPTION_LINE.match(text) and not text.startswith("During handling"):
-                found.append((rank, index, block[:60] if len(block) <= 60 else block[:20] + ["  ..."] + block[-39:]))
+            if text and not text[0].isspace() and EXCEPTION_LINE.match(text) and not text.startswith(CHAIN_MARKERS):
+                if position is None:
+                    position = len(found)
+                    found.append(None)
+                found[position] = (rank, index, block)
+                ended[rank] = (position, [])
                 del open_tracebacks[rank]
-    return found
+    return [(rank, index, block if len(block) <= 60 else block[:20] + ["  ..."] + block[-39:])
+            for rank, index, block in found]
 
 
 def log_summary(path, tail=30, errors=8):

@@ -423,6 +423,35 @@ def test_log_summary_shortens_a_deep_traceback_keeping_both_ends(tmp_path):
     assert traceback[20] == "  ..." and traceback[-1] == "RecursionError: deep"
 
 
+def test_log_summary_follows_a_chained_exception_to_the_one_raised_last(tmp_path):
+    chain = rank_traceback(None, "KeyError: 'step'") + [
+        "", "During handling of the above exception, another exception occurred:", ""] + rank_traceback(
+        None, "RuntimeError: boom")
+    summary = slurm.log_summary(write_log(tmp_path, ["starting"] + chain + ["after"]))
+    assert summary["failed_rank"] is None and summary["traceback"] == chain
+
+
+def test_log_summary_of_a_rank_whose_exception_was_raised_from_another(tmp_path):
+    disk_full = rank_traceback(0, "OSError: [Errno 28] No space left on device") + [
+        "[rank0]: ", "[rank0]: The above exception was the direct cause of the following exception:", "[rank0]: "
+    ] + rank_traceback(0, "trainer.checkpoint.CheckpointError: could not write the checkpoint of step 40; "
+                          "step_000030.pt is the newest complete one")
+    lost_peer = rank_traceback(1, GLOO_LOST_PEER)
+    # The ranks' lines interleave in the job's log.
+    lines = disk_full[:6] + lost_peer[:2] + disk_full[6:9] + lost_peer[2:] + disk_full[9:] + LAUNCHER_TRACEBACK
+    summary = slurm.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] == "0"
+    assert summary["traceback"] == [line[len("[rank0]: "):] for line in disk_full]
+    assert summary["traceback"][4] == "OSError: [Errno 28] No space left on device"
+    assert summary["traceback"][-1].startswith("trainer.checkpoint.CheckpointError: could not write")
+
+
+def test_log_summary_does_not_join_tracebacks_without_a_chain_line(tmp_path):
+    first, second = rank_traceback(None, "ValueError: first"), rank_traceback(None, "KeyError: 'second'")
+    summary = slurm.log_summary(write_log(tmp_path, first + [""] + second))
+    assert summary["traceback"] == first
+
+
 # ---------------------------------------------------------------- nodes out of service, controller down
 
 @pytest.mark.parametrize("state, reason, waits", [
