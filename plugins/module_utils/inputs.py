@@ -196,6 +196,9 @@ def _stage_errors(values):
 VOCAB_SIZE = 256
 RNG_BYTES_PER_RANK = 16384
 CHECKPOINT_OVERHEAD = 65536
+# torch.save's record of each tensor (zip entry, alignment, pickle): a model's 12 per layer and
+# 4 more, each also in the optimizer as two moments and a step count.
+BYTES_PER_TENSOR = 512
 DEFAULT_KEEP_CHECKPOINTS = 3
 
 
@@ -209,9 +212,12 @@ def workspace_need(values):
     layers, width, block = (_int(model.get(k)) for k in ("n_layer", "n_embd", "block_size"))
     if not all(isinstance(v, int) and v > 0 for v in (layers, width, block)):
         return None
-    params = 12 * layers * width * width + VOCAB_SIZE * width + block * width
+    # per layer: the attention's and the MLP's matrices and biases, two LayerNorms; then the
+    # final LayerNorm and the embeddings (the output layer shares the token embedding)
+    params = 12 * layers * width * width + 13 * layers * width + 2 * width + VOCAB_SIZE * width + block * width
+    tensors = (12 * layers + 4) * 4
     ranks = (_int(values.get("slurm_nodes")) or 1) * (_int(values.get("slurm_procs_per_node")) or 1)
-    one = params * 4 * 3 + ranks * RNG_BYTES_PER_RANK + CHECKPOINT_OVERHEAD
+    one = params * 4 * 3 + tensors * BYTES_PER_TENSOR + ranks * RNG_BYTES_PER_RANK + CHECKPOINT_OVERHEAD
     args = [str(a) for a in values.get("pretrain_extra_args") or []]
     keep = DEFAULT_KEEP_CHECKPOINTS
     for index, arg in enumerate(args):

@@ -6,9 +6,11 @@ import os
 
 import pytest
 import torch
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
 from trainer import checkpoint, train
 from trainer.checkpoint import CheckpointError, list_checkpoints
 from trainer.config import resolve_config
+from trainer.model import GPT, GPTConfig
 from trainer.prepare import read_meta
 from trainer.train import CRASH_ENV, EXIT_RENDEZVOUS, Distributed, build_parser, rendezvous_hint
 from trainer_testing import TINY_TRAINING, free_port, losses, read_metrics, run_module, trainer_env
@@ -135,3 +137,14 @@ def test_a_rank_whose_peers_never_come_stops_after_the_rendezvous_timeout(tmp_pa
     assert "the ranks did not all connect within 2 s (--rendezvous-timeout)" in result.stderr
     assert "GLOO_SOCKET_IFNAME=lo" in result.stderr
     assert not os.path.exists(tmp_path / "run" / "checkpoints")
+
+
+def test_preflight_asks_for_at_least_the_room_a_real_checkpoint_takes(data_dir, model_config_file, tmp_path):
+    model = dict(n_layer=6, n_head=2, n_embd=32, block_size=32)
+    out = tmp_path / "run"
+    assert run_here(data_dir, model_config_file, out, "--steps", 1, "--n-layer", 6, "--keep-checkpoints", 1) == 0
+    written = (out / "checkpoints" / "step_000001.pt").stat().st_size
+    need, how = inputs.workspace_need(dict(pretrain_model=model, pretrain_extra_args=["--keep-checkpoints", "1"]))
+    assert written <= need / 2 < 1.5 * written  # one kept, one being written
+    params = sum(p.numel() for p in GPT(GPTConfig(vocab_size=inputs.VOCAB_SIZE, dropout=0.0, **model)).parameters())
+    assert f"({params} parameters," in how
