@@ -543,22 +543,36 @@ SECONDARY_ERRORS = ("Connection closed by peer", "Connection reset by peer", "re
 TRACEBACK_START = "Traceback (most recent call last):"
 
 
+CHAINED = ("The above exception was the direct cause of the following exception:",
+           "During handling of the above exception, another exception occurred:")
+
+
 def _rank_tracebacks(lines):
     """[(rank, index of its exception line, traceback lines)] in log order; rank is None for
-    lines without torch's "[rankN]: " prefix."""
-    found, open_tracebacks = [], {}
+    lines without torch's "[rankN]: " prefix. A chained exception ("The above exception was
+    the direct cause ...") continues its rank's traceback down to the last exception."""
+    found, open_tracebacks, chain = [], {}, {}
     for index, line in enumerate(lines):
         match = RANK_PREFIX.match(line)
         rank, text = (match.group(1), match.group(2)) if match else (None, line)
         if text.startswith(TRACEBACK_START):
-            open_tracebacks[rank] = [text]
+            if rank in chain:  # the next link of a chain: reopen the rank's last traceback
+                position, phrase = chain.pop(rank)
+                open_tracebacks[rank] = found.pop(position)[2] + ["", phrase, "", text]
+            else:
+                open_tracebacks[rank] = [text]
         elif rank in open_tracebacks:
             block = open_tracebacks[rank]
             block.append(text)
-            if text and not text[0].isspace() and EXCEPTION_LINE.match(text) and not text.startswith("During handling"):
-                found.append((rank, index, block[:60] if len(block) <= 60 else block[:20] + ["  ..."] + block[-39:]))
+            if text and not text[0].isspace() and EXCEPTION_LINE.match(text):
+                found.append((rank, index, block))
                 del open_tracebacks[rank]
-    return found
+        elif text.strip() in CHAINED and any(r == rank for r, _i, _b in found):
+            chain[rank] = (max(k for k, (r, _i, _b) in enumerate(found) if r == rank), text.strip())
+        elif text.strip() and rank in chain:
+            del chain[rank]
+    return [(rank, index, block if len(block) <= 60 else block[:20] + ["  ..."] + block[-39:])
+            for rank, index, block in found]
 
 
 def log_summary(path, tail=30, errors=8):
@@ -579,6 +593,9 @@ def log_summary(path, tail=30, errors=8):
         "errors": [line for line in lines if ERROR_LINE.search(line)][:errors],
         "failed_rank": cause[0] if cause else None,
         "traceback": cause[2] if cause else [],
+        # every traceback is a consequence: the process that failed first left none (killed,
+        # out of memory, its node lost)
+        "lost_peer": bool(tracebacks) and not primary,
     }
 
 
