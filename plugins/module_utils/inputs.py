@@ -67,6 +67,9 @@ def validate(values):
         if not workspace.startswith("/") or "\n" in workspace or "\0" in workspace:
             errors.append("slurm_workspace=%r must be an absolute path to a directory that the login node and "
                           "every compute node share." % values["slurm_workspace"])
+        elif "\\" in workspace:
+            errors.append("slurm_workspace=%r contains a backslash, which turns off Slurm's %%j/%%x in the job log "
+                          "names there: pick a path without one." % values["slurm_workspace"])
     if "slurm_python" in values:
         python = values["slurm_python"]
         if not isinstance(python, str) or not python.strip() or "\n" in python or "\0" in python:

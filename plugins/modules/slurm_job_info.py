@@ -162,7 +162,9 @@ log:
       is active or one waits for nodes). C(tail) has its last O(log_lines) lines, C(errors) its
       first 8 error lines, C(traceback) the Python traceback of the rank that failed first (the
       first one that is not a lost-peer consequence such as C(Connection closed by peer)), with
-      C(failed_rank) its rank from torch's C([rankN]:) prefix (null without one).
+      C(failed_rank) its rank from torch's C([rankN]:) prefix (null without one). C(lost_peer) is
+      true when every traceback is such a consequence (the process that failed first left none,
+      being killed, out of memory or on a lost node), and C(traceback) is the first rank's that noticed.
     - Null when the file cannot be read.
   returned: when log_lines is given and no job is active
   type: dict
@@ -171,6 +173,7 @@ log:
     tail: ["srun: error: slurm-worker-1: task 1: Exited with exit code 1"]
     errors: ["[rank3]: RuntimeError: CUDA error: out of memory"]
     failed_rank: "3"
+    lost_peer: false
     traceback: ["Traceback (most recent call last):", "  File \"train.py\", line 9, in <module>",
                 "RuntimeError: CUDA error: out of memory"]
 progress:

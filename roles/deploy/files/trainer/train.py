@@ -344,7 +344,7 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
     peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if use_bf16 else None
     flops_per_token = raw_model.flops_per_token()
     step_pause = float(os.environ.get(STEP_PAUSE_ENV, "0"))
-    crash_rank, _, crash_step = os.environ.get(CRASH_ENV, "").partition(":")
+    crash_rank, crash_step = (os.environ.get(CRASH_ENV, "") + ":").split(":")[:2]
 
     metrics = None
     if dist.is_main:

@@ -1,0 +1,617 @@
+"""Faults injected into a running pipeline on the real local cluster, one test each; what
+each shows is a row of docs/reliability.md.
+
+Every test starts `ansible-playbook playbooks/pretrain.yml` (the nccl_env, deploy and
+pretrain stages, as a user reruns them) for a small run of its own, waits until the job
+trains, injects the fault and then checks what a user would check: the play's result and
+message, the job's state, the checkpoints, the metrics, and what a rerun does.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from cluster import BIN, CLUSTER_DIR, ROOT, PlaybookResult, ansible_env, slurm
+
+WORKSPACE = "/var/tmp/llmtrain-workspace"
+RUNS = os.path.join(ROOT, "runs")
+STAGES = "nccl_env,deploy,pretrain"
+MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}
+
+
+def run_vars(run, steps=60, pause=0.2, interval=10, extra_env=None, **more):
+    """Extra vars for a small run: 3 nodes x 2 ranks, a checkpoint every `interval` steps,
+    every step logged, each step slowed by `pause` seconds (TRAINER_FAULT_STEP_PAUSE_S
+    reaches the ranks through the run's env file) so that a fault lands mid-run."""
+    env = {"TRAINER_FAULT_STEP_PAUSE_S": str(pause)}
+    env.update(extra_env or {})
+    values = {
+        "pretrain_run_name": run,
+        "pretrain_steps": steps,
+        "pretrain_model": MODEL,
+        "pretrain_batch_size": 4,
+        "pretrain_checkpoint_interval": interval,
+        "pretrain_extra_args": ["--log-interval", "1", "--eval-interval", "0", "--warmup", "5",
+                                "--keep-checkpoints", "100"],
+        "pretrain_poll_interval": 2,
+        "deploy_dataset_max_bytes": 200000,
+        "nccl_env_extra": env,
+    }
+    values.update(more)
+    return values
+
+
+class Playbook:
+    """ansible-playbook started in the background, in a session of its own (its process
+    group is what a terminal's Ctrl-C reaches)."""
+
+    def __init__(self, values, playbook="pretrain.yml", tags=STAGES, args=()):
+        log_name = re.sub(r"[^\w.-]", "_", str(values["pretrain_run_name"]))
+        self.log = open(os.path.join(RUNS, ".reliability-%s.log" % log_name), "w+")
+        argv = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-e", json.dumps(values)]
+        argv += ["--tags", tags] if tags else []
+        self.proc = subprocess.Popen(argv + list(args), cwd=ROOT, env=ansible_env(), stdout=self.log,
+                                     stderr=subprocess.STDOUT, universal_newlines=True, start_new_session=True)
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def wait(self, timeout=600):
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError("the playbook did not end within %d s:\n%s" % (timeout, self.output()[-6000:]))
+        proc = subprocess.CompletedProcess([], self.proc.returncode, self.output())
+        self.log.close()
+        return PlaybookResult(proc)
+
+    def interrupt(self):
+        """Ctrl-C: SIGINT to the whole process group."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+
+def run_playbook_now(values, tags=STAGES, timeout=600):
+    return Playbook(values, tags=tags).wait(timeout)
+
+
+# Run names of this session: jobs of an earlier session's runs may still be in the queue.
+SESSION = "%05x" % (int(time.time()) % 0xFFFFF)
+
+
+def fresh(name):
+    run = "rel-%s-%s" % (name, SESSION)
+    shutil.rmtree(os.path.join(WORKSPACE, run), ignore_errors=True)
+    shutil.rmtree(os.path.join(RUNS, run), ignore_errors=True)
+    os.makedirs(RUNS, exist_ok=True)
+    return run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def remove_runs():
+    """The runs these tests make (workspace and controller side), before and after."""
+    def remove():
+        for base in (WORKSPACE, RUNS):
+            if os.path.isdir(base):
+                for name in os.listdir(base):
+                    if name.startswith(("rel-", ".reliability-")):
+                        path = os.path.join(base, name)
+                        shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+    remove()
+    yield
+    remove()
+
+
+def records(run):
+    path = os.path.join(WORKSPACE, run, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.endswith("\n")]
+
+
+def step_records(run):
+    return [r for r in records(run) if "loss" in r]
+
+
+def training_step(run):
+    steps = step_records(run)
+    return steps[-1]["step"] if steps else 0
+
+
+def events(run, name):
+    return [r for r in records(run) if r.get("event") == name]
+
+
+def checkpoints(run):
+    directory = os.path.join(WORKSPACE, run, "checkpoints")
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(m.group(1)) for m in map(re.compile(r"^step_(\d+)\.pt$").match, os.listdir(directory)) if m)
+
+
+def observe(fault, **figures):
+    """Print what a fault cost (with pytest -s): the "observed" column of docs/reliability.md."""
+    print("reliability: %s: %s" % (fault, ", ".join("%s=%s" % item for item in sorted(figures.items()))))
+
+
+def wait_for(predicate, timeout, what, playbook=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if playbook is not None and playbook.proc.poll() is not None:
+            raise AssertionError("the playbook ended while waiting for %s:\n%s" % (what, playbook.output()[-6000:]))
+        time.sleep(0.25)
+    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+
+
+def jobs(run):
+    """[(job id, state)] of the run's training job(s) the controller knows."""
+    out = slurm("squeue", "--noheader", "--states=all", "--name=llmtrain-" + run, "--format=%i %T")
+    return [tuple(line.split()) for line in out.splitlines() if line.strip()]
+
+
+def only_job(run):
+    """The id of the run's one training job."""
+    (job_id, _state_now), = jobs(run)
+    return job_id
+
+
+def job_state(job_id):
+    return slurm("squeue", "--noheader", "--states=all", "--jobs", job_id, "--format=%T").strip()
+
+
+def job_logs(run):
+    """The text of the run's training job logs."""
+    directory = os.path.join(WORKSPACE, run, "logs")
+    texts = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("llmtrain-" + run + "-"):
+            with open(os.path.join(directory, name)) as handle:
+                texts.append(handle.read())
+    return "".join(texts)
+
+
+def job_runtime_s(job_id):
+    days, hours, minutes, seconds = re.search(r"RunTime=(?:(\d+)-)?(\d+):(\d+):(\d+)",
+                                              slurm("scontrol", "show", "job", job_id)).groups()
+    return ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + int(seconds)
+
+
+def steps_trained_twice(run):
+    """Steps whose loss was recorded more than once: work redone after the fault."""
+    seen = [r["step"] for r in step_records(run)]
+    return len(seen) - len(set(seen))
+
+
+def assert_every_step_once(run, steps):
+    seen = sorted(set(r["step"] for r in step_records(run)))
+    assert seen == list(range(1, steps + 1)), seen
+
+
+def load_checkpoint(run, step):
+    """The checkpoint loads with the trainer's own loader (what resume and inference use)."""
+    code = ("import sys; from trainer.checkpoint import load_checkpoint; "
+            "print(load_checkpoint(sys.argv[1])['step'])")
+    path = os.path.join(WORKSPACE, run, "checkpoints", "step_%06d.pt" % step)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "roles", "deploy", "files"))
+    out = subprocess.run([os.path.join(BIN, "python"), "-c", code, path], env=env, stdout=subprocess.PIPE,
+                         universal_newlines=True, check=True, timeout=120).stdout
+    return int(out)
+
+
+@pytest.fixture(scope="module")
+def reference(local_cluster):
+    """An uninterrupted run: the step count and losses a faulted run must end with."""
+    run = fresh("reference")
+    result = run_playbook_now(run_vars(run, pause=0))
+    assert result.rc == 0, result.output[-6000:]
+    return {r["step"]: r["loss"] for r in step_records(run)}
+
+
+# 1. Preemption ---------------------------------------------------------------------------
+
+def test_preemption_requeue_checkpoints_and_resumes_at_the_same_step(reference):
+    run = fresh("preempt")
+    play = Playbook(run_vars(run))
+    wait_for(lambda: training_step(run) >= 15, 180, "training to pass step 15", play)
+    job_id = only_job(run)
+    slurm("scontrol", "requeue", job_id)
+    requeued_at = time.monotonic()
+    result = play.wait()
+    assert result.rc == 0, result.output[-6000:]
+    observe("preemption", play_end_after_requeue_s=round(time.monotonic() - requeued_at),
+            steps_trained_twice=steps_trained_twice(run))
+    preempted, = events(run, "preempted")
+    resumed, = events(run, "resume")
+    assert preempted["signal"] == "SIGTERM" and resumed["step"] == preempted["step"] >= 15
+    assert checkpoints(run)[-1] == 60 == max(reference)
+    assert_every_step_once(run, 60)
+    assert steps_trained_twice(run) == 0
+    assert [j for j, _ in jobs(run)] == [job_id]  # the same job ran again; nothing was doubled
+    # the same trajectory: every loss is the uninterrupted run's to float32 rounding (seen here:
+    # a few steps differ in the last bit or two, under 1e-6)
+    losses = {r["step"]: r["loss"] for r in step_records(run)}
+    assert losses.keys() == reference.keys()
+    assert all(abs(losses[s] - reference[s]) < 1e-5 for s in reference), (losses, reference)
+
+
+# 9. Watcher interrupted ------------------------------------------------------------------
+
+def test_ctrl_c_of_the_watcher_leaves_the_job_running_and_a_rerun_reattaches(local_cluster):
+    run = fresh("ctrl-c")
+    play = Playbook(run_vars(run))
+    wait_for(lambda: training_step(run) >= 5, 180, "training to pass step 5", play)
+    job_id = only_job(run)
+    play.interrupt()
+    stopped = play.wait(60)
+    assert stopped.rc != 0
+    at_interrupt = training_step(run)
+    assert job_state(job_id) == "RUNNING"
+    wait_for(lambda: training_step(run) > at_interrupt + 3, 60, "the job to go on training")
+    again = run_playbook_now(run_vars(run))
+    assert again.rc == 0, again.output[-6000:]
+    observe("ctrl-c", steps_trained_twice=steps_trained_twice(run), training_jobs=len(jobs(run)))
+    assert [j for j, _ in jobs(run)] == [job_id]
+    assert checkpoints(run)[-1] == 60 and not events(run, "resume")  # one uninterrupted job
+    assert_every_step_once(run, 60)
+
+
+# 3. Node loss ----------------------------------------------------------------------------
+
+def netns_pids(node):
+    out = subprocess.run(["ip", "netns", "pids", "llmt-" + node], stdout=subprocess.PIPE, universal_newlines=True,
+                         check=True).stdout
+    return [int(pid) for pid in out.split()]
+
+
+def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_cluster):
+    run = fresh("node-loss")
+    play = Playbook(run_vars(run))
+    wait_for(lambda: training_step(run) >= 15, 180, "training to pass step 15", play)
+    job_id = only_job(run)
+    # the node dies: its slurmd, the job's step daemon, the launcher and both ranks
+    for pid in netns_pids("slurm-worker-1"):
+        os.kill(pid, signal.SIGKILL)
+    killed_at, at_kill = time.monotonic(), training_step(run)
+    result = play.wait(300)
+    noticed_s = time.monotonic() - killed_at
+    assert result.rc != 0
+    # the controller's SlurmdTimeout (30 s on the local cluster) bounds it
+    assert noticed_s < 120, noticed_s
+    assert re.search(r"Training job %s \(llmtrain-%s\) lost a node and was requeued" % (job_id, run), result.output)
+    assert re.search(r"Out of service in partition debug: slurm-worker-1 \(down[^)]*Not responding", result.output), \
+        result.output[-4000:]
+    assert job_state(job_id) == "PENDING"  # requeued: it resumes by itself once the node is back
+    last_good = checkpoints(run)[-1]
+    assert last_good <= at_kill and load_checkpoint(run, last_good) == last_good
+    # the node comes back; the rerun re-attaches to the queued job, which resumes
+    run_playbook_local_cluster()
+    again = run_playbook_now(run_vars(run))
+    assert again.rc == 0, again.output[-6000:]
+    assert [j for j, _ in jobs(run)] == [job_id]
+    resumed, = events(run, "resume")
+    observe("node-loss", play_failed_after_s=round(noticed_s), killed_at_step=at_kill, resumed_at=resumed["step"],
+            steps_trained_twice=steps_trained_twice(run))
+    assert resumed["step"] == last_good  # steps lost: those after it, redone
+    assert checkpoints(run)[-1] == 60
+    assert_every_step_once(run, 60)
+
+
+def run_playbook_local_cluster():
+    from cluster import run_playbook
+    run_playbook("local_cluster.yml")
+
+
+# 4. Rank crash ---------------------------------------------------------------------------
+
+def test_rank_crash_ends_the_job_promptly_with_that_ranks_traceback(local_cluster):
+    run = fresh("rank-crash")
+    play = Playbook(run_vars(run, extra_env={"TRAINER_FAULT_CRASH": "3:12"}))
+    wait_for(lambda: training_step(run) >= 12, 180, "training to reach step 12", play)
+    crashed_at = time.monotonic()
+    result = play.wait(300)
+    observe("rank-crash", play_failed_after_s=round(time.monotonic() - crashed_at))
+    assert time.monotonic() - crashed_at < 60  # not the 30-minute time limit
+    assert result.rc != 0
+    (job_id, state), = jobs(run)
+    assert state == "FAILED"
+    # rank 3 = node_rank 1 (2 ranks per node) = slurm-worker-1
+    assert "Rank 3 failed first (node slurm-worker-1); its traceback:" in result.output, result.output[-6000:]
+    traceback = result.output.split("its traceback:", 1)[1].split("First error lines", 1)[0]
+    assert "Traceback (most recent call last):" in traceback and "trainer/train.py" in traceback
+    assert "RuntimeError: fault injected by TRAINER_FAULT_CRASH=3:12 on rank 3" in traceback
+    assert "Connection closed by peer" not in traceback  # the others' complaints are not the cause
+    assert training_step(run) < 20 and checkpoints(run) == [10]
+
+
+# 5. Rendezvous failure -------------------------------------------------------------------
+
+def test_wrong_interface_fails_within_the_rendezvous_timeout_naming_the_interface(local_cluster):
+    # lo exists on every node (so the probe's interface check passes), but it reaches no other node
+    run = fresh("rendezvous")
+    play = Playbook(run_vars(run, nccl_env_socket_ifname="lo", pretrain_rendezvous_timeout=20))
+    result = play.wait(300)
+    assert result.rc != 0
+    (job_id, state), = jobs(run)
+    assert state == "FAILED"
+    observe("rendezvous", job_runtime_s=job_runtime_s(job_id), rendezvous_timeout_s=20)
+    assert job_runtime_s(job_id) < 20 + 40  # the timeout, plus start-up and teardown
+    assert re.search(r"train: error: rendezvous failed on rank \d+ \(slurm-worker-\d", result.output), \
+        result.output[-6000:]
+    assert "GLOO_SOCKET_IFNAME=lo" in result.output and "nccl_env_socket_ifname" in result.output
+    assert not step_records(run) and not checkpoints(run)
+
+
+# 2. Time limit ---------------------------------------------------------------------------
+
+def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cluster):
+    # A 2-minute limit and the warning signal 45 s before it: each start trains for about a
+    # minute. Slurm holds a requeued job for about 2 minutes before it runs again.
+    run = fresh("time-limit")
+    values = run_vars(run, steps=150, pause=0.5, interval=0, slurm_time_limit="00:02:00", pretrain_signal_lead=45,
+                      pretrain_requeue_max=0)
+    first = run_playbook_now(values, timeout=400)
+    assert first.rc != 0
+    assert "pretrain_requeue_max=0 requeues are used up" in first.output, first.output[-6000:]
+    stopped, = events(run, "preempted")
+    assert stopped["signal"] == "SIGUSR2" and 0 < stopped["step"] < 150
+    assert checkpoints(run) == [stopped["step"]] and load_checkpoint(run, stopped["step"]) == stopped["step"]
+    values["pretrain_requeue_max"] = 3
+    second = run_playbook_now(values, timeout=1200)
+    assert second.rc == 0, second.output[-6000:]
+    preempted = events(run, "preempted")
+    resumes = events(run, "resume")
+    assert len(preempted) >= 2 and [r["step"] for r in resumes] == [p["step"] for p in preempted]
+    assert "requeue 1 of 3" in job_logs(run)
+    observe("time-limit", stops=len(preempted) + 1, steps_trained_twice=steps_trained_twice(run))
+    assert checkpoints(run)[-1] == 150
+    assert_every_step_once(run, 150)  # the signal lands on a step boundary: nothing is lost
+
+
+# 6. SIGKILL during a checkpoint write ----------------------------------------------------
+
+def test_sigkill_during_a_checkpoint_write_keeps_the_previous_checkpoint(local_cluster):
+    run = fresh("kill-mid-write")
+    ckpt_dir = os.path.join(WORKSPACE, run, "checkpoints")
+    # every checkpoint write pauses 6 s after its first bytes, half written on disk
+    play = Playbook(run_vars(run, extra_env={"TRAINER_FAULT_CHECKPOINT_WRITE_PAUSE_S": "6"}))
+
+    def writing_second():
+        names = os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []
+        partial = [n for n in names if n.startswith(".step_000020.pt.tmp-")]
+        return partial and "step_000010.pt" in names and partial[0]
+
+    partial = wait_for(writing_second, 240, "the second checkpoint's write", play)
+    os.kill(int(partial.rsplit("-", 1)[1]), signal.SIGKILL)  # the writer's pid is in the temp name
+    at_kill = training_step(run)
+    result = play.wait(300)
+    assert result.rc != 0
+    assert "No rank left a traceback of its own" in result.output, result.output[-6000:]
+    assert checkpoints(run) == [10] and load_checkpoint(run, 10) == 10
+    again = run_playbook_now(run_vars(run))
+    assert again.rc == 0, again.output[-6000:]
+    resumed, = events(run, "resume")
+    observe("sigkill-mid-write", killed_at_step=at_kill, resumed_at=resumed["step"],
+            steps_trained_twice=steps_trained_twice(run))
+    assert resumed["step"] == 10 and at_kill == 20  # steps lost: 11-20, trained again
+    assert not [n for n in os.listdir(ckpt_dir) if ".tmp-" in n]  # the half-written file is gone
+    assert checkpoints(run) == [10, 20, 30, 40, 50, 60]
+    assert_every_step_once(run, 60)
+
+
+# 7. Controller restart -------------------------------------------------------------------
+
+def controller_pid():
+    with open(os.path.join(CLUSTER_DIR, "run", "slurmctld.pid")) as handle:
+        return int(handle.read().strip())
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().split(")")[-1].split()[0] not in ("Z", "X")
+    except (IOError, OSError):
+        return False
+
+
+def stop_controller():
+    """Stop slurmctld (SIGTERM, as `systemctl stop slurmctld` does); its argv, to start it again."""
+    pid = controller_pid()
+    with open("/proc/%d/cmdline" % pid) as handle:
+        argv = handle.read().split("\0")[:-1]
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not alive(pid), 60, "slurmctld to stop")
+    return argv
+
+
+def start_controller(argv):
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True, timeout=60)  # it daemonizes itself
+    env = dict(os.environ, SLURM_CONF=os.path.join(CLUSTER_DIR, "etc", "slurm.conf"))
+    wait_for(lambda: subprocess.run(["scontrol", "ping"], env=env, stdout=subprocess.PIPE,
+                                    check=False).returncode == 0, 60, "slurmctld to answer")
+
+
+def test_controller_restart_while_watching(local_cluster):
+    run = fresh("ctld-restart")
+    values = run_vars(run, steps=300, pretrain_controller_timeout=8)
+    play = Playbook(values)
+    wait_for(lambda: training_step(run) >= 5, 180, "training to pass step 5", play)
+    job_id = only_job(run)
+    # an outage longer than pretrain_controller_timeout: the play stops watching, saying why
+    argv = stop_controller()
+    try:
+        stopped = play.wait(120)
+        assert stopped.rc != 0
+        assert re.search(r"The Slurm controller has not answered for \d+ s .*Run this again \(the playbook "
+                         r"re-attaches to its jobs\)", stopped.output), stopped.output[-4000:]
+        at_stop = training_step(run)
+        wait_for(lambda: training_step(run) > at_stop + 3, 60, "the job to go on training without the controller")
+    finally:
+        start_controller(argv)
+    # the rerun re-attaches; a restart while it watches (shorter than the timeout) is ridden out
+    values["pretrain_controller_timeout"] = 600
+    again = Playbook(values)
+    wait_for(lambda: "Watch the training job" in again.output(), 120, "the rerun to watch", again)
+    stop_controller()
+    time.sleep(15)
+    start_controller(argv)
+    result = again.wait(600)
+    assert result.rc == 0, result.output[-6000:]
+    observe("controller-restart", training_jobs=len(jobs(run)), steps_trained_twice=steps_trained_twice(run))
+    assert [j for j, _ in jobs(run)] == [job_id]  # re-attached, never doubled
+    assert not events(run, "resume") and checkpoints(run)[-1] == 300
+    assert_every_step_once(run, 300)
+
+
+# 8. Workspace unwritable / disk full -----------------------------------------------------
+
+@pytest.fixture
+def mounts():
+    """Small tmpfs mounts (read-only or nearly full filesystems), unmounted afterwards."""
+    made = []
+
+    def mount(path, options):
+        os.makedirs(path, exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path], check=True)
+        made.append(path)
+        return path
+
+    yield mount
+    for path in reversed(made):
+        subprocess.run(["umount", "-l", path], check=False)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def pipeline_job_ids():
+    lines = slurm("squeue", "--noheader", "--states=all", "--format=%i %j").splitlines()
+    probes = ("llmtrain-preflight", "llmtrain-gpu-check")
+    return set(line.split()[0] for line in lines if not line.split()[1].startswith(probes))
+
+
+def test_unwritable_or_full_workspace_fails_before_any_job(local_cluster, mounts):
+    before = pipeline_job_ids()
+    read_only = mounts("/var/tmp/llmtrain-rel-read-only-" + SESSION, "ro,size=1m")
+    result = run_playbook_now(dict(run_vars(fresh("read-only")), slurm_workspace=read_only), tags=None)
+    assert result.rc != 0
+    assert "slurm_workspace=%s cannot be created or written on the login node" % read_only in result.output
+    assert "Read-only file system" in result.output
+    full = mounts("/var/tmp/llmtrain-rel-full-" + SESSION, "size=256k")
+    result = run_playbook_now(dict(run_vars(fresh("full")), slurm_workspace=full), tags=None)
+    assert result.rc != 0
+    assert re.search(r"slurm_workspace=%s has 0\.\d MiB free, and this run's checkpoints take about \d+\.\d MiB "
+                     r"\(101 checkpoints of about 0\.\d MiB" % full, result.output), result.output[-4000:]
+    assert pipeline_job_ids() == before  # nothing was submitted (preflight's probes never ran either)
+
+
+def test_disk_full_mid_run_fails_loudly_and_keeps_the_previous_checkpoint(local_cluster, mounts):
+    run = fresh("disk-full")
+    ckpt_dir = os.path.join(WORKSPACE, run, "checkpoints")
+    mounts(ckpt_dir, "size=900k")  # room for two checkpoints of this model (about 370 kB each)
+    result = run_playbook_now(run_vars(run, pause=0))
+    assert result.rc != 0
+    assert "Rank 0 failed first (node slurm-worker-0)" in result.output, result.output[-6000:]
+    assert re.search(r"CheckpointError: could not write the checkpoint of step 30 in \S+ \(\w+: .*No space left on "
+                     r"device.*\); nothing of it is left behind, and step_000020.pt is the newest complete one",
+                     result.output), result.output[-6000:]
+    assert checkpoints(run) == [10, 20] and load_checkpoint(run, 20) == 20
+    assert not [n for n in os.listdir(ckpt_dir) if ".tmp-" in n]
+    assert os.path.exists(os.path.join(RUNS, run, "report.md")) and job_logs(run)  # logs and report kept
+
+
+# 10. Inputs: metacharacters, file modes, secrets -----------------------------------------
+
+CANARY = "/tmp/llmtrain-rel-executed"
+HOSTILE = "$(touch %s-1) `touch %s-2` ; touch %s-3 | & > < 'single' \"double\" * ? ~ #" % (CANARY, CANARY, CANARY)
+
+
+def canaries():
+    return [n for n in os.listdir("/tmp") if n.startswith(os.path.basename(CANARY))]
+
+
+def test_metacharacters_are_literal_modes_are_sane_and_secrets_stay_secret(local_cluster, tmp_path):
+    for name in canaries():
+        os.unlink(os.path.join("/tmp", name))
+    workspace = "/var/tmp/llmtrain-rel ws %s $(touch %s-ws) 'q' \"d\"" % (SESSION, CANARY)
+    run = fresh("inputs")
+    secret = "s3cret-%s-$(touch %s-secret)" % (SESSION, CANARY)
+    prompts = ["def " + HOSTILE, "it's \"quoted\"\n\t$HOME %s" % HOSTILE]
+    values = run_vars(run, steps=20, pause=0, slurm_workspace=workspace, inference_prompts=prompts,
+                      inference_max_new_tokens=20, slurm_secret_env={"LLMTRAIN_TEST_TOKEN": secret},
+                      extra_env={"LLMTRAIN_TEST_VALUE": HOSTILE})
+    try:
+        # the whole pipeline (preflight to inference), verbose and with diffs: where a secret could leak
+        result = Playbook(values, tags=None, args=["-v", "--diff"]).wait(900)
+        assert result.rc == 0, result.output[-6000:]
+        run_dir = os.path.join(workspace, run)
+        local = os.path.join(RUNS, run)
+        assert checkpoints_in(run_dir)[-1] == 20
+        # prompts reach the model literally
+        samples = open(os.path.join(local, "samples.txt")).read()
+        for prompt in prompts:
+            assert prompt in samples
+        # env values are exported literally (the job's shell sources these files)
+        env_file = os.path.join(run_dir, "env", "slurm-worker-0.env")
+        assert sourced(env_file, "LLMTRAIN_TEST_VALUE") == HOSTILE
+        secrets = os.path.join(run_dir, "env", "secrets.env")
+        assert sourced(secrets, "LLMTRAIN_TEST_TOKEN") == secret
+        assert "secrets.env" in open(os.path.join(run_dir, "scripts", "pretrain.sbatch")).read()
+        assert canaries() == []  # nothing in any value was run
+        # modes: scripts 0755, env files 0644, the secrets 0600, nothing world-writable
+        assert mode(os.path.join(run_dir, "scripts", "pretrain.sbatch")) == 0o755
+        assert mode(env_file) == 0o644 and mode(secrets) == 0o600
+        for top in (run_dir, local):
+            for base, dirs, files in os.walk(top):
+                for name in dirs + files:
+                    path = os.path.join(base, name)
+                    assert not os.path.islink(path) and not mode(path) & 0o002, path
+        # the secret is nowhere but in its file: not the play's output, the job script and log,
+        # Slurm's job record, the run's facts or report
+        assert secret not in result.output and "s3cret-" + SESSION not in result.output
+        job_id = only_job(run)
+        assert "s3cret-" not in slurm("scontrol", "show", "job", job_id)
+        for top in (run_dir, local):
+            for base, _dirs, files in os.walk(top):
+                for name in files:
+                    path = os.path.join(base, name)
+                    if path != secrets:
+                        with open(path, "rb") as handle:
+                            assert b"s3cret-" not in handle.read(), path
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+
+
+def test_a_run_name_with_metacharacters_is_refused_before_anything_runs(local_cluster):
+    run = "x; touch %s-run-name" % CANARY
+    result = run_playbook_now(dict(run_vars("unused"), pretrain_run_name=run), tags=None)
+    assert result.rc != 0
+    assert "pretrain_run_name=%r must be 1-64 letters, digits, . _ - starting with a letter or digit" % run \
+        in result.output.replace("\\\\", "\\").replace('\\"', '"')
+    assert canaries() == [] and not os.path.exists(os.path.join(WORKSPACE, run))
+
+
+def checkpoints_in(run_dir):
+    names = os.listdir(os.path.join(run_dir, "checkpoints"))
+    return sorted(int(m.group(1)) for m in map(re.compile(r"^step_(\d+)\.pt$").match, names) if m)
+
+
+def sourced(path, name):
+    """The value a POSIX shell exports for name after sourcing path, as the job's step does."""
+    out = subprocess.run(["sh", "-c", '. "$1" && printenv "$2"', "sh", path, name], check=True,
+                         stdout=subprocess.PIPE, universal_newlines=True).stdout
+    return out[:-1]
+
+
+def mode(path):
+    return os.stat(path).st_mode & 0o777
