@@ -598,6 +598,9 @@ def log_summary(path, tail=30, errors=8):
         "errors": [line for line in lines if ERROR_LINE.search(line)][:errors],
         "failed_rank": cause[0] if cause else None,
         "traceback": cause[2] if cause else [],
+        # every traceback is a consequence: the process that failed first left none (killed,
+        # out of memory, its node lost)
+        "lost_peer": bool(tracebacks) and not primary,
     }
 
 

@@ -390,6 +390,7 @@ def test_log_summary_with_only_lost_peers_takes_the_first(tmp_path):
     lines = rank_traceback(5, "RuntimeError: Connection reset by peer") + rank_traceback(0, GLOO_LOST_PEER)
     summary = slurm.log_summary(write_log(tmp_path, lines))
     assert summary["failed_rank"] == "5" and summary["traceback"][-1] == "RuntimeError: Connection reset by peer"
+    assert summary["lost_peer"] is True  # nobody raised first: a process died without a traceback
 
 
 def test_log_summary_of_a_log_without_a_traceback(tmp_path):
@@ -404,7 +405,7 @@ def test_log_summary_of_a_log_without_a_traceback(tmp_path):
 def test_log_summary_of_a_single_process_traceback(tmp_path):
     lines = ["train: 7,000 parameters"] + rank_traceback(None, "ValueError: bad value") + ["done?"]
     summary = slurm.log_summary(write_log(tmp_path, lines))
-    assert summary["failed_rank"] is None
+    assert summary["failed_rank"] is None and summary["lost_peer"] is False
     assert summary["traceback"] == rank_traceback(None, "ValueError: bad value")
 
 
