@@ -75,8 +75,8 @@ def test_a_full_disk_at_the_first_checkpoint_says_there_is_none(monkeypatch, dat
         run_here(data_dir, model_config_file, tmp_path / "run", "--steps", 4, "--checkpoint-interval", 2)
 
 
-def test_a_disk_that_fills_mid_write_leaves_no_partial_file_and_the_rerun_resumes(monkeypatch, data_dir,
-                                                                                   model_config_file, tmp_path):
+def test_a_disk_that_fills_mid_write_leaves_no_partial_file_and_the_rerun_resumes(
+        monkeypatch, data_dir, model_config_file, tmp_path):
     real_save, writes = torch.save, []
 
     def save(obj, f, *args, **kwargs):

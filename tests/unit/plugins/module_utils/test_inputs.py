@@ -183,3 +183,11 @@ def test_workspace_need_grows_with_the_ranks_random_states():
 ])
 def test_workspace_need_is_unknown_for_your_own_script_or_no_model(values):
     assert inputs.workspace_need(values) is None
+
+
+def test_a_workspace_may_hold_metacharacters_but_no_backslash():
+    # spaces, quotes, $( ), ; and % are quoted where they are used (argv, quote, the sbatch directive)
+    assert inputs.validate(dict(GOOD, slurm_workspace="/shared/ws 1/it's \"$(x)\"; 100%")) == []
+    errors = inputs.validate(dict(GOOD, slurm_workspace="/shared/a\\b"))
+    assert len(errors) == 1 and errors[0].startswith("slurm_workspace='/shared/a\\\\b' contains a backslash")
+    assert "pick a path without one" in errors[0]

@@ -497,14 +497,14 @@ UNREACHABLE = "slurm_load_jobs error: Unable to contact slurm controller (connec
 def test_an_unanswering_controller_is_its_own_error():
     assert issubclass(slurm.ControllerUnreachable, slurm.SlurmError)
     err = slurm.slurm_error(["/usr/bin/squeue", "--noheader"], 1, "", UNREACHABLE)
-    assert type(err) is slurm.ControllerUnreachable
+    assert err.__class__ is slurm.ControllerUnreachable
     assert str(err) == ("/usr/bin/squeue --noheader failed (rc 1): "
                         "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
-    assert type(slurm.slurm_error(["scontrol"], 1, "Socket timed out on send/recv operation", "")) is \
-        slurm.ControllerUnreachable  # what stdout says when stderr is empty
+    timed_out = slurm.slurm_error(["scontrol"], 1, "Socket timed out on send/recv operation", "")
+    assert timed_out.__class__ is slurm.ControllerUnreachable  # what stdout says when stderr is empty
     other = slurm.slurm_error(["scontrol"], 1, "", "scontrol: error: Access/permission denied\n")
-    assert type(other) is slurm.SlurmError
-    assert type(slurm.slurm_error(["squeue"], 1, "", fixture("squeue_no_config.txt"))) is slurm.SlurmError
+    assert other.__class__ is slurm.SlurmError
+    assert slurm.slurm_error(["squeue"], 1, "", fixture("squeue_no_config.txt")).__class__ is slurm.SlurmError
 
 
 def test_show_job_raises_controller_unreachable_and_still_knows_forgotten_jobs():
@@ -515,7 +515,7 @@ def test_show_job_raises_controller_unreachable_and_still_knows_forgotten_jobs()
     module = FakeModule([(1, "", "scontrol: error: Access/permission denied\n")])
     with pytest.raises(slurm.SlurmError) as info:
         slurm.Slurm(module).show_job("7")
-    assert type(info.value) is slurm.SlurmError and "Access/permission denied" in str(info.value)
+    assert info.value.__class__ is slurm.SlurmError and "Access/permission denied" in str(info.value)
 
     row = slurm.FIELD_SEP.join(["7", "train", "COMPLETED", "0:0", "00:01:05", "n1", "2026-01-01T00:00:00",
                                 "2026-01-01T00:00:01", "2026-01-01T00:01:06", "gpu", "None", "None"])

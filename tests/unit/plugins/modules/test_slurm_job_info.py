@@ -250,8 +250,8 @@ def test_a_pending_job_that_was_never_requeued_does_not_look_at_the_nodes(monkey
 
 def test_a_job_pending_for_down_nodes_returns_at_once(monkeypatch, capsys):
     clock = Clock(monkeypatch)
-    s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, reason="ReqNodeNotAvail,_UnavailableNodes:n1",
-                                                                 restarts=0), ""))])
+    job = requeued_job(21, reason="ReqNodeNotAvail,_UnavailableNodes:n1", restarts=0)
+    s = Slurm(monkeypatch, [(scontrol_job(21), (0, job, ""))])
     result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60), capsys)
     s.done()
     assert result["jobs"][0]["waits_for_nodes"] is True and result["checks"] == 1 and clock.sleeps == []
