@@ -26,7 +26,7 @@ def input_errors(values, workers=None):
 
 def usable_nodes(nodes, partition):
     """Nodes (as slurm_cluster_info returns them) of partition that can run a job step now."""
-    return [node for node in nodes if partition in node["partitions"] and gpu.usable(node)]
+    return gpu.usable_nodes(nodes, partition)
 
 
 def probe_errors(node, found, python, workspace):

@@ -180,6 +180,11 @@ def usable(node):
     return not ({node["state"]} | set(node.get("state_flags", []))) & UNUSABLE_STATES
 
 
+def usable_nodes(nodes, partition):
+    """The nodes (as slurm.parse_nodes returns them) of partition that can run a job step now."""
+    return [node for node in nodes if partition in node["partitions"] and usable(node)]
+
+
 def compare(node, detection, python):
     """One row of the GPU check: what Slurm registers for node against what it detected.
 

@@ -216,7 +216,7 @@ def main():
     client = slurm.Slurm(module)
     deadline = time.monotonic() + p["wait_seconds"]
     queries, unanswered_since = 0, None
-    jobs = []
+    jobs, settled = [], False
     while True:
         checked = time.monotonic()
         try:
@@ -228,10 +228,11 @@ def main():
             jobs = [client.show_job(i) for i in ids]
             # A requeued job (after a lost node, say) that the partition cannot hold any more
             # waits for nodes even while its reason is still Slurm's requeue delay (BeginTime).
-            for job in jobs:
-                if job["state"] == "PENDING" and job["restarts"] and not job["waits_for_nodes"] and job["num_nodes"]:
-                    usable = [n for n in client.nodes() if job["partition"] in n["partitions"] and gpu.usable(n)]
-                    job["waits_for_nodes"] = len(usable) < job["num_nodes"]
+            requeued = [j for j in jobs if j["state"] == "PENDING" and j["restarts"] and not j["waits_for_nodes"]
+                        and j["num_nodes"]]
+            nodes = client.nodes() if requeued else []
+            for job in requeued:
+                job["waits_for_nodes"] = len(gpu.usable_nodes(nodes, job["partition"])) < job["num_nodes"]
             unanswered_since = None
         except slurm.ControllerUnreachable as err:
             unanswered_since = unanswered_since or checked
@@ -245,7 +246,8 @@ def main():
         except slurm.SlurmError as err:
             module.fail_json(msg=str(err))
         queries += 1
-        if not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs):
+        settled = not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs)
+        if settled:
             break
         if p["wait_seconds"] > 0:
             # one check per second at most, also across retries of the watching task:
@@ -256,7 +258,6 @@ def main():
     result = dict(changed=False, jobs=jobs, finished=bool(jobs) and not any(j["active"] for j in jobs), checks=queries)
     if jobs:
         result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
-    settled = not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs)
     if p["log_lines"] > 0 and jobs and settled:
         result["log"] = None
         if jobs[-1]["stdout_path"]:
