@@ -16,7 +16,9 @@ description:
     progress fields come from C(progress) (O(llmtrain.slurm.slurm_job_info#module:metrics_file)).
   - Works beside any stdout callback. Ansible gives every retry to the stdout callback
     first, and no other callback can withdraw that line, so the C(FAILED - RETRYING) line
-    of the default callback stays and this line follows it.
+    of the default callback stays and this line follows it. The stdout callback
+    P(llmtrain.slurm.default#callback) prints this line in place of the retry line; while it
+    is the stdout callback, this one prints nothing.
 version_added: 0.1.0
 author:
   - llmtrain.slurm maintainers (!UNKNOWN)
@@ -24,7 +26,11 @@ requirements:
   - Enabled in C(callbacks_enabled) (the collection's C(ansible.cfg) does that).
 """
 
+from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
+
+# The stdout callback that prints the progress line itself (plugins/callback/default.py).
+PRINTED_BY_STDOUT_CALLBACK = "llmtrain.slurm.default"
 
 
 def _duration(seconds):
@@ -78,6 +84,11 @@ class CallbackModule(CallbackBase):
     CALLBACK_TYPE = "aggregate"
     CALLBACK_NAME = "llmtrain.slurm.job_progress"
     CALLBACK_NEEDS_ENABLED = True
+
+    def set_options(self, *args, **kwargs):
+        super().set_options(*args, **kwargs)
+        # a disabled callback is not called at all: no line twice
+        self.disabled = C.DEFAULT_STDOUT_CALLBACK == PRINTED_BY_STDOUT_CALLBACK
 
     def v2_runner_retry(self, result):
         line = progress_line(result.host.get_name(), result.result)
