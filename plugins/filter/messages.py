@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filters that compose the messages a failed training job ends the play with.
+
+  job | llmtrain.slurm.lost_nodes_message(job_name, down_nodes, log_errors, newest_checkpoint)
+  job | llmtrain.slurm.job_failure_message(log, job_name, local_dir, run_dir, procs_per_node)
+"""
+
+from __future__ import annotations
+
+import re
+
+# Lines of a job log in which Slurm says that a node of the job was lost.
+NODE_LOST = re.compile(r"Node failure|NODE FAILURE|not responding")
+
+
+def _node_state(node):
+    state = "+".join([node["state"]] + list(node.get("state_flags") or []))
+    return state + (": %s" % node["reason"] if node.get("reason") else "")
+
+
+def lost_nodes_message(job, job_name, down_nodes, log_errors, newest_checkpoint):
+    """job: as slurm_job_info returns it, requeued and waiting for nodes; down_nodes: the
+    partition's nodes out of service, as slurm_cluster_info returns them."""
+    down = ",".join(" %s (%s)" % (node["name"], _node_state(node)) for node in down_nodes)
+    lines = [
+        "Training job %s (%s) lost a node and was requeued by Slurm (restart %s); it is pending (Slurm's reason: %s) "
+        "and cannot start while the nodes it needs are out of service." % (job["job_id"], job_name, job.get("restarts"),
+                                                                          job.get("reason")),
+        "Out of service in partition %s:%s." % (job.get("partition"), down or " none now (the job should start soon)"),
+    ]
+    lines += ["From the log: %s" % line for line in log_errors or [] if NODE_LOST.search(line)]
+    lines.append("The job stays queued: once enough nodes are back it starts again and resumes from the newest "
+                 "checkpoint (%s). Run the playbook again to watch it, or `scancel %s` to give it up."
+                 % (newest_checkpoint or "none yet", job["job_id"]))
+    return "\n".join(lines)
+
+
+def _rank_node(job, rank, procs_per_node):
+    """The node that ran rank: ranks fill the job's nodes in order, procs_per_node each."""
+    nodes = job.get("nodes") or []
+    index = int(rank) // int(procs_per_node)
+    return nodes[index] if index < len(nodes) else ""
+
+
+def _traceback_heading(job, log, procs_per_node):
+    rank = log.get("failed_rank")
+    node = _rank_node(job, rank, procs_per_node) if rank is not None else ""
+    at = " (node %s)" % node if node else ""
+    lines = []
+    if log.get("lost_peer"):
+        lines.append("No rank left a traceback of its own: a process ended without one (killed, out of memory, its "
+                     "node lost) and the others lost it.")
+        if rank is not None:
+            return lines + ["The first to notice was rank %s%s:" % (rank, at)]
+    elif rank is not None:
+        return ["Rank %s failed first%s; its traceback:" % (rank, at)]
+    return lines + ["The first traceback:"]
+
+
+def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node):
+    """job: as slurm_job_info returns it, ended without success; log: its `log` (tail, errors,
+    traceback, failed_rank, lost_peer), or none when the log was not read."""
+    log = log or {}
+    ended = "ended %s, exit code %s" % (job["state"], job.get("exit_code"))
+    if job.get("signal"):
+        ended += ", signal %s" % job["signal"]
+    if job.get("reason"):
+        ended += ", reason: %s" % job["reason"]
+    lines = [
+        "Training job %s (%s) %s." % (job["job_id"], job_name, ended),
+        "What the run left is in %s; checkpoints stay in %s/checkpoints and a rerun resumes from the newest."
+        % (local_dir, run_dir),
+    ]
+    if log.get("traceback"):
+        lines += _traceback_heading(job, log, procs_per_node) + list(log["traceback"])
+    lines += ["First error lines of %s:" % job.get("stdout_path")] + (list(log.get("errors") or []) or ["(none)"])
+    lines += ["Last lines:"] + (list(log.get("tail") or []) or ["(not readable)"])
+    return "\n".join(lines)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {"lost_nodes_message": lost_nodes_message, "job_failure_message": job_failure_message}
