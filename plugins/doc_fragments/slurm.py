@@ -33,3 +33,17 @@ notes:
     V(TIMEOUT), V(NODE_FAIL), V(OUT_OF_MEMORY), V(BOOT_FAIL), V(DEADLINE), V(PREEMPTED),
     V(SPECIAL_EXIT), V(REVOKED), and V(UNKNOWN) for a job the controller has forgotten."
 """
+
+    # Tolerance of a controller that does not answer, for modules that wait on jobs.
+    UNREACHABLE = r"""
+options:
+  unreachable_timeout:
+    description:
+      - Seconds to keep retrying, once per check, while the Slurm controller does not answer
+        (stopped, restarting, overloaded) before failing. The jobs keep running meanwhile; the
+        failure message says so and that running the task again re-attaches.
+      - V(0) fails at the first unanswered query.
+    type: float
+    default: 0
+    version_added: 0.1.0
+"""

@@ -1,11 +1,12 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters over the nccl_env_* inventory variables.
+"""Filters over the nccl_env_* inventory variables, and environment variable names.
 
   {{ hostvars[node] | llmtrain.slurm.nccl_env }}          -> {NCCL_...: value}; fails on bad values
   {{ vars | llmtrain.slurm.nccl_env(hostvars[node]) }}    -> the same with a node's values laid over
   {{ hostvars[node] | llmtrain.slurm.nccl_env_errors }}   -> [message, ...] ([] when all is well)
   {{ hostvars[node] | llmtrain.slurm.nccl_interfaces }}   -> interfaces that must exist on the node
+  {{ slurm_secret_env | llmtrain.slurm.env_name_errors('slurm_secret_env key') }} -> [message, ...]
 """
 
 from __future__ import annotations
@@ -37,6 +38,12 @@ def nccl_env_errors(variables):
     return nccl.build_env(_settings(variables))[1]
 
 
+def env_name_errors(names, what):
+    """names: a list, or a mapping whose keys are the names."""
+    return nccl.env_name_errors(list(names), what)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"nccl_env": nccl_env, "nccl_env_errors": nccl_env_errors, "nccl_interfaces": nccl_interfaces}
+        return {"nccl_env": nccl_env, "nccl_env_errors": nccl_env_errors, "nccl_interfaces": nccl_interfaces,
+                "env_name_errors": env_name_errors}

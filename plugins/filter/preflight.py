@@ -4,6 +4,7 @@
 
   values | llmtrain.slurm.input_errors(workers)    -> [message] for slurm_*/preflight_*/nccl_env_*
   nodes | llmtrain.slurm.usable_nodes(partition)  -> nodes of the partition that can run a step
+  nodes | llmtrain.slurm.out_of_service_nodes(partition) -> the partition's other nodes (down, drained, ...)
   name | llmtrain.slurm.probe_errors(found, python, workspace) -> [message] for one node
   name | llmtrain.slurm.probe_summary(found)      -> one table cell
   gpu_check_row | llmtrain.slurm.gpu_mismatch_line -> "node: what differs. Likely fix: ..."
@@ -12,7 +13,8 @@
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, inputs, nccl
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs, nccl
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import out_of_service_nodes, usable_nodes
 
 
 def input_errors(values, workers=None):
@@ -24,18 +26,14 @@ def input_errors(values, workers=None):
     return errors
 
 
-def usable_nodes(nodes, partition):
-    """Nodes (as slurm_cluster_info returns them) of partition that can run a job step now."""
-    return gpu.usable_nodes(nodes, partition)
-
-
-def probe_errors(node, found, python, workspace):
+def probe_errors(node, found, python, workspace, torch_required=True):
+    """torch_required: false while the venv that will hold torch is yet to be made (deploy_venv_create)."""
     result = found.get(node)
     if result is None:
         return ["%s printed nothing in the probe step: check that slurm_python=%s runs there (after "
                 "slurm_env_setup)." % (node, python)]
     errors = []
-    if not result["torch"]["importable"]:
+    if torch_required and not result["torch"]["importable"]:
         errors.append("slurm_python=%s cannot import torch on %s (%s): install torch there, or point "
                       "slurm_python at an interpreter that has it." % (python, node, result["torch"].get("error")))
     for interface in result["missing_interfaces"]:
@@ -73,6 +71,7 @@ def workspace_need(values):
 
 class FilterModule(object):
     def filters(self):
-        return {"input_errors": input_errors, "usable_nodes": usable_nodes, "probe_errors": probe_errors,
+        return {"input_errors": input_errors, "usable_nodes": usable_nodes,
+                "out_of_service_nodes": out_of_service_nodes, "probe_errors": probe_errors,
                 "probe_summary": probe_summary, "gpu_mismatch_line": gpu_mismatch_line,
                 "workspace_need": workspace_need}

@@ -169,65 +169,6 @@ def detect(python=None, runner=run, which=shutil.which, environ=None):
     )
 
 
-# Node states (base or flag, lower case) in which a node cannot run the detection step.
-UNUSABLE_STATES = frozenset(["down", "drain", "drained", "draining", "fail", "failing", "future", "inval",
-                             "invalid", "invalid_reg", "maint", "not_responding", "power_down",
-                             "powered_down", "powering_down", "reboot_issued", "unknown"])
-
-
-def usable(node):
-    """Whether a node (as slurm.parse_nodes returns it) can run a job step now."""
-    return not ({node["state"]} | set(node.get("state_flags", []))) & UNUSABLE_STATES
-
-
-def usable_nodes(nodes, partition):
-    """The nodes (as slurm.parse_nodes returns them) of partition that can run a job step now."""
-    return [node for node in nodes if partition in node["partitions"] and usable(node)]
-
-
-def compare(node, detection, python):
-    """One row of the GPU check: what Slurm registers for node against what it detected.
-
-    detection is detect()'s result from that node, or None when the node did not answer.
-    Returns dict(name, state, registered, nvidia_smi_count, torch_count, detected, match,
-    reason, fix).
-    """
-    name = node["name"]
-    registered = node["gres"].get("gpu", {}).get("total", 0)
-    state = "+".join([node["state"]] + node.get("state_flags", []))
-    row = dict(name=name, state=state, registered=registered, nvidia_smi_count=None, torch_count=None,
-               detected=None, match=False, reason=None, fix=None, slurm_reason=node.get("reason"))
-    if not usable(node):
-        row["reason"] = "node is %s%s" % (state.upper(), ": " + node["reason"] if node.get("reason") else "")
-        row["fix"] = ("correct what the reason names (gres.conf / slurm.conf Gres= / the NVIDIA driver on %s), "
-                      "restart its slurmd, then `scontrol update nodename=%s state=resume`" % (name, name))
-        return row
-    if detection is None:
-        row["reason"] = "the node ran the detection step but printed no result"
-        row["fix"] = "check that %s exists on %s (slurm_python) and runs" % (python, name)
-        return row
-    smi, torch_count = detection["nvidia_smi_count"], detection["torch_count"]
-    detected = detection["count"]
-    row.update(nvidia_smi_count=smi, torch_count=torch_count, detected=detected)
-    torch = detection.get("torch") or {}
-    if registered != detected:
-        why = " (%s)" % detection["reason"] if detection.get("reason") else ""
-        row["reason"] = "Slurm registers gpu:%d, the node detects %d%s" % (registered, detected, why)
-        if registered > detected:
-            row["fix"] = ("make the NVIDIA driver on %s see all %d GPUs (nvidia-smi must list them), or set "
-                          "Gres=gpu:%d for NodeName=%s in slurm.conf and gres.conf" % (name, registered, detected, name))
-        else:
-            row["fix"] = ("declare them: Gres=gpu:%d for NodeName=%s in slurm.conf, matching Name=gpu File=/dev/nvidia[...] "
-                          "lines in gres.conf, restart slurmd on %s" % (detected, name, name))
-    elif smi and torch.get("importable") and torch_count != smi:
-        row["reason"] = "nvidia-smi lists %d GPU(s) but torch %s in %s sees %d (CUDA build: %s)" % (
-            smi, torch.get("version"), python, torch_count, torch.get("cuda_version") or "none")
-        row["fix"] = "install a CUDA build of torch in %s that matches the node's driver" % python
-    else:
-        row["match"] = True
-    return row
-
-
 if __name__ == "__main__":
     # Run on a compute node by slurm_gpu_check: one JSON line, whatever happens.
     sys.stdout.write(json.dumps(detect(sys.argv[1] if len(sys.argv) > 1 else None)) + "\n")

@@ -41,6 +41,13 @@ UCX_DEVICE = re.compile(r"^[A-Za-z0-9_.-]+(:[0-9]+)?$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def env_name_errors(names, what):
+    """One message per name that cannot be an environment variable name; `what` says whose
+    names they are, such as "slurm_secret_env key"."""
+    return ["%s %r is not an environment variable name (letters, digits and _, not starting with a digit)."
+            % (what, name) for name in names if not ENV_NAME.match(str(name))]
+
+
 def _strip_nccl_prefixes(value):
     """NCCL list syntax: an optional leading ^ (exclude) then = (exact match)."""
     exclude = value.startswith("^")
@@ -147,9 +154,9 @@ def build_env(settings):
                       % (PREFIX, extra))
         extra = {}
     for key, value in extra.items():
-        if not ENV_NAME.match(str(key)):
-            errors.append("%sextra key %r is not an environment variable name (letters, digits, _; not"
-                          " starting with a digit)." % (PREFIX, key))
+        name_errors = env_name_errors([key], PREFIX + "extra key")
+        if name_errors:
+            errors.extend(name_errors)
         elif value is None:
             continue
         else:

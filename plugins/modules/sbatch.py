@@ -14,9 +14,12 @@ description:
     name, the script content, O(options), O(env) and O(chdir). The fingerprint is recorded
     on the job as its comment, C(llmtrain:FINGERPRINT), so the job is found again by
     C(squeue) (and C(sacct) where accounting keeps comments)."
-  - The same identity pending or running gives C(changed=false) and the same RV(job_id).
-    The same identity completed successfully and still known to Slurm also gives
-    C(changed=false), unless O(force). Otherwise the job is submitted.
+  - "Whether the job already ran is decided in this order: (1) O(done_file) records this
+    identity: the task returns at once, asking Slurm nothing; (2) the same identity pending or
+    running: C(changed=false) and the same RV(job_id) (the task re-attaches to it); (3) the same
+    identity completed successfully and still known to Slurm (C(scontrol), or C(sacct) where
+    accounting keeps comments): C(changed=false), nothing submitted, and O(done_file), when
+    set, is written; (4) otherwise the job is submitted."
   - With O(wait), the task returns when the job has left the active states, checking it
     once per O(poll_interval); it fails when the job did not complete successfully,
     showing the last lines of its output.
@@ -27,6 +30,7 @@ author:
 extends_documentation_fragment:
   - llmtrain.slurm.slurm
   - llmtrain.slurm.slurm.job_states
+  - llmtrain.slurm.slurm.unreachable
 options:
   name:
     description: Job name (C(--job-name)). Passed literally, whatever characters it holds.
@@ -72,10 +76,23 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  force:
-    description: Submit again even when the same job completed successfully.
-    type: bool
-    default: false
+  done_file:
+    description:
+      - File on the target that records that the job completed successfully, as JSON with
+        keys C(fingerprint), C(name), C(job_id), C(state), C(exit_code), C(end_time) and
+        C(stdout_path).
+      - When it records this task's fingerprint, the task returns RV(done=true) with the
+        recorded RV(job_id), RV(state) and RV(exit_code) and asks Slurm nothing, however long
+        ago the job ran. A record of another fingerprint means the job has not run; so does
+        one that cannot be read, with a warning.
+      - Written, atomically and with mode C(0644), whenever the task sees its job completed
+        successfully (found completed in Slurm, or at the end of O(wait)); its directory must
+        exist. Never written in check mode. Writing it alone does not count as a change.
+      - To run the job again, remove this file. A job that completed with the same identity
+        and that Slurm still knows (see above) still counts as done, so a rerun also needs
+        Slurm to have forgotten it, or a change to the job's identity.
+    type: path
+    version_added: 0.1.0
   wait:
     description: Wait until the job has left the active states.
     type: bool
@@ -131,6 +148,20 @@ EXAMPLES = r"""
       nodes: 2
     wait: true
     wait_timeout: 120
+
+- name: Prepare the dataset once; later runs return at once from the record, Slurm asked nothing
+  llmtrain.slurm.sbatch:
+    name: prepare-data
+    script: /shared/runs/tiny/scripts/prepare.sbatch
+    wait: true
+    done_file: /shared/runs/tiny/data/.prepared.json
+  register: prepare
+
+- name: Prepare it again next time
+  ansible.builtin.file:
+    path: /shared/runs/tiny/data/.prepared.json
+    state: absent
+  when: prepare_again | default(false) | bool
 
 - name: Cancel it
   llmtrain.slurm.sbatch:
@@ -198,6 +229,14 @@ submitted:
   description: Whether this task submitted the job (or would, in check mode).
   returned: with state=present
   type: bool
+done:
+  description:
+    - Whether the job has completed successfully, by O(done_file)'s record or as Slurm reports it.
+    - When true from the record alone, fields the record does not keep (RV(signal), RV(elapsed),
+      RV(nodelist), RV(reason), RV(stderr_path)) are null.
+  returned: with state=present
+  type: bool
+  version_added: 0.1.0
 log_tail:
   description: The last O(log_tail_lines) lines of the job's output (and of its separate error file).
   returned: when the job failed
@@ -214,7 +253,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, sbatch_argv
+from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import failure_message, output_tail
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES, unknown_job
+from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
 
 JOB_FIELDS = ("job_id", "state", "exit_code", "signal", "elapsed", "nodelist", "reason",
               "stdout_path", "stderr_path")
@@ -224,34 +267,21 @@ def job_result(job):
     return {k: job.get(k) for k in JOB_FIELDS}
 
 
-def log_tail(job, count):
-    lines = []
-    paths = [job.get("stdout_path"), job.get("stderr_path")]
-    for path in dict.fromkeys(p for p in paths if p):
-        try:
-            lines += slurm.tail_lines(path, count)
-        except (IOError, OSError) as err:
-            lines.append("(cannot read %s: %s)" % (path, err))
-    return lines
-
-
 def cancel_by_name(module, client, name):
-    ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == name and j["state"] in slurm.ACTIVE_STATES]
+    ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == name and j["state"] in ACTIVE_STATES]
     if ids and not module.check_mode:
         client.cancel(ids)
     module.exit_json(changed=bool(ids), cancelled=ids)
 
 
-def existing_job(client, name, fp, force):
-    """The job this task would submit, if Slurm still has it active (or completed, unless force)."""
+def existing_job(client, name, fp):
+    """The job this task would submit, if Slurm still has it active, or completed."""
     mine = [j for j in client.jobs_of_user()
-            if j["name"] == name and slurm.fingerprint_of_comment(j["comment"]) == fp]
+            if j["name"] == name and sbatch_argv.fingerprint_of_comment(j["comment"]) == fp]
     mine.sort(key=lambda j: int(j["job_id"].split("_")[0]), reverse=True)
     for job in mine:
-        if job["state"] in slurm.ACTIVE_STATES:
+        if job["state"] in ACTIVE_STATES:
             return job
-    if force:
-        return None
     for job in mine:
         if job["state"] == "COMPLETED":
             return job
@@ -273,10 +303,11 @@ def main():
             options=dict(type="dict", default={}),
             env=dict(type="dict", default={}),
             state=dict(type="str", default="present", choices=["present", "absent"]),
-            force=dict(type="bool", default=False),
+            done_file=dict(type="path"),
             wait=dict(type="bool", default=False),
             wait_timeout=dict(type="float", default=3600.0),
             poll_interval=dict(type="float", default=1.0),
+            unreachable_timeout=dict(type="float", default=0),
             cancel_on_timeout=dict(type="bool", default=True),
             log_tail_lines=dict(type="int", default=30),
         ),
@@ -285,12 +316,12 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    client = slurm.Slurm(module)
+    client = Slurm(module)
     try:
         if p["state"] == "absent":
             cancel_by_name(module, client, p["name"])
         present(module, client, p)
-    except slurm.SlurmError as err:
+    except SlurmError as err:
         module.fail_json(msg=str(err))
 
 
@@ -301,8 +332,8 @@ def present(module, client, p):
     export = options.pop("export", None)
     env = dict((k, "" if v is None else str(v)) for k, v in p["env"].items())
     try:
-        option_argv = slurm.option_argv(options)
-        export_argv = slurm.export_argv(export, env) if env or export is not None else []
+        option_argv = sbatch_argv.option_argv(options)
+        export_argv = sbatch_argv.export_argv(export, env) if env or export is not None else []
     except ValueError as err:
         module.fail_json(msg="invalid options: %s" % err)
 
@@ -314,25 +345,34 @@ def present(module, client, p):
             module.fail_json(msg="script file %s cannot be read: %s" % (p["script"], err.strerror or err))
     else:
         content = p["content"]
+    identity = dict(options, export=export) if export is not None else options
+    fp = sbatch_argv.fingerprint(p["name"], content, identity, env, p["chdir"])
+    result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None, done=False)
+
+    if p["done_file"]:
+        record, unreadable = done_record.read(p["done_file"], fp)
+        if unreadable:
+            module.warn(unreadable)
+        if record:
+            result.update(job_result(unknown_job(record.get("job_id"))), reason=None, done=True,
+                          state=record.get("state"), exit_code=record.get("exit_code"),
+                          stdout_path=record.get("stdout_path"))
+            module.exit_json(**result)
+
     if p["chdir"] and not os.path.isdir(p["chdir"]):
         if not module.check_mode:
             module.fail_json(msg="chdir %s is not a directory" % p["chdir"])
         module.warn("chdir %s does not exist yet (check mode: a task before this one would create it)" % p["chdir"])
+    argv = sbatch_argv.submit_argv(client.bin("sbatch"), p["name"], sbatch_argv.identity_comment(fp), p["chdir"],
+                                   option_argv, export_argv, p["script"])
 
-    identity = dict(options, export=export) if export is not None else options
-    fp = slurm.fingerprint(p["name"], content, identity, env, p["chdir"])
-    argv = slurm.submit_argv(client.bin("sbatch"), p["name"], slurm.identity_comment(fp), p["chdir"],
-                             option_argv, export_argv, p["script"])
-    result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None)
-
-    found = existing_job(client, p["name"], fp, p["force"])
+    found = existing_job(client, p["name"], fp)
     if found is not None:
         job = client.show_job(found["job_id"]) if found.get("source") != "sacct" else found
     elif module.check_mode:
-        result.update(job_result(slurm.unknown_job("")), job_id=None, state=None, reason=None,
+        result.update(job_result(unknown_job("")), job_id=None, state=None, reason=None,
                       changed=True, submitted=True, cmd=argv)
         module.exit_json(**result)
-        return
     else:
         rc, out, err = module.run_command(argv, data=content if p["script"] is None else None,
                                           binary_data=True, environ_update=env)
@@ -340,15 +380,16 @@ def present(module, client, p):
             module.fail_json(msg="sbatch rejected the job: %s" % (err or out).strip(), rc=rc,
                              stdout=out, stderr=err, cmd=argv, fingerprint=fp)
         try:
-            job_id = slurm.parse_parsable(out)
+            job_id = sbatch_argv.parse_parsable(out)
         except ValueError as error:
             module.fail_json(msg=str(error), cmd=argv, fingerprint=fp)
         result.update(changed=True, submitted=True, cmd=argv)
         job = client.show_job(job_id)
 
     if p["wait"] and job["active"]:
-        job, timed_out = client.wait(job["job_id"], p["wait_timeout"], p["poll_interval"])
-        if timed_out:
+        waiter = Waiter(p["poll_interval"], p["unreachable_timeout"])
+        job, ended = waiter.wait(lambda: client.show_job(job["job_id"]), lambda j: not j["active"], p["wait_timeout"])
+        if not ended:
             msg = "job %s still %s after %gs (wait_timeout)" % (job["job_id"], job["state"], p["wait_timeout"])
             if p["cancel_on_timeout"]:
                 client.cancel([job["job_id"]])
@@ -356,12 +397,17 @@ def present(module, client, p):
                 result["cancelled"] = [job["job_id"]]
                 msg += "; cancelled it"
             result.update(job_result(job))
-            module.fail_json(msg=msg, log_tail=log_tail(job, p["log_tail_lines"]), **result)
-    result.update(job_result(job))
+            module.fail_json(msg=msg, log_tail=output_tail(job, p["log_tail_lines"]), **result)
+    result.update(job_result(job), done=job["state"] == "COMPLETED")
     if p["wait"] and job["state"] == "UNKNOWN":
         module.warn("job %s finished and the controller has forgotten it; its outcome is unknown" % job["job_id"])
     elif p["wait"] and not job["active"] and not job["success"]:
-        module.fail_json(msg=slurm.failure_message(job), log_tail=log_tail(job, p["log_tail_lines"]), **result)
+        module.fail_json(msg=failure_message(job), log_tail=output_tail(job, p["log_tail_lines"]), **result)
+    if result["done"] and p["done_file"] and not module.check_mode:
+        try:
+            done_record.write(p["done_file"], done_record.of_job(dict(job, name=p["name"]), fp))
+        except (IOError, OSError) as err:
+            module.fail_json(msg="cannot write done_file %s: %s" % (p["done_file"], err), **result)
     module.exit_json(**result)
 
 

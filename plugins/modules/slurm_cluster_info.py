@@ -88,20 +88,16 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 
 
 def main():
     module = AnsibleModule(argument_spec={}, supports_check_mode=True)
-    client = slurm.Slurm(module)
+    client = Slurm(module)
     try:
-        scontrol = client.bin("scontrol")
-        version = slurm.parse_version(client.run([scontrol, "--version"])[1])
-        partitions = slurm.parse_partitions(client.run([scontrol, "show", "partition", "-o"])[1])
-        nodes = slurm.parse_nodes(client.run([scontrol, "show", "node", "-o"])[1])
-    except (slurm.SlurmError, ValueError) as err:
+        info = dict(version=client.version(), partitions=client.partitions(), nodes=client.nodes())
+    except (SlurmError, ValueError) as err:
         module.fail_json(msg=str(err))
-    info = dict(version=version, partitions=partitions, nodes=nodes)
     module.exit_json(changed=False, ansible_facts=dict(slurm_cluster=info), **info)
 
 

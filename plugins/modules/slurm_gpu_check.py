@@ -121,7 +121,10 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, slurm
+from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu
+from ansible_collections.llmtrain.slurm.plugins.module_utils.gpu_check import compare
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import expand_hostlist, usable
 
 
 def select_nodes(all_nodes, partition, wanted):
@@ -129,10 +132,10 @@ def select_nodes(all_nodes, partition, wanted):
     if partition:
         nodes = [n for n in nodes if partition in n["partitions"]]
     if wanted:
-        names = set(name for item in wanted for name in slurm.expand_hostlist(item))
+        names = set(name for item in wanted for name in expand_hostlist(item))
         unknown = sorted(names - set(n["name"] for n in all_nodes))
         if unknown:
-            raise slurm.SlurmError("Slurm knows no node named %s" % ", ".join(unknown))
+            raise SlurmError("Slurm knows no node named %s" % ", ".join(unknown))
         nodes = [n for n in nodes if n["name"] in names]
     return nodes
 
@@ -192,21 +195,19 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    client = slurm.Slurm(module)
+    client = Slurm(module)
     result = dict(changed=False, nodes=[], mismatches=[], table=[])
     try:
-        _rc, out, _err = client.run([client.bin("scontrol"), "show", "node", "-o"])
-        all_nodes = slurm.parse_nodes(out)
+        all_nodes = client.nodes()
         if p["partition"]:
-            _rc, out, _err = client.run([client.bin("scontrol"), "show", "partition", "-o"])
-            names = [part["name"] for part in slurm.parse_partitions(out)]
+            names = [part["name"] for part in client.partitions()]
             if p["partition"] not in names:
-                raise slurm.SlurmError("partition %r does not exist; Slurm has %s"
+                raise SlurmError("partition %r does not exist; Slurm has %s"
                                        % (p["partition"], ", ".join(names) or "none"))
         nodes = select_nodes(all_nodes, p["partition"], p["nodes"])
         if not nodes:
-            raise slurm.SlurmError("no node to check (partition %s, nodes %s)" % (p["partition"], p["nodes"]))
-        ready = [n for n in nodes if gpu.usable(n)]
+            raise SlurmError("no node to check (partition %s, nodes %s)" % (p["partition"], p["nodes"]))
+        ready = [n for n in nodes if usable(n)]
         detections, step_error = {}, None
         if ready:
             argv = step_argv(client.bin("srun"), ready, p["partition"], p["python"],
@@ -216,12 +217,12 @@ def main():
             detections = parse_detections(out)
             if rc != 0 and not detections:
                 step_error = "%s failed (rc %d): %s" % (" ".join(result["cmd"]), rc, (err or out).strip()[-1500:])
-    except slurm.SlurmError as exc:
+    except SlurmError as exc:
         module.fail_json(msg=str(exc), **result)
     if step_error:
         module.fail_json(msg="the GPU detection step did not run: " + step_error, **result)
 
-    rows = [gpu.compare(node, detections.get(node["name"]), p["python"]) for node in nodes]
+    rows = [compare(node, detections.get(node["name"]), p["python"]) for node in nodes]
     result.update(nodes=rows, mismatches=[r["name"] for r in rows if not r["match"]], table=format_table(rows))
     if p["mode"] == "strict" and result["mismatches"]:
         module.fail_json(msg="GPU check failed on %d of %d node(s):\n%s" % (

@@ -21,6 +21,7 @@ author:
 extends_documentation_fragment:
   - llmtrain.slurm.slurm
   - llmtrain.slurm.slurm.job_states
+  - llmtrain.slurm.slurm.unreachable
 options:
   job_id:
     description: One job id or several.
@@ -42,15 +43,6 @@ options:
         notices a job's end within about a second, yet returns (for a progress line) only
         every O(wait_seconds).
       - V(0) checks once.
-    type: float
-    default: 0
-    version_added: 0.1.0
-  unreachable_timeout:
-    description:
-      - Seconds to keep retrying, once a second, while the Slurm controller does not answer
-        (stopped, restarting, overloaded) before failing. The jobs keep running meanwhile; the
-        failure message says so and that running the task again re-attaches.
-      - V(0) fails at the first unanswered query.
     type: float
     default: 0
     version_added: 0.1.0
@@ -189,11 +181,35 @@ progress:
 """
 
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, slurm
+from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
+from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import last_json_records, progress_of
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
+
+
+def look_up(client, job_ids, name):
+    """The jobs asked for, by id or by name (oldest first)."""
+    if name is not None:
+        job_ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == name]
+        job_ids.sort(key=lambda i: int(i.split("_")[0]))
+    jobs = [client.show_job(i) for i in job_ids]
+    # A requeued job (after a lost node, say) that the partition cannot hold any more
+    # waits for nodes even while its reason is still Slurm's requeue delay (BeginTime).
+    requeued = [j for j in jobs if j["state"] == "PENDING" and j["restarts"] and not j["waits_for_nodes"]
+                and j["num_nodes"]]
+    nodes = client.nodes() if requeued else []
+    for job in requeued:
+        job["waits_for_nodes"] = len(usable_nodes(nodes, job["partition"])) < job["num_nodes"]
+    return jobs
+
+
+def settled(jobs):
+    """Nothing more to wait for: every job ended, or one cannot start until nodes return."""
+    return not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs)
 
 
 def main():
@@ -213,66 +229,33 @@ def main():
     p = module.params
     if p["wait_seconds"] < 0:
         module.fail_json(msg="wait_seconds=%s must be 0 (check once) or more" % p["wait_seconds"])
-    client = slurm.Slurm(module)
-    deadline = time.monotonic() + p["wait_seconds"]
-    queries, unanswered_since = 0, None
-    jobs, settled = [], False
-    while True:
-        checked = time.monotonic()
-        try:
-            if p["name"] is not None:
-                ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == p["name"]]
-                ids.sort(key=lambda i: int(i.split("_")[0]))
-            else:
-                ids = p["job_id"]
-            jobs = [client.show_job(i) for i in ids]
-            # A requeued job (after a lost node, say) that the partition cannot hold any more
-            # waits for nodes even while its reason is still Slurm's requeue delay (BeginTime).
-            requeued = [j for j in jobs if j["state"] == "PENDING" and j["restarts"] and not j["waits_for_nodes"]
-                        and j["num_nodes"]]
-            nodes = client.nodes() if requeued else []
-            for job in requeued:
-                job["waits_for_nodes"] = len(gpu.usable_nodes(nodes, job["partition"])) < job["num_nodes"]
-            unanswered_since = None
-        except slurm.ControllerUnreachable as err:
-            unanswered_since = unanswered_since or checked
-            if checked - unanswered_since >= p["unreachable_timeout"]:
-                module.fail_json(msg="The Slurm controller has not answered for %d s (%s). The jobs are not affected: they "
-                                     "keep running without it. Run this again (the playbook re-attaches to its jobs) "
-                                     "once `squeue` answers." % (checked - unanswered_since, err),
-                                 controller_unreachable=True, checks=queries)
-            time.sleep(max(0.0, checked + 1 - time.monotonic()))
-            continue
-        except slurm.SlurmError as err:
-            module.fail_json(msg=str(err))
-        queries += 1
-        settled = not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs)
-        if settled:
-            break
-        if p["wait_seconds"] > 0:
-            # one check per second at most, also across retries of the watching task:
-            # the next run of this module checks at once, so this one waits out its second
-            time.sleep(max(0.0, checked + 1 - time.monotonic()))
-        if checked + 1 > deadline:
-            break
-    result = dict(changed=False, jobs=jobs, finished=bool(jobs) and not any(j["active"] for j in jobs), checks=queries)
+    client = Slurm(module)
+    waiter = Waiter(interval=1.0, unreachable_timeout=p["unreachable_timeout"])
+    try:
+        jobs, ended = waiter.wait(lambda: look_up(client, p["job_id"], p["name"]), settled, p["wait_seconds"])
+    except ControllerUnreachable as err:
+        module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks)
+    except SlurmError as err:
+        module.fail_json(msg=str(err))
+    result = dict(changed=False, jobs=jobs, finished=bool(jobs) and not any(j["active"] for j in jobs),
+                  checks=waiter.checks)
     if jobs:
         result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
-    if p["log_lines"] > 0 and jobs and settled:
+    if p["log_lines"] > 0 and jobs and ended:
         result["log"] = None
         if jobs[-1]["stdout_path"]:
             try:
-                result["log"] = slurm.log_summary(jobs[-1]["stdout_path"], tail=p["log_lines"])
+                result["log"] = log_summary(jobs[-1]["stdout_path"], tail=p["log_lines"])
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
     if p["metrics_file"]:
         records = []
         if os.path.exists(p["metrics_file"]):
             try:
-                records = slurm.last_json_records(p["metrics_file"])
+                records = last_json_records(p["metrics_file"])
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (p["metrics_file"], err))
-        result["progress"] = slurm.progress_of(records)
+        result["progress"] = progress_of(records)
     module.exit_json(**result)
 
 

@@ -17,7 +17,8 @@ def test_bad_values_fail_with_every_message():
         nccl_env.nccl_env(hostvars)
     assert "nccl_env_debug='LOUD'" in str(error.value) and "nccl_env_cross_nic=7" in str(error.value)
     assert len(nccl_env.nccl_env_errors(hostvars)) == 2
-    assert set(nccl_env.FilterModule().filters()) == {"nccl_env", "nccl_env_errors", "nccl_interfaces"}
+    assert set(nccl_env.FilterModule().filters()) == {"nccl_env", "nccl_env_errors", "nccl_interfaces",
+                                                      "env_name_errors"}
 
 
 def test_node_values_override_the_cluster_wide_ones():
@@ -25,3 +26,11 @@ def test_node_values_override_the_cluster_wide_ones():
     node = dict(nccl_env_ib_hca="mlx5_2:1")
     assert nccl_env.nccl_env(cluster, node) == {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5_2:1",
                                                 "TORCH_NCCL_ASYNC_ERROR_HANDLING": "3", "GLOO_SOCKET_IFNAME": "eth0"}
+
+
+def test_env_name_errors_name_each_bad_name():
+    secrets = {"WANDB_API_KEY": "x", "_OK1": "y", "1X": "z", "A B": "w", "A=B": "v"}
+    assert nccl_env.env_name_errors(secrets, "slurm_secret_env key") == [
+        "slurm_secret_env key %r is not an environment variable name (letters, digits and _, not starting with a "
+        "digit)." % name for name in ("1X", "A B", "A=B")]
+    assert nccl_env.env_name_errors(["PATH"], "env key") == []

@@ -47,6 +47,20 @@ def test_usable_nodes_of_a_partition():
     assert [n["name"] for n in preflight.usable_nodes(nodes, "debug")] == ["a", "c"]
 
 
+def test_out_of_service_nodes_are_the_rest_of_the_partition():
+    nodes = [dict(name="a", state="idle", state_flags=[], partitions=["debug"]),
+             dict(name="b", state="idle", state_flags=["drain"], partitions=["debug"]),
+             dict(name="c", state="allocated", state_flags=["draining"], partitions=["debug"]),
+             dict(name="d", state="down", state_flags=["not_responding"], partitions=["debug"]),
+             dict(name="e", state="down", state_flags=[], partitions=["gpu"]),
+             dict(name="f", state="mixed", state_flags=[], partitions=["debug"])]
+    lost = preflight.out_of_service_nodes(nodes, "debug")
+    assert [n["name"] for n in lost] == ["b", "c", "d"]
+    usable = preflight.usable_nodes(nodes, "debug")
+    assert sorted(n["name"] for n in lost + usable) == ["a", "b", "c", "d", "f"]
+    assert preflight.FilterModule().filters()["out_of_service_nodes"] is preflight.out_of_service_nodes
+
+
 def test_workspace_need_filter():
     run = dict(pretrain_model=dict(n_layer=2, n_head=2, n_embd=64, block_size=64), slurm_nodes=3,
                slurm_procs_per_node=2)

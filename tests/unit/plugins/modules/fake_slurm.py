@@ -14,10 +14,11 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm as Client
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP, RECORD_SEP, SQUEUE_FORMAT
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm")
-SQUEUE = ["/usr/bin/squeue", "--noheader", "--states=all", "--user=alice", "--format=" + slurm.SQUEUE_FORMAT]
+SQUEUE = ["/usr/bin/squeue", "--noheader", "--states=all", "--user=alice", "--format=" + SQUEUE_FORMAT]
 
 
 def fixture(name):
@@ -30,7 +31,7 @@ def scontrol_job(job_id):
 
 
 def squeue_rows(*rows):
-    return "".join(slurm.FIELD_SEP.join(r) + slurm.RECORD_SEP + "\n" for r in rows)
+    return "".join(FIELD_SEP.join(r) + RECORD_SEP + "\n" for r in rows)
 
 
 def job_text(name, job_id):
@@ -56,7 +57,7 @@ class Slurm:
         monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
         monkeypatch.setattr(basic.AnsibleModule, "get_bin_path",
                             lambda module, name, required=False, opt_dirs=None: "/usr/bin/" + name if name in bins else None)
-        monkeypatch.setattr(slurm.Slurm, "user", lambda self: "alice")
+        monkeypatch.setattr(Client, "user", lambda self: "alice")
 
     def done(self):
         assert self.conversation == [], "commands not run: %r" % self.conversation

@@ -1,10 +1,13 @@
 """sbatch with a faked run_command (fake_slurm): each test lists the exact argument vectors
 the module must run, and Slurm's recorded answers to them."""
 
+import json
+
 import pytest
 from ansible.module_utils import basic
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+from ansible_collections.llmtrain.slurm.plugins.module_utils import sbatch_argv, waiter
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP, SACCT_FIELDS
 from ansible_collections.llmtrain.slurm.plugins.modules import sbatch
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
     SQUEUE, Slurm, fixture, job_text, run, scontrol_job, squeue_rows)
@@ -13,7 +16,7 @@ SCRIPT = "#!/bin/bash\necho hello\n"
 
 
 def fp_of(name="train", content=SCRIPT, options=None, env=None, chdir=None):
-    return slurm.fingerprint(name, content, options or {}, env or {}, chdir)
+    return sbatch_argv.fingerprint(name, content, options or {}, env or {}, chdir)
 
 
 def submit_argv(name="train", fp=None, extra=(), script=None):
@@ -49,22 +52,137 @@ def test_same_job_pending_is_not_submitted_again(monkeypatch, capsys):
     assert not result["changed"] and result["job_id"] == "21" and result["cmd"] is None
 
 
-def test_completed_job_counts_unless_force(monkeypatch, capsys):
+def test_completed_job_is_not_submitted_again(monkeypatch, capsys):
     fp = fp_of()
     rows = squeue_rows(["16", "COMPLETED", "train", "llmtrain:" + fp])
     s = Slurm(monkeypatch, [(SQUEUE, (0, rows, "")), (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), ""))])
     result = run(sbatch.main, dict(name="train", content=SCRIPT), capsys)
     s.done()
-    assert not result["changed"] and result["state"] == "COMPLETED" and result["exit_code"] == 0
+    assert not result["changed"] and not result["submitted"] and result["done"] is True
+    assert result["state"] == "COMPLETED" and result["exit_code"] == 0
 
+
+# ---------------------------------------------------------------- done_file
+
+def record(path, **fields):
+    path.write_text(json.dumps(dict(dict(fingerprint=fp_of(), name="train", job_id="16", state="COMPLETED",
+                                         exit_code=0, end_time="2026-11-29T21:44:47", stdout_path="/o/16.out"),
+                                    **fields)))
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_done_file_of_this_job_asks_slurm_nothing(monkeypatch, capsys, tmp_path, check_mode):
+    done_file = tmp_path / "done.json"
+    record(done_file)
+    s = Slurm(monkeypatch, [], bins=())
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file), wait=True), capsys,
+                 check_mode=check_mode)
+    s.done()
+    assert not result["changed"] and not result["submitted"] and result["done"] is True and result["cmd"] is None
+    assert (result["job_id"], result["state"], result["exit_code"]) == ("16", "COMPLETED", 0)
+    assert result["stdout_path"] == "/o/16.out" and result["fingerprint"] == fp_of()
+
+
+def test_active_job_is_re_attached_and_not_recorded(monkeypatch, capsys, tmp_path):
+    fp = fp_of()
+    done_file = tmp_path / "done.json"
     s = Slurm(monkeypatch, [
-        (SQUEUE, (0, rows, "")),
-        (submit_argv(fp=fp), (0, "30\n", "")),
+        (SQUEUE, (0, squeue_rows(["21", "PENDING", "train", "llmtrain:" + fp]), "")),
+        (scontrol_job(21), (0, fixture("scontrol_job_pending.txt"), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file)), capsys)
+    s.done()
+    assert not result["changed"] and result["job_id"] == "21" and result["done"] is False
+    assert not done_file.exists()
+
+
+def test_completed_job_known_to_slurm_is_recorded(monkeypatch, capsys, tmp_path):
+    fp = fp_of()
+    done_file = tmp_path / "done.json"
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, squeue_rows(["16", "COMPLETED", "train", "llmtrain:" + fp]), "")),
+        (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file)), capsys)
+    s.done()
+    assert not result["changed"] and not result["submitted"] and result["done"] is True
+    assert json.loads(done_file.read_text()) == dict(
+        fingerprint=fp, name="train", job_id="16", state="COMPLETED", exit_code=0,
+        end_time="2026-11-29T21:44:31", stdout_path=result["stdout_path"])
+    assert done_file.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["done.json"]  # no temporary file left
+
+    # the next call returns from the record
+    s = Slurm(monkeypatch, [], bins=())
+    assert run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file)), capsys)["done"]
+    s.done()
+
+
+def test_completed_job_in_check_mode_writes_no_record(monkeypatch, capsys, tmp_path):
+    fp = fp_of()
+    done_file = tmp_path / "done.json"
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, squeue_rows(["16", "COMPLETED", "train", "llmtrain:" + fp]), "")),
+        (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file)), capsys, check_mode=True)
+    s.done()
+    assert result["done"] is True and not done_file.exists()
+
+
+def test_waited_job_that_completes_is_recorded(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(waiter.time, "sleep", lambda s: None)
+    done_file = tmp_path / "done.json"
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(), (0, "16\n", "")),
+        (scontrol_job(16), (0, job_text("running", 16), "")),
+        (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file), wait=True), capsys)
+    s.done()
+    assert result["changed"] and result["submitted"] and result["done"] is True
+    saved = json.loads(done_file.read_text())
+    assert (saved["fingerprint"], saved["job_id"], saved["state"], saved["exit_code"]) == (fp_of(), "16", "COMPLETED", 0)
+
+
+def test_submitted_job_without_wait_is_not_done(monkeypatch, capsys, tmp_path):
+    done_file = tmp_path / "done.json"
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(), (0, "16\n", "")),
+        (scontrol_job(16), (0, job_text("running", 16), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file)), capsys)
+    s.done()
+    assert result["submitted"] and result["done"] is False and not done_file.exists()
+
+
+@pytest.mark.parametrize("content, warning", [
+    (None, None),  # a record of another job
+    ("{not json", "holds no readable record"),
+    ("[1, 2]", "holds no record (a JSON object)"),
+])
+def test_other_or_unreadable_record_means_not_done(monkeypatch, capsys, tmp_path, content, warning):
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda module, msg: warned.append(msg))
+    done_file = tmp_path / "done.json"
+    if content is None:
+        record(done_file, fingerprint="0000000000000000")
+    else:
+        done_file.write_text(content)
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(), (0, "30\n", "")),
         (scontrol_job(30), (0, job_text("pending", 30), "")),
     ])
-    result = run(sbatch.main, dict(name="train", content=SCRIPT, force=True), capsys)
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file)), capsys)
     s.done()
-    assert result["changed"] and result["job_id"] == "30"
+    assert result["submitted"] and result["done"] is False
+    if warning:
+        assert len(warned) == 1 and warning in warned[0] and str(done_file) in warned[0]
+    else:
+        assert warned == []
 
 
 def test_check_mode_submits_nothing(monkeypatch, capsys):
@@ -72,6 +190,7 @@ def test_check_mode_submits_nothing(monkeypatch, capsys):
     result = run(sbatch.main, dict(name="train", content=SCRIPT), capsys, check_mode=True)
     s.done()
     assert result["changed"] and result["job_id"] is None and result["cmd"] == submit_argv()
+    assert result["submitted"] and result["done"] is False
 
 
 def test_script_file_options_env_and_chdir(monkeypatch, capsys, tmp_path):
@@ -168,7 +287,7 @@ def test_wait_for_a_failing_job_returns_its_log_tail(monkeypatch, capsys, tmp_pa
     log.write_text("".join("line %d\n" % i for i in range(10)))
     failed = fixture("scontrol_job_failed.txt").replace("/tmp/fx/slurm-17.out", str(log))
     running = job_text("running", 17)
-    monkeypatch.setattr(slurm.time, "sleep", lambda s: None)
+    monkeypatch.setattr(waiter.time, "sleep", lambda s: None)
     s = Slurm(monkeypatch, [
         (SQUEUE, (0, "", "")),
         (submit_argv(), (0, "17\n", "")),
@@ -185,8 +304,8 @@ def test_wait_for_a_failing_job_returns_its_log_tail(monkeypatch, capsys, tmp_pa
 
 def test_wait_timeout_cancels(monkeypatch, capsys):
     clock = [0.0]
-    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(slurm.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(waiter.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(waiter.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     running = job_text("running", 40)
     s = Slurm(monkeypatch, [
         (SQUEUE, (0, "", "")),
@@ -205,7 +324,7 @@ def test_wait_timeout_cancels(monkeypatch, capsys):
 
 
 def test_wait_on_a_forgotten_job_warns(monkeypatch, capsys):
-    monkeypatch.setattr(slurm.time, "sleep", lambda s: None)
+    monkeypatch.setattr(waiter.time, "sleep", lambda s: None)
     warned = []
     monkeypatch.setattr(basic.AnsibleModule, "warn", lambda module, msg: warned.append(msg))
     s = Slurm(monkeypatch, [
@@ -243,10 +362,10 @@ def test_absent_in_check_mode_cancels_nothing(monkeypatch, capsys):
 
 def test_completed_job_found_in_accounting(monkeypatch, capsys):
     fp = fp_of()
-    row = slurm.FIELD_SEP.join(["9", "train", "COMPLETED", "0:0", "00:00:05", "n1", "2026-01-01T00:00:00",
+    row = FIELD_SEP.join(["9", "train", "COMPLETED", "0:0", "00:00:05", "n1", "2026-01-01T00:00:00",
                                 "2026-01-01T00:00:01", "2026-01-01T00:00:06", "debug", "llmtrain:" + fp, "None"])
-    sacct = ["/usr/bin/sacct", "-X", "--noheader", "--parsable2", "--delimiter=" + slurm.FIELD_SEP,
-             "--format=" + ",".join(slurm.SACCT_FIELDS)]
+    sacct = ["/usr/bin/sacct", "-X", "--noheader", "--parsable2", "--delimiter=" + FIELD_SEP,
+             "--format=" + ",".join(SACCT_FIELDS)]
     s = Slurm(monkeypatch, [
         (SQUEUE, (0, "", "")),
         (sacct + ["--user=alice", "--name=train", "--starttime=now-30days"], (0, row + "\n", "")),

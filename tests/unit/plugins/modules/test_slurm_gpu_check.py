@@ -1,19 +1,14 @@
 import inspect
 import json
-import os
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, slurm
+from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu
+from ansible_collections.llmtrain.slurm.plugins.module_utils.gpu_check import compare
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_gpu_check
-from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, run
-
-FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm")
-
-
-def fixture(name):
-    with open(os.path.join(FIXTURES, name)) as handle:
-        return handle.read()
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, fixture, run
 
 
 # Recorded on a local cluster with local_cluster_gres_gpus=2, nodes gpu-worker-0..2, and
@@ -36,47 +31,47 @@ def node(name="n1", gpus=0, state="idle", flags=(), reason=None):
 
 
 def test_recorded_nodes_parse_with_gres_and_drain():
-    nodes = {n["name"]: n for n in slurm.parse_nodes(NODES_TEXT)}
+    nodes = {n["name"]: n for n in parse_nodes(NODES_TEXT)}
     assert {n["gres"]["gpu"]["total"] for n in nodes.values()} == {2}
-    assert gpu.usable(nodes["gpu-worker-0"]) and gpu.usable(nodes["gpu-worker-2"])
-    assert not gpu.usable(nodes["gpu-worker-1"])
+    assert usable(nodes["gpu-worker-0"]) and usable(nodes["gpu-worker-2"])
+    assert not usable(nodes["gpu-worker-1"])
     assert nodes["gpu-worker-1"]["reason"].startswith("maintenance by the GPU check test [root@")
 
 
 def test_honest_zero_matches():
-    row = gpu.compare(node(gpus=0), detection("n1", reason="nvidia-smi not found"), "python3")
+    row = compare(node(gpus=0), detection("n1", reason="nvidia-smi not found"), "python3")
     assert row["match"] and row["registered"] == 0 and row["detected"] == 0
 
 
 def test_registered_more_than_detected_names_driver_or_gres_fix():
-    row = gpu.compare(node(gpus=2), detection("n1", reason="nvidia-smi not found"), "python3")
+    row = compare(node(gpus=2), detection("n1", reason="nvidia-smi not found"), "python3")
     assert not row["match"]
     assert row["reason"] == "Slurm registers gpu:2, the node detects 0 (nvidia-smi not found)"
     assert "NVIDIA driver on n1" in row["fix"] and "Gres=gpu:0 for NodeName=n1" in row["fix"]
 
 
 def test_detected_more_than_registered_says_declare_them():
-    row = gpu.compare(node(gpus=0), detection("n1", smi=4, torch_count=4), "python3")
+    row = compare(node(gpus=0), detection("n1", smi=4, torch_count=4), "python3")
     assert not row["match"] and "declare them: Gres=gpu:4 for NodeName=n1" in row["fix"]
 
 
 def test_torch_seeing_fewer_than_nvidia_smi():
-    row = gpu.compare(node(gpus=8), detection("n1", smi=8, torch_count=0), "/venv/bin/python")
+    row = compare(node(gpus=8), detection("n1", smi=8, torch_count=0), "/venv/bin/python")
     assert not row["match"] and "torch 2.13.0 in /venv/bin/python sees 0" in row["reason"]
     assert "CUDA build of torch" in row["fix"]
 
 
 def test_drained_or_inval_node_reports_slurms_reason():
-    row = gpu.compare(node(gpus=2, state="idle", flags=["drain"],
+    row = compare(node(gpus=2, state="idle", flags=["drain"],
                            reason="gres/gpu count reported lower than configured (0 < 2)"), None, "python3")
     assert not row["match"]
     assert row["reason"] == "node is IDLE+DRAIN: gres/gpu count reported lower than configured (0 < 2)"
     assert "scontrol update nodename=n1 state=resume" in row["fix"]
-    assert not gpu.usable(node(state="inval"))
+    assert not usable(node(state="inval"))
 
 
 def test_silent_node():
-    row = gpu.compare(node(), None, "/opt/py")
+    row = compare(node(), None, "/opt/py")
     assert not row["match"] and "/opt/py exists on n1" in row["fix"]
 
 
@@ -91,7 +86,7 @@ def test_select_nodes_by_partition_and_hostlist():
     nodes = [node("a1"), node("a2"), dict(node("b1"), partitions=["other"])]
     assert [n["name"] for n in slurm_gpu_check.select_nodes(nodes, "debug", None)] == ["a1", "a2"]
     assert [n["name"] for n in slurm_gpu_check.select_nodes(nodes, None, ["a[1-2]", "b1"])] == ["a1", "a2", "b1"]
-    with pytest.raises(slurm.SlurmError, match="no node named zz"):
+    with pytest.raises(SlurmError, match="no node named zz"):
         slurm_gpu_check.select_nodes(nodes, None, ["zz"])
 
 

@@ -4,7 +4,8 @@ import json
 import re
 
 from ansible.module_utils import basic
-from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm
+from ansible_collections.llmtrain.slurm.plugins.module_utils import waiter
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP, SACCT_FIELDS
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_job_info
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
     SQUEUE, Slurm, fixture, job_text, run, scontrol_job, squeue_rows)
@@ -36,8 +37,8 @@ def test_job_info_by_name_and_forgotten_jobs(monkeypatch, capsys, tmp_path):
 
     s = Slurm(monkeypatch, [
         (scontrol_job(3), (1, "", fixture("scontrol_job_invalid.txt"))),
-        (["/usr/bin/sacct", "-X", "--noheader", "--parsable2", "--delimiter=" + slurm.FIELD_SEP,
-          "--format=" + ",".join(slurm.SACCT_FIELDS), "--jobs=3"], (1, "", fixture("sacct_disabled.txt"))),
+        (["/usr/bin/sacct", "-X", "--noheader", "--parsable2", "--delimiter=" + FIELD_SEP,
+          "--format=" + ",".join(SACCT_FIELDS), "--jobs=3"], (1, "", fixture("sacct_disabled.txt"))),
     ], bins=("scontrol", "squeue", "sacct"))
     result = run(slurm_job_info.main, dict(job_id=["3"]), capsys)
     s.done()
@@ -50,8 +51,8 @@ class Clock:
 
     def __init__(self, monkeypatch):
         self.now, self.sleeps = 1000.0, []
-        monkeypatch.setattr(slurm_job_info.time, "monotonic", lambda: self.now)
-        monkeypatch.setattr(slurm_job_info.time, "sleep", self.sleep)
+        monkeypatch.setattr(waiter.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(waiter.time, "sleep", self.sleep)
 
     def sleep(self, seconds):
         self.sleeps.append(seconds)

@@ -1,0 +1,49 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The record that says a job already ran: small JSON on the target, keyed by the job's
+fingerprint, so a rerun asks Slurm nothing (the controller may long have forgotten the job)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+RECORD_FIELDS = ("fingerprint", "name", "job_id", "state", "exit_code", "end_time", "stdout_path")
+
+
+def read(path, fp):
+    """(the record, None) when path records fingerprint fp; (None, why) when path holds no
+    readable record; (None, None) when it is missing or records another job."""
+    try:
+        with open(path, "rb") as handle:
+            record = json.loads(handle.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except (IOError, OSError, ValueError) as err:
+        return None, "done_file %s holds no readable record (%s); the job counts as not done" % (path, err)
+    if not isinstance(record, dict):
+        return None, "done_file %s holds no record (a JSON object); the job counts as not done" % path
+    return (record if record.get("fingerprint") == fp else None), None
+
+
+def of_job(job, fp):
+    """The record of a job that completed, as the modules return jobs."""
+    record = {key: job.get(key) for key in RECORD_FIELDS}
+    record["fingerprint"] = fp
+    return record
+
+
+def write(path, record):
+    """Replaces path atomically: a reader sees the old record or the new one, never half."""
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(record, stream, sort_keys=True)
+            stream.write("\n")
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise

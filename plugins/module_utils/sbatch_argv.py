@@ -1,0 +1,119 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What sbatch is given: option and export argv, the submit argv, the job's fingerprint and
+the comment that records it on the job."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.nccl import env_name_errors
+
+COMMENT_PREFIX = "llmtrain:"
+
+# sbatch long options of Slurm 22.05 that a task may set through `options`. The options
+# the module sets itself (job name, comment, parsable, wait, chdir) are not among them.
+SBATCH_OPTIONS = frozenset("""
+account acctg-freq array batch bb bbf begin cluster-constraint clusters constraint container
+contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot
+dependency distribution error exclude exclusive export export-file extra-node-info get-user-env
+gid gpu-bind gpu-freq gpus gpus-per-node gpus-per-socket gpus-per-task gres gres-flags hint hold
+ignore-pbs input kill-on-invalid-dep licenses mail-type mail-user mcs-label mem mem-bind
+mem-per-cpu mem-per-gpu mincpus network nice no-kill no-requeue nodefile nodelist nodes ntasks
+ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket open-mode output overcommit
+oversubscribe partition power priority profile propagate qos quiet reboot requeue reservation
+signal sockets-per-node spread-job switches test-only thread-spec threads-per-core time time-min
+tmp tres-per-task uid use-min-nodes verbose wait-all-nodes wckey
+""".split())
+RESERVED_OPTIONS = {
+    "job-name": "set the job name with the name option",
+    "comment": "the comment records the job's identity (name and fingerprint)",
+    "chdir": "use the chdir option",
+    "parsable": "the module always submits with --parsable",
+    "wait": "use the wait option",
+    "wrap": "use the content option",
+}
+OPTION_NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+
+
+def fingerprint(name, content, options, env, chdir):
+    """What makes two submissions the same job, as 16 hex digits."""
+    blob = json.dumps(dict(name=name, content=content, options=options, env=env, chdir=chdir),
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def identity_comment(fp):
+    return COMMENT_PREFIX + fp
+
+
+def fingerprint_of_comment(comment):
+    if comment and comment.startswith(COMMENT_PREFIX):
+        return comment[len(COMMENT_PREFIX):].split(" ")[0] or None
+    return None
+
+
+def option_argv(options):
+    """{'cpus_per_task': 2, 'exclusive': True} -> ['--cpus-per-task=2', '--exclusive'].
+
+    Raises ValueError naming every unknown, reserved or malformed key."""
+    argv, errors = [], []
+    for key in sorted(options or {}):
+        value = options[key]
+        if not isinstance(key, str) or not OPTION_NAME.match(key):
+            errors.append("%r is not an option name" % (key,))
+            continue
+        name = key.replace("_", "-")
+        if name in RESERVED_OPTIONS:
+            errors.append("%s: %s" % (key, RESERVED_OPTIONS[name]))
+        elif name not in SBATCH_OPTIONS:
+            errors.append("%s is not an sbatch option" % key)
+        elif value is True:
+            argv.append("--" + name)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, (str, int, float)):
+            argv.append("--%s=%s" % (name, value))
+        else:
+            errors.append("%s: value must be a string, a number or true" % key)
+    if errors:
+        raise ValueError("; ".join(errors))
+    return argv
+
+
+def export_argv(export, env):
+    """The --export option that passes env (given to sbatch through its own process
+    environment, so values reach the job byte for byte: commas, quotes, newlines included).
+
+    Only variable names go on the command line; Slurm takes their values from sbatch's
+    environment. export is the user's own --export value, if any."""
+    names = sorted(env or {})
+    errors = env_name_errors(names, "env key")
+    if errors:
+        raise ValueError(" ".join(errors))
+    if export is None or export == "ALL" or str(export).startswith("ALL,"):
+        return ["--export=%s" % (export or "ALL")]
+    if str(export) in ("NONE", "NIL"):
+        return ["--export=%s" % (",".join(names) or export)]
+    return ["--export=%s" % ",".join([str(export)] + names)]
+
+
+def submit_argv(sbatch, name, comment, chdir, options, export, script):
+    argv = [sbatch, "--parsable", "--job-name=" + name, "--comment=" + comment]
+    if chdir:
+        argv.append("--chdir=" + chdir)
+    argv += options + export
+    if script:
+        argv.append(script)
+    return argv
+
+
+def parse_parsable(stdout):
+    """`sbatch --parsable` prints 'JOBID' or 'JOBID;CLUSTER'."""
+    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    job_id = line.split(";")[0]
+    if not job_id.isdigit():
+        raise ValueError("sbatch printed no job id: %r" % stdout)
+    return job_id

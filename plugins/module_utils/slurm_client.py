@@ -1,0 +1,117 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Slurm client commands, run through module.run_command as argv lists."""
+
+from __future__ import annotations
+
+import os
+import pwd
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
+    FIELD_SEP, SACCT_FIELDS, SQUEUE_FORMAT, job_from_scontrol, parse_nodes, parse_partitions, parse_records,
+    parse_sacct, parse_squeue, parse_version, unknown_job)
+
+
+def show_argv(argv):
+    """An argument vector for messages, control characters visible."""
+    return " ".join(a if a.isprintable() and a else repr(a) for a in argv)
+
+
+class SlurmError(Exception):
+    """A Slurm command failed; the message says which and what it printed."""
+
+
+# What Slurm's clients print when the controller does not answer (stopped, restarting,
+# overloaded): worth retrying, unlike other failures.
+UNREACHABLE_MARKERS = ("Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
+                       "Connection refused", "Connection reset", "Communication connection failure",
+                       "Slurm backup controller in standby mode")
+
+
+class ControllerUnreachable(SlurmError):
+    """The Slurm controller did not answer; the jobs themselves are unaffected."""
+
+
+def slurm_error(argv, rc, out, err):
+    text = (err or out).strip()
+    cls = ControllerUnreachable if any(m in text for m in UNREACHABLE_MARKERS) else SlurmError
+    return cls("%s failed (rc %d): %s" % (show_argv(argv), rc, text))
+
+
+class Slurm:
+    """Slurm client commands through module.run_command, argv lists only."""
+
+    def __init__(self, module):
+        self.module = module
+        self._bins = {}
+        self._sacct = None
+
+    def bin(self, name, required=True):
+        if name not in self._bins:
+            self._bins[name] = self.module.get_bin_path(name, required=False)
+        if required and not self._bins[name]:
+            raise SlurmError("%s not found on PATH (%s): is the Slurm client installed on this host?"
+                             % (name, os.environ.get("PATH", "")))
+        return self._bins[name]
+
+    def run(self, argv, ok_rcs=(0,), **kwargs):
+        rc, out, err = self.module.run_command(argv, **kwargs)
+        if rc not in ok_rcs:
+            raise slurm_error(argv, rc, out, err)
+        return rc, out, err
+
+    def user(self):
+        return pwd.getpwuid(os.getuid()).pw_name
+
+    def jobs_of_user(self):
+        """Every job of this user the controller still knows, any state."""
+        _rc, out, _err = self.run([self.bin("squeue"), "--noheader", "--states=all", "--user=" + self.user(),
+                                  "--format=" + SQUEUE_FORMAT])
+        return parse_squeue(out)
+
+    def show_job(self, job_id):
+        """scontrol's view of one job, sacct's when the controller forgot it, else unknown."""
+        rc, out, err = self.run([self.bin("scontrol"), "show", "job", "-o", str(job_id)], ok_rcs=(0, 1))
+        if rc == 0 and out.strip():
+            records = parse_records(out, "JobId")
+            if records:
+                return job_from_scontrol(records[0])
+        elif "Invalid job id" not in (err + out):
+            raise slurm_error(["scontrol", "show", "job", "-o", str(job_id)], rc, out, err)
+        return self.sacct_job(job_id) or unknown_job(job_id)
+
+    def nodes(self):
+        """`scontrol show node -o` as parse_nodes gives it."""
+        return parse_nodes(self.run([self.bin("scontrol"), "show", "node", "-o"])[1])
+
+    def partitions(self):
+        """`scontrol show partition -o` as parse_partitions gives it."""
+        return parse_partitions(self.run([self.bin("scontrol"), "show", "partition", "-o"])[1])
+
+    def version(self):
+        """The client's Slurm version, such as '22.05.8'."""
+        return parse_version(self.run([self.bin("scontrol"), "--version"])[1])
+
+    def sacct_available(self):
+        if self._sacct is None:
+            self._sacct = bool(self.bin("sacct", required=False))
+        return self._sacct
+
+    def sacct(self, *selection):
+        """sacct rows, or None when this cluster keeps no accounting."""
+        if not self.sacct_available():
+            return None
+        rc, out, err = self.module.run_command(
+            [self.bin("sacct"), "-X", "--noheader", "--parsable2", "--delimiter=" + FIELD_SEP,
+             "--format=" + ",".join(SACCT_FIELDS)] + list(selection))
+        if rc != 0:
+            self._sacct = False  # accounting disabled or slurmdbd down: scontrol/squeue only
+            return None
+        return parse_sacct(out)
+
+    def sacct_job(self, job_id):
+        rows = self.sacct("--jobs=%s" % job_id)
+        return rows[0] if rows else None
+
+    def cancel(self, job_ids):
+        self.run([self.bin("scancel")] + [str(j) for j in job_ids])

@@ -1,0 +1,394 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What Slurm's clients print, as plain data: scontrol/squeue/sacct records, job states,
+host lists, GRES, and whether a node can run a job step.
+
+Parsers take the text a Slurm 22.05+ client prints and return plain data, so unit tests
+call them directly on recorded output.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import fingerprint_of_comment
+
+# Base states and state flags as Slurm names them (slurm.h, job_state_string()).
+# active: the controller still holds resources or will still run the job.
+# success: only COMPLETED is a successful end.
+JOB_STATES = {
+    "PENDING": dict(active=True, meaning="queued, waiting for resources or a condition"),
+    "CONFIGURING": dict(active=True, meaning="allocated, nodes being readied"),
+    "RUNNING": dict(active=True, meaning="running"),
+    "COMPLETING": dict(active=True, meaning="ended, epilog or cleanup still running"),
+    "SUSPENDED": dict(active=True, meaning="suspended; keeps its allocation"),
+    "STOPPED": dict(active=True, meaning="stopped by SIGSTOP; keeps its allocation"),
+    "SIGNALING": dict(active=True, meaning="being signalled"),
+    "STAGE_OUT": dict(active=True, meaning="staging out data"),
+    "REQUEUED": dict(active=True, meaning="requeued, will run again"),
+    "REQUEUE_HOLD": dict(active=True, meaning="requeued and held"),
+    "REQUEUE_FED": dict(active=True, meaning="requeued by the federation"),
+    "RESIZING": dict(active=True, meaning="changing size"),
+    "RESV_DEL_HOLD": dict(active=True, meaning="held after its reservation was deleted"),
+    "PREEMPTED": dict(active=False, meaning="terminated by preemption"),
+    "COMPLETED": dict(active=False, meaning="ended with exit code 0"),
+    "FAILED": dict(active=False, meaning="ended with a non-zero exit code or failed to start"),
+    "CANCELLED": dict(active=False, meaning="cancelled"),
+    "TIMEOUT": dict(active=False, meaning="reached its time limit"),
+    "NODE_FAIL": dict(active=False, meaning="ended by the failure of an allocated node"),
+    "OUT_OF_MEMORY": dict(active=False, meaning="ran out of memory"),
+    "BOOT_FAIL": dict(active=False, meaning="a node failed to boot"),
+    "DEADLINE": dict(active=False, meaning="reached its deadline before it could run"),
+    "SPECIAL_EXIT": dict(active=False, meaning="requeued in a held special-exit state"),
+    "REVOKED": dict(active=False, meaning="revoked: a sibling job of the federation runs it"),
+    "UNKNOWN": dict(active=False, meaning="finished, and forgotten by the controller"),
+}
+ACTIVE_STATES = frozenset(s for s, v in JOB_STATES.items() if v["active"])
+# sacct abbreviates; squeue --states takes these names too.
+STATE_ALIASES = {"OOM": "OUT_OF_MEMORY", "CA": "CANCELLED", "CD": "COMPLETED", "F": "FAILED",
+                 "TO": "TIMEOUT", "NF": "NODE_FAIL", "PD": "PENDING", "R": "RUNNING",
+                 "CG": "COMPLETING", "CF": "CONFIGURING", "S": "SUSPENDED", "PR": "PREEMPTED",
+                 "BF": "BOOT_FAIL", "DL": "DEADLINE", "SE": "SPECIAL_EXIT", "RQ": "REQUEUED",
+                 "RH": "REQUEUE_HOLD", "RF": "REQUEUE_FED", "RS": "RESIZING", "ST": "STOPPED",
+                 "SI": "SIGNALING", "SO": "STAGE_OUT", "RV": "REVOKED"}
+
+# A key of `scontrol show -o` output: word characters plus the few separators Slurm uses
+# in key names (AllocNode:Sid, CPUs/Task, NtasksPerN:B:S:C), after a space, before '='.
+KEY = re.compile(r"(?:^|(?<=\s))([A-Z][A-Za-z0-9_]*(?:[:/][A-Za-z0-9_]+)*)=")
+
+FIELD_SEP = "\x1f"
+RECORD_SEP = "\x1e"
+
+
+def parse_kv_line(line):
+    """One record of `scontrol show ... -o`: {key: value}, values may hold spaces."""
+    line = line.rstrip("\n")
+    matches = list(KEY.finditer(line))
+    record = {}
+    for i, match in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        record[match.group(1)] = line[match.end():end].strip()
+    return record
+
+
+def parse_records(text, first_key):
+    """Records of `scontrol show X -o`, each starting with first_key= (a value such as a
+    job name may hold a newline, so records are split by their first key, not by line)."""
+    starts = [m.start() for m in re.finditer(r"(?:^|(?<=\n))%s=" % re.escape(first_key), text)]
+    return [parse_kv_line(text[a:b]) for a, b in zip(starts, starts[1:] + [len(text)])]
+
+
+def null(value):
+    """Slurm's ways of saying 'nothing' -> None."""
+    if value is None or value in ("", "(null)", "None", "Unknown", "N/A", "n/a", "NONE"):
+        return None
+    return value
+
+
+def normalize_state(text):
+    """'CANCELLED by 0', 'CANCELLED+', 'OOM', 'CD' -> the state's Slurm name."""
+    word = (text or "").strip().split(" ")[0].rstrip("+").upper()
+    word = STATE_ALIASES.get(word, word)
+    return word if word in JOB_STATES else (word or "UNKNOWN")
+
+
+
+def parse_duration(text):
+    """Slurm durations ([D-]HH:MM:SS, MM:SS, MM) -> seconds; None for UNLIMITED/unknown."""
+    text = null(text)
+    if text is None or text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days = 0
+    if "-" in text:
+        head, text = text.split("-", 1)
+        days = int(head)
+    parts = [float(p) for p in text.split(":")]
+    if len(parts) == 1:
+        seconds = parts[0] * 60
+    else:
+        seconds = 0
+        for part in parts:
+            seconds = seconds * 60 + part
+    return int(days * 86400 + seconds)
+
+
+def parse_exit_code(text):
+    """'2:0' -> (2, 0): the job's exit code and the signal that ended it."""
+    text = null(text)
+    if text is None:
+        return None, None
+    code, _sep, signal = text.partition(":")
+    return int(code), int(signal or 0)
+
+
+def expand_hostlist(text):
+    """'slurm-worker-[0-2,5],n[01-03],a[1-2]b[3-4]' -> the host names, in order."""
+    text = null(text)
+    if text is None:
+        return []
+    hosts = []
+    for item in _split_top_level(text):
+        hosts.extend(_expand_one(item))
+    return hosts
+
+
+def _split_top_level(text):
+    items, depth, current = [], 0, ""
+    for char in text:
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    if depth != 0:
+        raise ValueError("unbalanced brackets in host list %r" % text)
+    items.append(current)
+    return [i.strip() for i in items if i.strip()]
+
+
+def _expand_one(item):
+    match = re.search(r"\[([^\]]*)\]", item)
+    if not match:
+        return [item]
+    prefix, rest = item[:match.start()], item[match.end():]
+    names = []
+    for value in _expand_range_list(match.group(1)):
+        names.extend(_expand_one(prefix + value + rest))
+    return names
+
+
+def _expand_range_list(text):
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            low, high = part.split("-", 1)
+            width = len(low) if low.startswith("0") or len(low) == len(high) else 0
+            if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
+                raise ValueError("bad range %r in host list" % part)
+            values.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
+        elif part:
+            values.append(part)
+    return values
+
+
+def parse_gres(text):
+    """'gpu:a100:4(S:0-1),gpu:2' -> {'gpu': {'total': 6, 'types': {'a100': 4}, 'untyped': 2}}."""
+    result = {}
+    for item in _split_top_level(null(text) or ""):
+        item = re.sub(r"\(.*?\)$", "", item)
+        fields = item.split(":")
+        name = fields[0]
+        count_text = fields[-1] if len(fields) > 1 else "1"
+        gres_type = fields[1] if len(fields) == 3 else None
+        if len(fields) == 2 and not re.match(r"^\d+[KMGT]?$", count_text):
+            gres_type, count_text = count_text, "1"
+        count = _count(count_text)
+        entry = result.setdefault(name, dict(total=0, types={}, untyped=0))
+        entry["total"] += count
+        if gres_type:
+            entry["types"][gres_type] = entry["types"].get(gres_type, 0) + count
+        else:
+            entry["untyped"] += count
+    return result
+
+
+def _count(text):
+    match = re.match(r"^(\d+)([KMGT]?)$", text)
+    if not match:
+        raise ValueError("bad GRES count %r" % text)
+    return int(match.group(1)) * {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}[match.group(2)]
+
+
+def parse_version(text):
+    """'slurm-wlm 22.05.8' / 'slurm 23.11.1' -> '22.05.8'."""
+    match = re.search(r"(\d+\.\d+(?:\.\d+)?)", text or "")
+    return match.group(1) if match else None
+
+
+def _split_list(value):
+    value = null(value)
+    return [v for v in value.split(",") if v] if value else []
+
+
+def parse_nodes(text):
+    """`scontrol show node -o` -> a list of node dicts."""
+    nodes = []
+    for rec in parse_records(text, "NodeName"):
+        state = rec.get("State", "")
+        nodes.append(dict(
+            name=rec["NodeName"],
+            state=state.split("+")[0].rstrip("*~#!%$@^-").lower(),
+            state_flags=[f.lower() for f in state.split("+")[1:]],
+            cpus=_int(rec.get("CPUTot")),
+            cpus_allocated=_int(rec.get("CPUAlloc")),
+            memory_mb=_int(rec.get("RealMemory")),
+            memory_allocated_mb=_int(rec.get("AllocMem")),
+            gres=parse_gres(rec.get("Gres")),
+            features=_split_list(rec.get("AvailableFeatures")),
+            active_features=_split_list(rec.get("ActiveFeatures")),
+            partitions=_split_list(rec.get("Partitions")),
+            address=null(rec.get("NodeAddr")),
+            reason=null(rec.get("Reason")),
+            version=null(rec.get("Version")),
+        ))
+    return nodes
+
+
+def parse_partitions(text):
+    """`scontrol show partition -o` -> a list of partition dicts."""
+    parts = []
+    for rec in parse_records(text, "PartitionName"):
+        parts.append(dict(
+            name=rec["PartitionName"],
+            default=rec.get("Default") == "YES",
+            state=(rec.get("State") or "").lower(),
+            nodes=expand_hostlist(rec.get("Nodes")),
+            nodelist=null(rec.get("Nodes")),
+            total_nodes=_int(rec.get("TotalNodes")),
+            total_cpus=_int(rec.get("TotalCPUs")),
+            time_limit=null(rec.get("MaxTime")),
+            time_limit_s=parse_duration(rec.get("MaxTime")),
+            default_time=null(rec.get("DefaultTime")),
+        ))
+    return parts
+
+
+def _int(value):
+    value = null(value)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+# Reasons a pending job gives when the nodes it needs are out of service: it cannot start
+# until someone brings them back (or changes the job).
+NODE_UNAVAILABLE_REASONS = ("ReqNodeNotAvail", "NodeDown", "Nodes_required_for_job_are_DOWN", "PartitionNodeLimit",
+                            "PartitionConfig", "Nodes required for job are DOWN")
+
+
+def waits_for_nodes(state, reason):
+    """A pending job that waits for nodes that are down or drained (not merely busy)."""
+    return state == "PENDING" and any((reason or "").startswith(r) for r in NODE_UNAVAILABLE_REASONS)
+
+
+def job_from_scontrol(rec):
+    """One `scontrol show job -o` record -> the job dict the modules return."""
+    state = normalize_state(rec.get("JobState"))
+    exit_code, signal = parse_exit_code(rec.get("ExitCode"))
+    comment = null(rec.get("Comment"))
+    return dict(
+        job_id=rec.get("JobId"),
+        name=rec.get("JobName"),
+        state=state,
+        active=state in ACTIVE_STATES,
+        success=state == "COMPLETED",
+        reason=null(rec.get("Reason")),
+        exit_code=exit_code,
+        signal=signal,
+        partition=null(rec.get("Partition")),
+        nodelist=null(rec.get("NodeList")),
+        nodes=expand_hostlist(rec.get("NodeList")),
+        submit_time=null(rec.get("SubmitTime")),
+        start_time=null(rec.get("StartTime")),
+        end_time=null(rec.get("EndTime")),
+        elapsed=parse_duration(rec.get("RunTime")),
+        time_limit=null(rec.get("TimeLimit")),
+        restarts=_int(rec.get("Restarts")) or 0,
+        num_nodes=_int((rec.get("NumNodes") or "").split("-")[0]),
+        waits_for_nodes=waits_for_nodes(state, null(rec.get("Reason"))),
+        stdout_path=null(rec.get("StdOut")),
+        stderr_path=null(rec.get("StdErr")),
+        workdir=null(rec.get("WorkDir")),
+        command=null(rec.get("Command")),
+        comment=comment,
+        fingerprint=fingerprint_of_comment(comment),
+        known=True,
+        source="scontrol",
+    )
+
+
+def unknown_job(job_id):
+    """A job the controller has forgotten and no accounting remembers."""
+    return dict(job_id=str(job_id), name=None, state="UNKNOWN", active=False, success=None,
+                reason="the controller no longer knows this job and no accounting is available",
+                exit_code=None, signal=None, partition=None, nodelist=None, nodes=[],
+                submit_time=None, start_time=None, end_time=None, elapsed=None, time_limit=None,
+                restarts=0, num_nodes=None, waits_for_nodes=False, stdout_path=None, stderr_path=None, workdir=None, command=None,
+                comment=None, fingerprint=None, known=False, source=None)
+
+
+SQUEUE_FIELDS = ("job_id", "state", "name", "comment")
+SQUEUE_FORMAT = FIELD_SEP.join(["%i", "%T", "%j", "%k"]) + RECORD_SEP
+
+
+def parse_squeue(text):
+    """squeue output in SQUEUE_FORMAT -> [{job_id, state, name, comment}]."""
+    jobs = []
+    for record in text.split(RECORD_SEP):
+        record = record.lstrip("\n")
+        if not record:
+            continue
+        fields = record.split(FIELD_SEP)
+        if len(fields) != len(SQUEUE_FIELDS):
+            raise ValueError("unexpected squeue record %r" % record)
+        job = dict(zip(SQUEUE_FIELDS, fields))
+        job["state"] = normalize_state(job["state"])
+        job["comment"] = null(job["comment"])
+        jobs.append(job)
+    return jobs
+
+
+SACCT_FIELDS = ("JobIDRaw", "JobName", "State", "ExitCode", "Elapsed", "NodeList", "Submit",
+                "Start", "End", "Partition", "Comment", "Reason")
+
+
+def parse_sacct(text):
+    """`sacct -X --parsable2 --noheader --delimiter=FIELD_SEP --format=SACCT_FIELDS`
+    -> job dicts (Comment last but one: only Reason follows it)."""
+    jobs = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        rec = dict(zip(SACCT_FIELDS, line.split(FIELD_SEP)))
+        state = normalize_state(rec.get("State"))
+        exit_code, signal = parse_exit_code(rec.get("ExitCode"))
+        comment = null(rec.get("Comment"))
+        job = unknown_job(rec["JobIDRaw"])
+        job.update(name=rec.get("JobName"), state=state, active=state in ACTIVE_STATES,
+                   success=state == "COMPLETED", reason=null(rec.get("Reason")),
+                   exit_code=exit_code, signal=signal, partition=null(rec.get("Partition")),
+                   nodelist=null(rec.get("NodeList")), nodes=expand_hostlist(rec.get("NodeList")),
+                   submit_time=null(rec.get("Submit")), start_time=null(rec.get("Start")),
+                   end_time=null(rec.get("End")), elapsed=parse_duration(rec.get("Elapsed")),
+                   comment=comment, fingerprint=fingerprint_of_comment(comment), known=True,
+                   source="sacct")
+        jobs.append(job)
+    return jobs
+
+
+# Node states (base or flag, lower case) in which a node cannot run a job step: a drained
+# node (idle+drain) is out of service although its base state is idle.
+UNUSABLE_STATES = frozenset(["down", "drain", "drained", "draining", "fail", "failing", "future", "inval",
+                             "invalid", "invalid_reg", "maint", "not_responding", "power_down",
+                             "powered_down", "powering_down", "reboot_issued", "unknown"])
+
+
+def usable(node):
+    """Whether a node (as parse_nodes returns it) can run a job step now."""
+    return not ({node["state"]} | set(node.get("state_flags", []))) & UNUSABLE_STATES
+
+
+def usable_nodes(nodes, partition):
+    """The nodes (as parse_nodes returns them) of partition that can run a job step now."""
+    return [node for node in nodes if partition in node["partitions"] and usable(node)]
+
+
+def out_of_service_nodes(nodes, partition):
+    """The nodes of partition that usable_nodes leaves out."""
+    return [node for node in nodes if partition in node["partitions"] and not usable(node)]

@@ -1,0 +1,144 @@
+from ansible_collections.llmtrain.slurm.plugins.module_utils import job_log
+
+
+def test_tail_lines_reads_from_the_end(tmp_path):
+    path = tmp_path / "out"
+    path.write_text("".join("line %d\n" % i for i in range(5000)))
+    assert job_log.tail_lines(str(path), 3, block=64) == ["line 4997", "line 4998", "line 4999"]
+    assert job_log.tail_lines(str(path), 0) == []
+    short = tmp_path / "short"
+    short.write_text("a\nb")
+    assert job_log.tail_lines(str(short), 5) == ["a", "b"]
+    (tmp_path / "empty").write_text("")
+    assert job_log.tail_lines(str(tmp_path / "empty"), 5) == []
+
+
+GLOO_LOST_PEER = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                  "[10.213.0.11]:43521")
+
+
+def rank_traceback(rank, exception, call="train(cfg, args.data, args.out, meta, dist, stop)"):
+    """A traceback as torch.distributed.run prints it for a rank ("[rankN]: " before each line)."""
+    prefix = "" if rank is None else "[rank%s]: " % rank
+    return [prefix + line for line in [
+        "Traceback (most recent call last):",
+        '  File "/shared/work/trainer/train.py", line 503, in main',
+        "    status = " + call,
+        "             " + "^" * len(call),
+        exception]]
+
+
+LAUNCHER_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/shared/venv/bin/torchrun", line 8, in <module>',
+    "    sys.exit(main())",
+    "             ^^^^^^",
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    "============================================================",
+    "trainer.train FAILED",
+    "------------------------------------------------------------",
+    "Failures:",
+    "  <NO_OTHER_FAILURES>",
+    "srun: error: slurm-worker-1: task 1: Exited with exit code 1",
+]
+
+
+def write_log(tmp_path, lines):
+    path = tmp_path / "slurm-42.out"
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def test_log_summary_names_the_rank_that_failed_first_not_the_peers_that_lost_it(tmp_path):
+    lines = ["step 10/100 loss 2.5000 lr 3.00e-04 1,000 tok/s eta 1m"] + rank_traceback(3, "RuntimeError: boom")
+    for rank in (0, 1, 2):
+        lines += rank_traceback(rank, GLOO_LOST_PEER)
+    lines += LAUNCHER_TRACEBACK
+    summary = job_log.log_summary(write_log(tmp_path, lines), tail=3)
+    assert summary["failed_rank"] == "3"
+    assert summary["traceback"] == rank_traceback(None, "RuntimeError: boom")  # the "[rank3]: " prefixes gone
+    assert summary["traceback"][0] == "Traceback (most recent call last):"
+    assert summary["traceback"][-1] == "RuntimeError: boom"
+    assert summary["path"] == str(tmp_path / "slurm-42.out")
+    assert summary["tail"] == ["Failures:", "  <NO_OTHER_FAILURES>",
+                               "srun: error: slurm-worker-1: task 1: Exited with exit code 1"]
+    lost_peers = ["[rank%d]: %s" % (r, GLOO_LOST_PEER) for r in (0, 1, 2)]
+    assert summary["errors"] == ["[rank3]: RuntimeError: boom"] + lost_peers + [
+        "Traceback (most recent call last):", "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "srun: error: slurm-worker-1: task 1: Exited with exit code 1"]
+
+
+def test_log_summary_picks_the_cause_even_when_the_lost_peers_are_printed_first(tmp_path):
+    lines = rank_traceback(1, GLOO_LOST_PEER) + rank_traceback(0, GLOO_LOST_PEER)
+    lines += rank_traceback(2, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    lines += LAUNCHER_TRACEBACK
+    summary = job_log.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] == "2"
+    assert summary["traceback"][-1] == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+def test_log_summary_with_only_lost_peers_takes_the_first(tmp_path):
+    lines = rank_traceback(5, "RuntimeError: Connection reset by peer") + rank_traceback(0, GLOO_LOST_PEER)
+    summary = job_log.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] == "5" and summary["traceback"][-1] == "RuntimeError: Connection reset by peer"
+    assert summary["lost_peer"] is True  # nobody raised first: a process died without a traceback
+
+
+def test_log_summary_of_a_log_without_a_traceback(tmp_path):
+    lines = ["step %d/100 loss 2.0" % i for i in range(1, 51)] + ["slurmstepd: error: *** JOB 42 ON n1 CANCELLED ***"]
+    summary = job_log.log_summary(write_log(tmp_path, lines), tail=2, errors=8)
+    assert summary["failed_rank"] is None and summary["traceback"] == []
+    assert summary["tail"] == ["step 50/100 loss 2.0", "slurmstepd: error: *** JOB 42 ON n1 CANCELLED ***"]
+    assert summary["errors"] == ["slurmstepd: error: *** JOB 42 ON n1 CANCELLED ***"]
+    assert job_log.log_summary(write_log(tmp_path, lines), tail=0)["tail"] == []
+
+
+def test_log_summary_of_a_single_process_traceback(tmp_path):
+    lines = ["train: 7,000 parameters"] + rank_traceback(None, "ValueError: bad value") + ["done?"]
+    summary = job_log.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] is None and summary["lost_peer"] is False
+    assert summary["traceback"] == rank_traceback(None, "ValueError: bad value")
+
+
+def test_log_summary_keeps_the_first_error_lines_only(tmp_path):
+    lines = ["srun: error: n%d: task %d: Exited with exit code 1" % (i, i) for i in range(20)]
+    summary = job_log.log_summary(write_log(tmp_path, lines), errors=3)
+    assert summary["errors"] == lines[:3]
+    assert len(job_log.log_summary(write_log(tmp_path, lines))["errors"]) == 8  # the default
+
+
+def test_log_summary_shortens_a_deep_traceback_keeping_both_ends(tmp_path):
+    frames = ['  File "m.py", line %d, in f%d' % (i, i) for i in range(100)]
+    lines = ["[rank1]: " + line for line in ["Traceback (most recent call last):"] + frames + ["RecursionError: deep"]]
+    traceback = job_log.log_summary(write_log(tmp_path, lines))["traceback"]
+    assert len(traceback) == 60 and traceback[0] == "Traceback (most recent call last):"
+    assert traceback[20] == "  ..." and traceback[-1] == "RecursionError: deep"
+
+
+def test_log_summary_follows_a_chained_exception_to_the_one_raised_last(tmp_path):
+    chain = rank_traceback(None, "KeyError: 'step'") + [
+        "", "During handling of the above exception, another exception occurred:", ""] + rank_traceback(
+        None, "RuntimeError: boom")
+    summary = job_log.log_summary(write_log(tmp_path, ["starting"] + chain + ["after"]))
+    assert summary["failed_rank"] is None and summary["traceback"] == chain
+
+
+def test_log_summary_of_a_rank_whose_exception_was_raised_from_another(tmp_path):
+    disk_full = rank_traceback(0, "OSError: [Errno 28] No space left on device") + [
+        "[rank0]: ", "[rank0]: The above exception was the direct cause of the following exception:", "[rank0]: "
+    ] + rank_traceback(0, "trainer.checkpoint.CheckpointError: could not write the checkpoint of step 40; "
+                          "step_000030.pt is the newest complete one")
+    lost_peer = rank_traceback(1, GLOO_LOST_PEER)
+    # The ranks' lines interleave in the job's log.
+    lines = disk_full[:6] + lost_peer[:2] + disk_full[6:9] + lost_peer[2:] + disk_full[9:] + LAUNCHER_TRACEBACK
+    summary = job_log.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] == "0"
+    assert summary["traceback"] == [line[len("[rank0]: "):] for line in disk_full]
+    assert summary["traceback"][4] == "OSError: [Errno 28] No space left on device"
+    assert summary["traceback"][-1].startswith("trainer.checkpoint.CheckpointError: could not write")
+
+
+def test_log_summary_does_not_join_tracebacks_without_a_chain_line(tmp_path):
+    first, second = rank_traceback(None, "ValueError: first"), rank_traceback(None, "KeyError: 'second'")
+    summary = job_log.log_summary(write_log(tmp_path, first + [""] + second))
+    assert summary["traceback"] == first
