@@ -18,6 +18,7 @@ import pytest
 from cluster import ROOT, slurm
 
 FILES = os.path.join(ROOT, "roles", "deploy", "files")
+FAULTS = os.path.join(ROOT, "tests", "faults")  # its sitecustomize.py applies TRAINER_FAULT_STEP_PAUSE_S
 STEPS = 40
 
 JOB = """#!/bin/bash
@@ -28,7 +29,7 @@ JOB = """#!/bin/bash
 #SBATCH --cpus-per-task=1
 #SBATCH --mem-per-cpu=500M
 {extra}
-export PYTHONPATH={files}
+export PYTHONPATH={faults}:{files}
 export LLMTRAIN_PYTHON={python}
 export GLOO_SOCKET_IFNAME=eth0
 export TRAINER_FAULT_STEP_PAUSE_S={pause}
@@ -53,8 +54,8 @@ def workdir(local_cluster, tmp_path_factory):
 
 def submit(workdir, name, extra="", pause=0.3, steps=STEPS):
     script = workdir / "job.sh"
-    script.write_text(JOB.format(name=name, dir=workdir, extra=extra, files=FILES, python=sys.executable,
-                                 pause=pause, steps=steps))
+    script.write_text(JOB.format(name=name, dir=workdir, extra=extra, faults=FAULTS, files=FILES,
+                                 python=sys.executable, pause=pause, steps=steps))
     return slurm("sbatch", "--parsable", str(script)).strip().split(";")[0]
 
 

@@ -1,4 +1,4 @@
-"""Trainer tests: the package under test (roles/deploy/files) and trainer_testing on sys.path."""
+"""Trainer tests: the package under test (roles/deploy/files), trainer_testing and the faults on sys.path."""
 
 import json
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[2] / "roles" / "deploy" / "files"), str(HERE)]
+sys.path[:0] = [str(HERE.parents[2] / "roles" / "deploy" / "files"), str(HERE), str(HERE.parents[1] / "faults")]
 
 import torch
 from trainer_testing import REFERENCE_STEPS, TINY_MODEL, TINY_TRAINING, corpus_text, run_module

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from trainer.checkpoint import list_checkpoints
-from trainer.train import STEP_PAUSE_ENV
+from trainer_faults import STEP_PAUSE_ENV
 from trainer_testing import FILES_DIR, free_port, losses, read_metrics, run_module, trainer_env
 
 STEPS = 12

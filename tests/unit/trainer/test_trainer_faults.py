@@ -12,7 +12,8 @@ from trainer.checkpoint import CheckpointError, list_checkpoints
 from trainer.config import resolve_config
 from trainer.model import GPT, GPTConfig
 from trainer.prepare import read_meta
-from trainer.train import CRASH_ENV, EXIT_RENDEZVOUS, Distributed, build_parser, rendezvous_hint
+from trainer.train import EXIT_RENDEZVOUS, Distributed, Training, build_parser, rendezvous_hint
+from trainer_faults import CRASH_ENV, wrap
 from trainer_testing import TINY_TRAINING, free_port, losses, read_metrics, run_module, trainer_env
 
 
@@ -30,7 +31,7 @@ def run_here(data_dir, model_config_file, out, *argv):
 
 @pytest.fixture(autouse=True)
 def single_process(monkeypatch):
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", CRASH_ENV):
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -100,15 +101,23 @@ def test_a_disk_that_fills_mid_write_leaves_no_partial_file_and_the_rerun_resume
     assert checkpoint_steps(out) == [2, 4, 6]
 
 
+def inject(monkeypatch, environ):
+    """The faults environ asks for, on this process's trainer until the test ends."""
+    monkeypatch.setattr(Training, "step", Training.step)
+    wrap(train, environ)
+
+
 def test_an_injected_crash_raises_after_its_step_on_its_rank(monkeypatch, data_dir, model_config_file, tmp_path):
-    monkeypatch.setenv(CRASH_ENV, "0:3")
+    inject(monkeypatch, {CRASH_ENV: "0:3"})
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match=f"^fault injected by {CRASH_ENV}=0:3 on rank 0$"):
         run_here(data_dir, model_config_file, out, "--steps", 6, "--checkpoint-interval", 3)
     assert sorted(losses(read_metrics(out))) == [1, 2, 3] and checkpoint_steps(out) == [3]
 
-    monkeypatch.setenv(CRASH_ENV, "1:3")  # another rank's fault: rank 0 runs on
-    assert run_here(data_dir, model_config_file, tmp_path / "other", "--steps", 4) == 0
+
+def test_an_injected_crash_on_another_rank_leaves_this_one_running(monkeypatch, data_dir, model_config_file, tmp_path):
+    inject(monkeypatch, {CRASH_ENV: "1:3"})
+    assert run_here(data_dir, model_config_file, tmp_path / "run", "--steps", 4) == 0
 
 
 def test_the_rendezvous_hint_names_the_interface_settings(monkeypatch):

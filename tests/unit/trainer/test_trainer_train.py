@@ -6,8 +6,9 @@ import signal
 import time
 
 import pytest
-from trainer.checkpoint import WRITE_PAUSE_ENV, list_checkpoints
-from trainer.train import EXIT_PREEMPTED, STEP_PAUSE_ENV
+from trainer.checkpoint import list_checkpoints
+from trainer.train import EXIT_PREEMPTED
+from trainer_faults import STEP_PAUSE_ENV, WRITE_PAUSE_ENV
 from trainer_testing import REFERENCE_STEPS, losses, read_metrics, run_module, start_module, trainer_env
 
 LOSS_KEYS = {"step", "total_steps", "loss", "lr", "tokens_seen", "tokens_per_s", "elapsed_s", "eta_s"}

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from trainer_faults import FAULTS_DIR
+
 FILES_DIR = Path(__file__).resolve().parents[3] / "roles" / "deploy" / "files"
 
 # A model small enough for a step in milliseconds on one CPU core.
@@ -23,7 +25,7 @@ def corpus_text(lines=600):
 
 def trainer_env(**extra):
     env = dict(os.environ)
-    env.update(PYTHONPATH=str(FILES_DIR), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(PYTHONPATH=os.pathsep.join([str(FAULTS_DIR), str(FILES_DIR)]), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -7,7 +7,6 @@ loads with ``weights_only=True`` (tensors, numbers, strings, lists, dicts only).
 import os
 import re
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -19,8 +18,6 @@ FORMAT = 1
 REQUIRED_KEYS = ("format", "step", "model", "model_config")
 NAME = re.compile(r"^step_(\d+)\.pt$")
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
-# Fault-injection tests set this to hold a checkpoint write open and kill the process in it.
-WRITE_PAUSE_ENV = "TRAINER_FAULT_CHECKPOINT_WRITE_PAUSE_S"
 
 
 class CheckpointError(RuntimeError):
@@ -50,24 +47,6 @@ def strip_wrapper_prefixes(state_dict):
     return clean
 
 
-class PausedWriter:
-    """Fault injection: a file that pauses after its first write, half-written on disk."""
-
-    def __init__(self, file, seconds):
-        self.file, self.seconds, self.paused = file, seconds, False
-
-    def write(self, data):
-        written = self.file.write(data)
-        if not self.paused:
-            self.paused = True
-            self.file.flush()
-            time.sleep(self.seconds)
-        return written
-
-    def flush(self):
-        self.file.flush()
-
-
 def save_checkpoint(state, ckpt_dir, keep):
     """Write state as the checkpoint of state["step"]; keep the newest `keep` up to it.
 
@@ -78,9 +57,8 @@ def save_checkpoint(state, ckpt_dir, keep):
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     step = state["step"]
     path = checkpoint_path(ckpt_dir, step)
-    pause = float(os.environ.get(WRITE_PAUSE_ENV, "0"))
     with atomic_file(path) as f:
-        torch.save(state, PausedWriter(f, pause) if pause else f)
+        torch.save(state, f)
     existing = list_checkpoints(ckpt_dir)
     older = [p for s, p in existing if s <= step]
     stale = [p for s, p in existing if s > step]

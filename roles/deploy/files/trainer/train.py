@@ -42,10 +42,6 @@ from .prepare import DataError, read_meta
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; run it again to continue
 PREEMPTED_MARKER = "PREEMPTED"
 METRICS_FILE = "metrics.jsonl"
-# Fault-injection tests set this to slow every step down, so a signal lands mid-run.
-STEP_PAUSE_ENV = "TRAINER_FAULT_STEP_PAUSE_S"
-# ... and this ("RANK:STEP") to make one rank raise after that step, as a bug would.
-CRASH_ENV = "TRAINER_FAULT_CRASH"
 
 
 class Distributed:
@@ -272,116 +268,163 @@ def format_seconds(seconds):
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def train(cfg, data_dir, out_dir, meta, dist, stop):
-    """Run steps until cfg.steps are done or a stop is requested; return the exit status."""
-    log = print if dist.is_main else (lambda *a, **k: None)
-    out_dir = Path(out_dir)
-    ckpt_dir = out_dir / CHECKPOINT_DIR
-    marker = out_dir / PREEMPTED_MARKER
-    if dist.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        remove_temp_files(out_dir)
-        clean_checkpoint_dir(ckpt_dir)
+class Training:
+    """One run's model, optimizer, data, clocks and metrics, and the steps of its loop."""
 
-    # Resume: rank 0 finds the newest checkpoint that loads; every rank loads that one.
-    state, resume_path = None, None
-    if dist.is_main:
-        resume_path, state = load_latest(ckpt_dir)
-    resume_path = dist.broadcast(str(resume_path) if resume_path else None)
-    if resume_path and state is None:
-        state = load_checkpoint(resume_path)
-    start_step = state["step"] if state else 0
-    if start_step >= cfg.steps:
-        log(f"train: {out_dir} already has {start_step} steps (--steps {cfg.steps}); nothing to do", flush=True)
-        if dist.is_main:
-            marker.unlink(missing_ok=True)
-        return 0
-
-    model_cfg = GPTConfig(vocab_size=int(meta["vocab_size"]), block_size=cfg.block_size, n_layer=cfg.n_layer,
-                          n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout)
-    if state:
-        shape = {k: v for k, v in asdict(model_cfg).items() if k != "dropout"}
-        saved_shape = {k: state["model_config"].get(k) for k in shape}
-        if saved_shape != shape:
-            raise ConfigError(f"the checkpoints in {ckpt_dir} are of a model {saved_shape}, the config asks for "
-                              f"{shape}; use the same model flags or another --out")
-
-    device = dist.device
-    seed_everything(cfg.seed)  # the same initial weights on every rank
-    raw_model = GPT(model_cfg).to(device)
-    optimizer = raw_model.configure_optimizer(cfg.weight_decay, cfg.lr, device.type)
-    tokens_seen, prior_elapsed = 0, 0.0
-    if state:
-        raw_model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        tokens_seen, prior_elapsed = state["tokens_seen"], state["elapsed_s"]
-        if len(state["rng"]) == dist.world_size:
-            set_rng_state(state["rng"][dist.rank])
+    def __init__(self, cfg, data_dir, out_dir, meta, dist, state, resume_path):
+        """Set-up: the model and optimizer (from the checkpoint when resuming), the data, the
+        metrics file with its start or resume event."""
+        self.cfg, self.dist, self.out_dir = cfg, dist, out_dir
+        self.start_step = state["step"] if state else 0
+        self.model_cfg = GPTConfig(vocab_size=int(meta["vocab_size"]), block_size=cfg.block_size, n_layer=cfg.n_layer,
+                                   n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout)
+        if state:
+            shape = {k: v for k, v in asdict(self.model_cfg).items() if k != "dropout"}
+            saved_shape = {k: state["model_config"].get(k) for k in shape}
+            if saved_shape != shape:
+                raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} are of a model {saved_shape}, the "
+                                  f"config asks for {shape}; use the same model flags or another --out")
+        device = self.device = dist.device
+        seed_everything(cfg.seed)  # the same initial weights on every rank
+        self.raw_model = GPT(self.model_cfg).to(device)
+        self.optimizer = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr, device.type)
+        self.tokens_seen, self.prior_elapsed = 0, 0.0
+        if state:
+            self.raw_model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.tokens_seen, self.prior_elapsed = state["tokens_seen"], state["elapsed_s"]
+            if len(state["rng"]) == dist.world_size:
+                set_rng_state(state["rng"][dist.rank])
+            else:
+                self.log(f"warning: checkpoint from {len(state['rng'])} ranks, now {dist.world_size}: random state "
+                         "reseeded")
+                seed_everything(cfg.seed, dist.rank, self.start_step)
         else:
-            log(f"warning: checkpoint from {len(state['rng'])} ranks, now {dist.world_size}: random state reseeded", flush=True)
-            seed_everything(cfg.seed, dist.rank, start_step)
-    else:
-        seed_everything(cfg.seed, dist.rank)  # dropout differs between ranks
-    del state  # the checkpoint's tensors are copied into the model and optimizer
+            seed_everything(cfg.seed, dist.rank)  # dropout differs between ranks
 
-    use_bf16 = device.type == "cuda" and cfg.dtype != "float32" and torch.cuda.is_bf16_supported()
-    if cfg.dtype == "bfloat16" and not use_bf16:
-        log("warning: --dtype bfloat16 needs a CUDA GPU that supports it; training in float32", flush=True)
-    autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16 else nullcontext()
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    model = torch.compile(raw_model) if cfg.compile else raw_model
-    eval_model = model
-    if dist.active:
-        model = DDP(model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
+        use_bf16 = device.type == "cuda" and cfg.dtype != "float32" and torch.cuda.is_bf16_supported()
+        if cfg.dtype == "bfloat16" and not use_bf16:
+            self.log("warning: --dtype bfloat16 needs a CUDA GPU that supports it; training in float32")
+        self.autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16 else nullcontext()
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        self.model = self.eval_model = torch.compile(self.raw_model) if cfg.compile else self.raw_model
+        if dist.active:
+            self.model = DDP(self.model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
 
-    train_tokens = open_tokens(data_dir, meta, "train")
-    val_tokens = open_tokens(data_dir, meta, "val")
-    B, A, W, T = cfg.batch_size, cfg.grad_accum, dist.world_size, cfg.block_size
-    tokens_per_step = B * A * W * T
-    rank_slice = slice(dist.rank * B, (dist.rank + 1) * B)
-    peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if use_bf16 else None
-    flops_per_token = raw_model.flops_per_token()
-    step_pause = float(os.environ.get(STEP_PAUSE_ENV, "0"))
-    crash_rank, crash_step = (os.environ.get(CRASH_ENV, "") + ":").split(":")[:2]
+        self.train_tokens = open_tokens(data_dir, meta, "train")
+        self.val_tokens = open_tokens(data_dir, meta, "val")
+        self.tokens_per_step = cfg.batch_size * cfg.grad_accum * dist.world_size * cfg.block_size
+        self.rank_slice = slice(dist.rank * cfg.batch_size, (dist.rank + 1) * cfg.batch_size)
+        self.peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if use_bf16 else None
+        self.flops_per_token = self.raw_model.flops_per_token()
 
-    metrics = None
-    if dist.is_main:
-        metrics = MetricsLog(out_dir / METRICS_FILE, start_step)
-        marker.unlink(missing_ok=True)
-        event = {"event": "resume" if start_step else "start", "step": start_step, "total_steps": cfg.steps,
-                 "world_size": W, "device": str(device), "params": raw_model.num_params(),
-                 "tokens_per_step": tokens_per_step}
-        if start_step:
-            event.update(checkpoint=resume_path, discarded_records=metrics.dropped)
-        metrics.write(event)
-        start_note = f"resuming at step {start_step} from {resume_path}" if start_step else "starting at step 0"
-        log(f"train: {raw_model.num_params() / 1e6:.2f}M parameters, {W} rank(s) on {device.type}, "
-            f"{tokens_per_step:,} tokens per step, {start_note}", flush=True)
-
-    run_started = time.perf_counter()
-    last_record_time, last_record_step = run_started, start_step
-    pause_s = 0.0  # time since the last record spent evaluating and checkpointing, not training
-
-    def save(step):
-        nonlocal pause_s
-        started = time.perf_counter()
-        rng_states = dist.gather(rng_state())
+        self.metrics = None
         if dist.is_main:
+            self.metrics = MetricsLog(out_dir / METRICS_FILE, self.start_step)
+            (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
+            event = {"event": "resume" if self.start_step else "start", "step": self.start_step,
+                     "total_steps": cfg.steps, "world_size": dist.world_size, "device": str(device),
+                     "params": self.raw_model.num_params(), "tokens_per_step": self.tokens_per_step}
+            if self.start_step:
+                event.update(checkpoint=resume_path, discarded_records=self.metrics.dropped)
+            self.metrics.write(event)
+            start_note = (f"resuming at step {self.start_step} from {resume_path}" if self.start_step
+                          else "starting at step 0")
+            self.log(f"train: {self.raw_model.num_params() / 1e6:.2f}M parameters, {dist.world_size} rank(s) on "
+                     f"{device.type}, {self.tokens_per_step:,} tokens per step, {start_note}")
+
+        self.run_started = time.perf_counter()
+        self.last_record_time, self.last_record_step = self.run_started, self.start_step
+        self.pause_s = 0.0  # time since the last record spent evaluating and checkpointing, not training
+        self.model.train()
+
+    def log(self, message):
+        if self.dist.is_main:
+            print(message, flush=True)
+
+    def elapsed_s(self):
+        return self.prior_elapsed + time.perf_counter() - self.run_started
+
+    def step(self, step):
+        """One optimizer step over the global batch of `step`; returns this rank's summed micro-batch loss."""
+        cfg, device = self.cfg, self.device
+        A, T = cfg.grad_accum, cfg.block_size
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(step, cfg)
+        starts = window_starts(len(self.train_tokens), T, cfg.seed, TRAIN_STREAM, step,
+                               (A, cfg.batch_size * self.dist.world_size))
+        loss_sum = torch.zeros((), device=device)
+        for micro in range(A):
+            x, y = windows(self.train_tokens, starts[micro, self.rank_slice], T)
+            if device.type == "cuda":
+                x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+            # gradients are all-reduced once per step, on the last micro-step
+            sync = self.model.no_sync() if self.dist.active and micro < A - 1 else nullcontext()
+            with sync:
+                with self.autocast:
+                    _logits, loss = self.model(x, y)
+                (loss / A).backward()
+            loss_sum += loss.detach().float()
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.tokens_seen += self.tokens_per_step
+        return loss_sum
+
+    def evaluate(self):
+        """The validation loss; its time is a pause, not training."""
+        started = time.perf_counter()
+        val_loss = estimate_val_loss(self.eval_model, self.val_tokens, self.cfg, self.dist, self.autocast)
+        self.pause_s += time.perf_counter() - started
+        return val_loss
+
+    def record(self, done, loss_sum, evaluate):
+        """The loss record of step `done`, with the validation loss if evaluate (every rank takes part)."""
+        cfg, W = self.cfg, self.dist.world_size
+        loss_value = self.dist.mean(loss_sum / cfg.grad_accum)
+        lr = lr_at(done - 1, cfg)
+        now = time.perf_counter()
+        tokens_per_s = ((done - self.last_record_step) * self.tokens_per_step
+                        / max(1e-9, now - self.last_record_time - self.pause_s))
+        self.last_record_time, self.last_record_step, self.pause_s = now, done, 0.0
+        eta_s = (now - self.run_started) / (done - self.start_step) * (cfg.steps - done)
+        record = {"step": done, "total_steps": cfg.steps, "loss": loss_value, "lr": lr,
+                  "tokens_seen": self.tokens_seen, "tokens_per_s": round(tokens_per_s, 1),
+                  "elapsed_s": round(self.prior_elapsed + now - self.run_started, 3), "eta_s": round(eta_s, 1)}
+        if self.device.type == "cuda":
+            record["mfu"] = mfu(self.flops_per_token, tokens_per_s, W, self.peak_flops) if self.peak_flops else None
+        if evaluate:
+            record["val_loss"] = self.evaluate()
+        if self.dist.is_main:
+            self.metrics.write(record)
+            extras = "".join([f" val {record['val_loss']:.4f}" if evaluate else "",
+                              f" mfu {record['mfu']:.1%}" if record.get("mfu") else ""])
+            print(f"step {done}/{cfg.steps} loss {loss_value:.4f}{extras} lr {lr:.2e} "
+                  f"{tokens_per_s:,.0f} tok/s eta {format_seconds(eta_s)}", flush=True)
+
+    def checkpoint(self, step):
+        """Every rank's random state to rank 0, which writes the checkpoint of `step`."""
+        cfg, W = self.cfg, self.dist.world_size
+        started = time.perf_counter()
+        rng_states = self.dist.gather(rng_state())
+        if self.dist.is_main:
+            ckpt_dir = self.out_dir / CHECKPOINT_DIR
             try:
                 path = save_checkpoint({
                     "format": FORMAT,
                     "step": step,
-                    "tokens_seen": tokens_seen,
-                    "elapsed_s": prior_elapsed + time.perf_counter() - run_started,
-                    "model": raw_model.state_dict(),
-                    "model_config": asdict(model_cfg),
-                    "optimizer": optimizer.state_dict(),
+                    "tokens_seen": self.tokens_seen,
+                    "elapsed_s": self.elapsed_s(),
+                    "model": self.raw_model.state_dict(),
+                    "model_config": asdict(self.model_cfg),
+                    "optimizer": self.optimizer.state_dict(),
                     "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
                                   "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},
                     "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
-                             "global_batch": B * W},
+                             "global_batch": cfg.batch_size * W},
                     "rng": rng_states,
                     "world_size": W,
                     "config": asdict(cfg),
@@ -392,82 +435,73 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
                     f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(e).__name__}: {e}); nothing of it is left "
                     f"behind, and {newest[-1][1].name if newest else 'no earlier checkpoint'} is the newest complete one "
                     "(a rerun resumes from it once there is room)") from e
-            metrics.write({"event": "checkpoint", "step": step, "path": str(path)})
-        pause_s += time.perf_counter() - started
+            self.metrics.write({"event": "checkpoint", "step": step, "path": str(path)})
+        self.pause_s += time.perf_counter() - started
 
-    model.train()
-    for step in range(start_step, cfg.steps):
-        lr = lr_at(step, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        starts = window_starts(len(train_tokens), T, cfg.seed, TRAIN_STREAM, step, (A, B * W))
-        loss_sum = torch.zeros((), device=device)
-        for micro in range(A):
-            x, y = windows(train_tokens, starts[micro, rank_slice], T)
-            if device.type == "cuda":
-                x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-            # gradients are all-reduced once per step, on the last micro-step
-            sync = model.no_sync() if dist.active and micro < A - 1 else nullcontext()
-            with sync:
-                with autocast:
-                    _logits, loss = model(x, y)
-                (loss / A).backward()
-            loss_sum += loss.detach().float()
-        if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def finish(self, done):
+        """Checkpoint the last step; returns 0."""
+        self.checkpoint(done)
+        if self.dist.is_main:
+            self.metrics.write({"event": "done", "step": done, "tokens_seen": self.tokens_seen,
+                                "elapsed_s": round(self.elapsed_s(), 3)})
+        self.dist.barrier()  # no rank exits while rank 0 still writes
+        return 0
+
+    def stop(self, done, signum):
+        """Checkpoint step `done` and leave the PREEMPTED marker; returns EXIT_PREEMPTED."""
+        name = signal.Signals(signum).name
+        self.checkpoint(done)
+        if self.dist.is_main:
+            with atomic_file(self.out_dir / PREEMPTED_MARKER, "w") as f:
+                json.dump({"step": done, "signal": name, "time": datetime.now(timezone.utc).isoformat()}, f)
+            self.metrics.write({"event": "preempted", "step": done, "signal": name})
+            print(f"train: {name} received; checkpointed step {done}, exiting with {EXIT_PREEMPTED}", flush=True)
+        self.dist.barrier()
+        return EXIT_PREEMPTED
+
+
+def resume(out_dir, dist):
+    """(path, state) of the checkpoint to resume from, (None, None) for a fresh run. Rank 0
+    readies the run directory and finds the newest checkpoint that loads; every rank loads it."""
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    state, path = None, None
+    if dist.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        remove_temp_files(out_dir)
+        clean_checkpoint_dir(ckpt_dir)
+        path, state = load_latest(ckpt_dir)
+    path = dist.broadcast(str(path) if path else None)
+    if path and state is None:
+        state = load_checkpoint(path)
+    return path, state
+
+
+def train(cfg, data_dir, out_dir, meta, dist, stop):
+    """Run steps until cfg.steps are done or a stop is requested; return the exit status."""
+    out_dir = Path(out_dir)
+    resume_path, state = resume(out_dir, dist)
+    if state and state["step"] >= cfg.steps:
+        if dist.is_main:
+            print(f"train: {out_dir} already has {state['step']} steps (--steps {cfg.steps}); nothing to do", flush=True)
+            (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
+        return 0
+    run = Training(cfg, data_dir, out_dir, meta, dist, state, resume_path)
+    del state  # the checkpoint's tensors are copied into the model and optimizer
+
+    for step in range(run.start_step, cfg.steps):
+        loss_sum = run.step(step)
         done = step + 1
-        tokens_seen += tokens_per_step
         stop_signal = dist.max_int(stop.signum)  # a signal on any rank stops every rank here
-
         finished = done == cfg.steps
         evaluate = finished or (cfg.eval_interval and done % cfg.eval_interval == 0)
         if evaluate or done % cfg.log_interval == 0:
-            loss_value = dist.mean(loss_sum / A)
-            now = time.perf_counter()
-            tokens_per_s = (done - last_record_step) * tokens_per_step / max(1e-9, now - last_record_time - pause_s)
-            last_record_time, last_record_step, pause_s = now, done, 0.0
-            eta_s = (now - run_started) / (done - start_step) * (cfg.steps - done)
-            record = {"step": done, "total_steps": cfg.steps, "loss": loss_value, "lr": lr,
-                      "tokens_seen": tokens_seen, "tokens_per_s": round(tokens_per_s, 1),
-                      "elapsed_s": round(prior_elapsed + now - run_started, 3), "eta_s": round(eta_s, 1)}
-            if device.type == "cuda":
-                record["mfu"] = mfu(flops_per_token, tokens_per_s, W, peak_flops) if peak_flops else None
-            if evaluate:
-                started = time.perf_counter()
-                record["val_loss"] = estimate_val_loss(eval_model, val_tokens, cfg, dist, autocast)
-                pause_s += time.perf_counter() - started
-            if dist.is_main:
-                metrics.write(record)
-                extras = "".join([f" val {record['val_loss']:.4f}" if evaluate else "",
-                                  f" mfu {record['mfu']:.1%}" if record.get("mfu") else ""])
-                print(f"step {done}/{cfg.steps} loss {loss_value:.4f}{extras} lr {lr:.2e} "
-                      f"{tokens_per_s:,.0f} tok/s eta {format_seconds(eta_s)}", flush=True)
-
+            run.record(done, loss_sum, evaluate)
         if finished:
-            save(done)
-            if dist.is_main:
-                metrics.write({"event": "done", "step": done, "tokens_seen": tokens_seen,
-                               "elapsed_s": round(prior_elapsed + time.perf_counter() - run_started, 3)})
-            dist.barrier()  # no rank exits while rank 0 still writes
-            return 0
+            return run.finish(done)
         if stop_signal:
-            name = signal.Signals(stop_signal).name
-            save(done)
-            if dist.is_main:
-                with atomic_file(marker, "w") as f:
-                    json.dump({"step": done, "signal": name, "time": datetime.now(timezone.utc).isoformat()}, f)
-                metrics.write({"event": "preempted", "step": done, "signal": name})
-                print(f"train: {name} received; checkpointed step {done}, exiting with {EXIT_PREEMPTED}", flush=True)
-            dist.barrier()
-            return EXIT_PREEMPTED
+            return run.stop(done, stop_signal)
         if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
-            save(done)
-        if crash_step and int(crash_rank) == dist.rank and int(crash_step) == done:
-            raise RuntimeError(f"fault injected by {CRASH_ENV}={crash_rank}:{crash_step} on rank {dist.rank}")
-        if step_pause:
-            time.sleep(step_pause)
+            run.checkpoint(done)
 
 
 def build_parser():
@@ -518,7 +552,10 @@ def exit_now(status):
 
 
 if __name__ == "__main__":
-    code = main()
+    # The imported module's main, not this __main__ copy's: one copy of the loop's classes, so
+    # what wraps them on import (the tests' fault injection) applies to a run from the command line.
+    from trainer import train as imported
+    code = imported.main()
     if "RANK" in os.environ:  # a rank started by torch.distributed.run
         exit_now(code if isinstance(code, int) else 1)
     sys.exit(code)

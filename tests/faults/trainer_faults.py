@@ -1,0 +1,105 @@
+"""Faults for the tests, wrapped around the trainer's named steps: the trainer never reads these.
+
+TRAINER_FAULT_STEP_PAUSE_S  seconds to sleep before each step, so that a signal lands mid-run
+TRAINER_FAULT_CRASH         RANK:STEP: that rank raises after step STEP, as a bug would
+TRAINER_FAULT_CHECKPOINT_WRITE_PAUSE_S  seconds each checkpoint write pauses after its first
+                            bytes, half-written on disk, so that a kill lands in it
+
+A process with this directory on PYTHONPATH loads sitecustomize.py, which calls
+install_on_import(): the trainer's modules are wrapped as they are imported.
+"""
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import time
+from contextlib import contextmanager
+from functools import wraps
+from pathlib import Path
+
+FAULTS_DIR = Path(__file__).resolve().parent
+STEP_PAUSE_ENV = "TRAINER_FAULT_STEP_PAUSE_S"
+CRASH_ENV = "TRAINER_FAULT_CRASH"
+WRITE_PAUSE_ENV = "TRAINER_FAULT_CHECKPOINT_WRITE_PAUSE_S"
+
+
+def faulty_step(step, pause_s=0.0, crash=""):
+    """Training.step that sleeps pause_s first, and raises on rank R before the step after
+    STEP when crash is "R:STEP" (so step STEP is logged and checkpointed as usual)."""
+    crash_rank, crash_step = (crash + ":").split(":")[:2]
+
+    @wraps(step)
+    def wrapper(training, index):
+        if crash_step and int(crash_rank) == training.dist.rank and int(crash_step) == index:
+            raise RuntimeError(f"fault injected by {CRASH_ENV}={crash_rank}:{crash_step} on rank {training.dist.rank}")
+        if pause_s:
+            time.sleep(pause_s)
+        return step(training, index)
+
+    return wrapper
+
+
+class PausedWriter:
+    """A file that pauses after its first write, half-written on disk."""
+
+    def __init__(self, file, seconds):
+        self.file, self.seconds, self.paused = file, seconds, False
+
+    def write(self, data):
+        written = self.file.write(data)
+        if not self.paused:
+            self.paused = True
+            self.file.flush()
+            time.sleep(self.seconds)
+        return written
+
+    def flush(self):
+        self.file.flush()
+
+
+def paused_atomic_file(atomic_file, seconds):
+    """checkpoint.py's atomic_file, its file a PausedWriter."""
+
+    @contextmanager
+    def wrapper(path, mode="wb"):
+        with atomic_file(path, mode) as f:
+            yield PausedWriter(f, seconds)
+
+    return wrapper
+
+
+def wrap(module, environ):
+    """Wrap what the fault variables in environ ask for in trainer.train or trainer.checkpoint."""
+    if module.__name__ == "trainer.train" and (STEP_PAUSE_ENV in environ or CRASH_ENV in environ):
+        module.Training.step = faulty_step(module.Training.step, float(environ.get(STEP_PAUSE_ENV, "0")),
+                                           environ.get(CRASH_ENV, ""))
+    if module.__name__ == "trainer.checkpoint" and float(environ.get(WRITE_PAUSE_ENV, "0")):
+        module.atomic_file = paused_atomic_file(module.atomic_file, float(environ[WRITE_PAUSE_ENV]))
+
+
+class WrapOnImport(importlib.abc.MetaPathFinder):
+    """Finds the trainer's modules as the path finder does; wraps each once it has run."""
+
+    def __init__(self, environ):
+        self.environ = environ
+
+    def find_spec(self, name, path, target=None):
+        if name not in ("trainer.train", "trainer.checkpoint"):
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def exec_and_wrap(module):
+            exec_module(module)
+            wrap(module, self.environ)
+
+        spec.loader.exec_module = exec_and_wrap
+        return spec
+
+
+def install_on_import(environ=os.environ):
+    if any(name in environ for name in (STEP_PAUSE_ENV, CRASH_ENV, WRITE_PAUSE_ENV)):
+        sys.meta_path.insert(0, WrapOnImport(dict(environ)))
