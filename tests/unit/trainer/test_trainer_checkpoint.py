@@ -35,11 +35,11 @@ def test_save_keeps_the_newest_and_leaves_no_temp_files(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000040.pt", "step_000050.pt"]
 
 
-def test_saving_an_earlier_step_removes_the_abandoned_later_ones(tmp_path):
+def test_saving_an_earlier_step_never_removes_the_later_ones(tmp_path):
     for step in (10, 20, 30):
         save_checkpoint(state(step), tmp_path, keep=5)
-    save_checkpoint(state(25), tmp_path, keep=5)
-    assert steps(tmp_path) == [10, 20, 25]
+    save_checkpoint(state(25), tmp_path, keep=2)
+    assert steps(tmp_path) == [20, 25, 30]  # keep-K counts up to the step saved
 
 
 def test_numbering_past_six_digits_sorts_by_value(tmp_path):

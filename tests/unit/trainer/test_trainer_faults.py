@@ -1,8 +1,10 @@
-"""The trainer's faults: a full disk at a checkpoint, an injected crash, ranks that cannot
-reach each other. Single-process runs call train() in this process."""
+"""The trainer's faults: a full disk at a checkpoint, a read error or a corrupt file at resume,
+an injected crash, ranks that cannot reach each other. Single-process runs call train() in
+this process."""
 
 import errno
 import os
+import shutil
 
 import pytest
 import torch
@@ -14,7 +16,7 @@ from trainer.model import GPT, GPTConfig
 from trainer.prepare import read_meta
 from trainer.train import EXIT_RENDEZVOUS, Distributed, Training, build_parser, rendezvous_hint
 from trainer_faults import CRASH_ENV, wrap
-from trainer_testing import TINY_TRAINING, free_port, losses, read_metrics, run_module, trainer_env
+from trainer_testing import REFERENCE_STEPS, TINY_TRAINING, free_port, losses, read_metrics, run_module, trainer_env
 
 
 class NoStop:
@@ -99,6 +101,84 @@ def test_a_disk_that_fills_mid_write_leaves_no_partial_file_and_the_rerun_resume
     assert next(r for r in records if r.get("event") == "resume")["step"] == 2
     assert sorted(losses(records)) == list(range(1, 7)) and records[-1]["event"] == "done"
     assert checkpoint_steps(out) == [2, 4, 6]
+
+
+@pytest.fixture
+def copied_reference(reference_run, tmp_path):
+    """A copy of the reference run: checkpoints of steps 20 and 24, metrics up to step 24."""
+    out = tmp_path / "run"
+    shutil.copytree(reference_run[0], out)
+    return out
+
+
+def resume_again(data_dir, model_config_file, out):
+    return run_here(data_dir, model_config_file, out, "--steps", REFERENCE_STEPS + 4, "--checkpoint-interval", 4,
+                    "--keep-checkpoints", 2)
+
+
+def test_a_read_error_at_resume_is_retried_and_keeps_the_newer_checkpoint_and_records(
+        monkeypatch, data_dir, model_config_file, copied_reference):
+    before = read_metrics(copied_reference)
+    real_load, loads = torch.load, []
+
+    def load(*args, **kwargs):
+        loads.append(args[0])
+        if len(loads) == 1:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.torch, "load", load)
+    monkeypatch.setattr(checkpoint, "READ_RETRY_DELAYS_S", (0, 0))
+    assert resume_again(data_dir, model_config_file, copied_reference) == 0
+    assert [p.name for p in loads] == ["step_000024.pt", "step_000024.pt"]
+    records = read_metrics(copied_reference)
+    assert records[:len(before)] == before
+    resumed = next(r for r in records if r.get("event") == "resume")
+    assert resumed["step"] == REFERENCE_STEPS and resumed["discarded_records"] == 0
+    assert checkpoint_steps(copied_reference) == [REFERENCE_STEPS, REFERENCE_STEPS + 4]
+
+
+def test_a_read_error_that_persists_fails_the_run_and_removes_nothing(monkeypatch, data_dir, model_config_file,
+                                                                      copied_reference):
+    before = read_metrics(copied_reference), sorted(p.name for p in (copied_reference / "checkpoints").iterdir())
+
+    def load(*args, **kwargs):
+        raise OSError(errno.ESTALE, "Stale file handle")
+
+    monkeypatch.setattr(checkpoint.torch, "load", load)
+    monkeypatch.setattr(checkpoint, "READ_RETRY_DELAYS_S", (0, 0))
+    with pytest.raises(CheckpointError, match=r"step_000024.pt could not be read \(OSError: \[Errno 116\] Stale file "
+                                              r"handle, 3 attempts\); nothing was moved or removed"):
+        resume_again(data_dir, model_config_file, copied_reference)
+    assert (read_metrics(copied_reference), sorted(p.name for p in (copied_reference / "checkpoints").iterdir())) == before
+
+
+@pytest.mark.parametrize("error", [MemoryError(), RuntimeError("DefaultCPUAllocator: can't allocate memory")])
+def test_running_out_of_memory_while_loading_is_not_corruption(monkeypatch, data_dir, model_config_file,
+                                                               copied_reference, error):
+    def load(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(checkpoint.torch, "load", load)
+    with pytest.raises(type(error)) as info:
+        resume_again(data_dir, model_config_file, copied_reference)
+    assert info.type is type(error)  # not the CheckpointError of "none loads"
+    assert checkpoint_steps(copied_reference) == [20, REFERENCE_STEPS]
+
+
+def test_a_truncated_newest_checkpoint_is_moved_aside_and_the_run_resumes_from_the_one_before(
+        reference_run, data_dir, model_config_file, copied_reference, capsys):
+    newest = copied_reference / "checkpoints" / "step_000024.pt"
+    truncated = newest.read_bytes()[:newest.stat().st_size // 2]
+    newest.write_bytes(truncated)
+    assert resume_again(data_dir, model_config_file, copied_reference) == 0
+    assert "step_000024.pt does not load" in capsys.readouterr().err
+    assert (copied_reference / "checkpoints" / "step_000024.pt.bad").read_bytes() == truncated
+    records = read_metrics(copied_reference)
+    assert next(r for r in records if r.get("event") == "resume")["step"] == 20
+    reference = losses(read_metrics(reference_run[0]))
+    assert {s: v for s, v in losses(records).items() if s <= 20} == {s: reference[s] for s in range(1, 21)}
+    assert checkpoint_steps(copied_reference) == [REFERENCE_STEPS, REFERENCE_STEPS + 4]
 
 
 def inject(monkeypatch, environ):

@@ -469,7 +469,7 @@ def resume(out_dir, dist):
         out_dir.mkdir(parents=True, exist_ok=True)
         remove_temp_files(out_dir)
         clean_checkpoint_dir(ckpt_dir)
-        path, state = load_latest(ckpt_dir)
+        path, state = load_latest(ckpt_dir, move_aside=True)
     path = dist.broadcast(str(path) if path else None)
     if path and state is None:
         state = load_checkpoint(path)
