@@ -216,7 +216,7 @@ def run_by_hand(scripts):
     for sub in ("data", "checkpoints"):
         shutil.rmtree(run_dir / sub, ignore_errors=True)
         (run_dir / sub).mkdir()
-    for name in ("metrics.jsonl", "PREEMPTED", "samples.json", "samples.meta.json"):
+    for name in ("metrics.jsonl", "PREEMPTED", "samples.json", "generate.done.json", "train.done.json", "data/prepare.done.json"):
         try:
             (run_dir / name).unlink()
         except FileNotFoundError:
@@ -265,7 +265,6 @@ SUBMIT_PLAY = """---
         content: "#!/bin/bash\\nsrun hostname\\nsleep 30\\n"
         chdir: /tmp
         options: {nodes: "{{ n }}", ntasks-per-node: 1, time: 2, output: /dev/null}
-        force: true
       register: job
     - name: Cancel
       llmtrain.slurm.sbatch:

@@ -18,8 +18,8 @@ description:
     identity: the task returns at once, asking Slurm nothing; (2) the same identity pending or
     running: C(changed=false) and the same RV(job_id) (the task re-attaches to it); (3) the same
     identity completed successfully and still known to Slurm (C(scontrol), or C(sacct) where
-    accounting keeps comments): C(changed=false), nothing submitted, and O(done_file), when
-    set, is written; (4) otherwise the job is submitted."
+    accounting keeps comments), and with O(done_file) the job its record names: C(changed=false),
+    nothing submitted, and O(done_file), when set, is written; (4) otherwise the job is submitted."
   - With O(wait), the task returns when the job has left the active states, checking it
     once per O(poll_interval); it fails when the job did not complete successfully,
     showing the last lines of its output.
@@ -78,19 +78,19 @@ options:
     default: present
   done_file:
     description:
-      - File on the target that records that the job completed successfully, as JSON with
-        keys C(fingerprint), C(name), C(job_id), C(state), C(exit_code), C(end_time) and
-        C(stdout_path).
+      - File on the target that records the job this task submitted last and, once it completed
+        successfully, that it did, as JSON with keys C(fingerprint), C(name), C(job_id),
+        C(state), C(exit_code), C(end_time) and C(stdout_path).
       - When it records this task's fingerprint, the task returns RV(done=true) with the
         recorded RV(job_id), RV(state) and RV(exit_code) and asks Slurm nothing, however long
         ago the job ran. A record of another fingerprint means the job has not run; so does
         one that cannot be read, with a warning.
-      - Written, atomically and with mode C(0644), whenever the task sees its job completed
-        successfully (found completed in Slurm, or at the end of O(wait)); its directory must
-        exist. Never written in check mode. Writing it alone does not count as a change.
-      - To run the job again, remove this file. A job that completed with the same identity
-        and that Slurm still knows (see above) still counts as done, so a rerun also needs
-        Slurm to have forgotten it, or a change to the job's identity.
+      - Written, atomically and with mode C(0644), when the task submits the job (where its
+        directory exists) and whenever it sees that job completed successfully (found completed
+        in Slurm, or at the end of O(wait)). Never written in check mode. Writing it alone does
+        not count as a change.
+      - With it set, a completed job found in Slurm counts as done only when it is the job the
+        record names, so removing the file runs the job again.
     type: path
     version_added: 0.1.0
   wait:
@@ -274,20 +274,25 @@ def cancel_by_name(module, client, name):
     module.exit_json(changed=bool(ids), cancelled=ids)
 
 
-def existing_job(client, name, fp):
-    """The job this task would submit, if Slurm still has it active, or completed."""
+def existing_job(client, name, fp, submitted=None):
+    """The job this task would submit, if Slurm still has it active, or completed. submitted:
+    with done_file, the id its record holds of the job submitted last; a completed job counts
+    only when it is that one, so that removing done_file runs the job again."""
     mine = [j for j in client.jobs_of_user()
             if j["name"] == name and sbatch_argv.fingerprint_of_comment(j["comment"]) == fp]
     mine.sort(key=lambda j: int(j["job_id"].split("_")[0]), reverse=True)
     for job in mine:
         if job["state"] in ACTIVE_STATES:
             return job
+    if submitted is False:
+        return None
     for job in mine:
-        if job["state"] == "COMPLETED":
+        if job["state"] == "COMPLETED" and submitted in (None, job["job_id"]):
             return job
     if "," not in name and "\n" not in name:
         rows = client.sacct("--user=" + client.user(), "--name=" + name, "--starttime=now-30days") or []
-        done = [j for j in rows if j["fingerprint"] == fp and j["state"] == "COMPLETED"]
+        done = [j for j in rows if j["fingerprint"] == fp and j["state"] == "COMPLETED"
+                and submitted in (None, j["job_id"])]
         if done:
             return max(done, key=lambda j: int(j["job_id"]))
     return None
@@ -349,11 +354,14 @@ def present(module, client, p):
     fp = sbatch_argv.fingerprint(p["name"], content, identity, env, p["chdir"])
     result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None, done=False)
 
+    submitted = None
     if p["done_file"]:
         record, unreadable = done_record.read(p["done_file"], fp)
         if unreadable:
             module.warn(unreadable)
-        if record:
+        # a record of this job that is not (yet) COMPLETED names the job submitted last
+        submitted = record["job_id"] if record and record.get("state") != "COMPLETED" else False
+        if record and record.get("state") == "COMPLETED":
             result.update(job_result(unknown_job(record.get("job_id"))), reason=None, done=True,
                           state=record.get("state"), exit_code=record.get("exit_code"),
                           stdout_path=record.get("stdout_path"))
@@ -366,7 +374,7 @@ def present(module, client, p):
     argv = sbatch_argv.submit_argv(client.bin("sbatch"), p["name"], sbatch_argv.identity_comment(fp), p["chdir"],
                                    option_argv, export_argv, p["script"])
 
-    found = existing_job(client, p["name"], fp)
+    found = existing_job(client, p["name"], fp, submitted)
     if found is not None:
         job = client.show_job(found["job_id"]) if found.get("source") != "sacct" else found
     elif module.check_mode:
@@ -385,6 +393,9 @@ def present(module, client, p):
             module.fail_json(msg=str(error), cmd=argv, fingerprint=fp)
         result.update(changed=True, submitted=True, cmd=argv)
         job = client.show_job(job_id)
+        # the job submitted last, so that it alone counts as done once it completes
+        if p["done_file"] and os.path.isdir(os.path.dirname(os.path.abspath(p["done_file"]))):
+            write_record(module, p["done_file"], dict(job, name=p["name"]), fp, result)
 
     if p["wait"] and job["active"]:
         waiter = Waiter(p["poll_interval"], p["unreachable_timeout"])
@@ -404,11 +415,15 @@ def present(module, client, p):
     elif p["wait"] and not job["active"] and not job["success"]:
         module.fail_json(msg=failure_message(job), log_tail=output_tail(job, p["log_tail_lines"]), **result)
     if result["done"] and p["done_file"] and not module.check_mode:
-        try:
-            done_record.write(p["done_file"], done_record.of_job(dict(job, name=p["name"]), fp))
-        except (IOError, OSError) as err:
-            module.fail_json(msg="cannot write done_file %s: %s" % (p["done_file"], err), **result)
+        write_record(module, p["done_file"], dict(job, name=p["name"]), fp, result)
     module.exit_json(**result)
+
+
+def write_record(module, path, job, fp, result):
+    try:
+        done_record.write(path, done_record.of_job(job, fp))
+    except (IOError, OSError) as err:
+        module.fail_json(msg="cannot write done_file %s: %s" % (path, err), **result)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ def name(local_cluster):
     subprocess.run(["scancel", "--name=" + name], env=dict(os.environ), check=False)
 
 
-def test_submit_is_idempotent_force_and_changes_make_new_jobs(name, tmp_path):
+def test_submit_is_idempotent_and_changes_make_new_jobs(name, tmp_path):
     args = dict(name=name, content="#!/bin/bash\nsleep 20\n", options=SMALL)
     first = module("sbatch", args, tmp_path)
     assert first["changed"] and first["job_id"], first["_output"]
@@ -53,9 +53,6 @@ def test_submit_is_idempotent_force_and_changes_make_new_jobs(name, tmp_path):
     assert not again["changed"] and again["job_id"] == first["job_id"]
     assert len(jobs_named(name)) == 1
     assert scontrol_job(first["job_id"])["Comment"] == "llmtrain:" + first["fingerprint"]
-
-    forced = module("sbatch", dict(args, force=True), tmp_path)
-    assert not forced["changed"] and forced["job_id"] == first["job_id"]  # force resubmits finished jobs only
 
     changed = module("sbatch", dict(args, content="#!/bin/bash\nsleep 21\n"), tmp_path)
     assert changed["changed"] and changed["job_id"] != first["job_id"]
@@ -70,13 +67,17 @@ def test_submit_is_idempotent_force_and_changes_make_new_jobs(name, tmp_path):
     assert not module("sbatch", dict(name=name, state="absent"), tmp_path)["changed"]
 
 
-def test_completed_job_is_kept_unless_force(name, tmp_path):
-    args = dict(name=name, content="#!/bin/bash\ntrue\n", options=SMALL, wait=True)
+def test_done_file_records_the_completed_job_and_removing_it_runs_it_again(name, tmp_path):
+    done_file = tmp_path / "done.json"
+    args = dict(name=name, content="#!/bin/bash\ntrue\n", options=SMALL, wait=True, done_file=str(done_file))
     done = module("sbatch", args, tmp_path)
     assert done["changed"] and done["state"] == "COMPLETED" and done["exit_code"] == 0, done["_output"]
-    assert not module("sbatch", args, tmp_path)["changed"]
-    forced = module("sbatch", dict(args, force=True), tmp_path)
-    assert forced["changed"] and forced["job_id"] != done["job_id"]
+    assert json.loads(done_file.read_text())["job_id"] == done["job_id"]
+    again = module("sbatch", args, tmp_path)
+    assert not again["changed"] and again["done"] and again["job_id"] == done["job_id"]
+    done_file.unlink()  # Slurm still knows the completed job, yet it runs again
+    rerun = module("sbatch", args, tmp_path)
+    assert rerun["changed"] and rerun["job_id"] != done["job_id"]
     assert len(jobs_named(name)) == 2
 
 

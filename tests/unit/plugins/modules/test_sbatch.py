@@ -99,6 +99,7 @@ def test_active_job_is_re_attached_and_not_recorded(monkeypatch, capsys, tmp_pat
 def test_completed_job_known_to_slurm_is_recorded(monkeypatch, capsys, tmp_path):
     fp = fp_of()
     done_file = tmp_path / "done.json"
+    record(done_file, state="PENDING", exit_code=None, end_time=None)  # written when it was submitted
     s = Slurm(monkeypatch, [
         (SQUEUE, (0, squeue_rows(["16", "COMPLETED", "train", "llmtrain:" + fp]), "")),
         (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), "")),
@@ -121,13 +122,15 @@ def test_completed_job_known_to_slurm_is_recorded(monkeypatch, capsys, tmp_path)
 def test_completed_job_in_check_mode_writes_no_record(monkeypatch, capsys, tmp_path):
     fp = fp_of()
     done_file = tmp_path / "done.json"
+    record(done_file, state="PENDING", exit_code=None, end_time=None)
+    before = done_file.read_text()
     s = Slurm(monkeypatch, [
         (SQUEUE, (0, squeue_rows(["16", "COMPLETED", "train", "llmtrain:" + fp]), "")),
         (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), "")),
     ])
     result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file)), capsys, check_mode=True)
     s.done()
-    assert result["done"] is True and not done_file.exists()
+    assert result["done"] is True and done_file.read_text() == before
 
 
 def test_waited_job_that_completes_is_recorded(monkeypatch, capsys, tmp_path):
@@ -155,7 +158,22 @@ def test_submitted_job_without_wait_is_not_done(monkeypatch, capsys, tmp_path):
     ])
     result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file)), capsys)
     s.done()
-    assert result["submitted"] and result["done"] is False and not done_file.exists()
+    assert result["submitted"] and result["done"] is False
+    # the record names the job just submitted, not yet done
+    assert json.loads(done_file.read_text())["job_id"] == "16" and json.loads(done_file.read_text())["state"] == "RUNNING"
+
+
+def test_removing_done_file_runs_the_job_again_though_slurm_knows_it_completed(monkeypatch, capsys, tmp_path):
+    fp = fp_of()
+    done_file = tmp_path / "done.json"
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, squeue_rows(["16", "COMPLETED", "train", "llmtrain:" + fp]), "")),
+        (submit_argv(), (0, "17\n", "")),
+        (scontrol_job(17), (0, job_text("running", 17), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file)), capsys)
+    s.done()
+    assert result["submitted"] and result["job_id"] == "17" and result["done"] is False
 
 
 @pytest.mark.parametrize("content, warning", [
