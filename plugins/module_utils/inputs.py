@@ -37,7 +37,9 @@ def _count(errors, values, name, minimum, fix):
 
 
 def validate(values):
-    """values: the slurm_*, preflight_* and nccl_env_* variables that are set -> [message]."""
+    """values: the slurm_*, preflight_* and nccl_env_* variables that are set -> [message]. A null
+    value is unset (the role defaults use null for "Slurm's own default")."""
+    values = dict((name, value) for name, value in values.items() if value is not None)
     errors = []
     if "slurm_partition" in values and not PARTITION.match(str(values["slurm_partition"] or "")):
         errors.append("slurm_partition=%r is not a partition name: use one that `sinfo -s` lists "
@@ -104,9 +106,6 @@ def _strings(values, name, example):
 def _deploy_errors(values):
     """The deploy_venv_* values: the venv is made before the nodes are probed."""
     errors = []
-    for name in ("deploy_venv_create", "deploy_venv_system_site_packages", "deploy_prepare_dataset"):
-        if name in values and not isinstance(values[name], bool):
-            errors.append("%s=%r must be true or false." % (name, values[name]))
     for name, example in (("deploy_venv_packages", "[torch, numpy]"),
                           ("deploy_venv_pip_args", "[--index-url, https://download.pytorch.org/whl/cu124]")):
         if name in values:
@@ -118,7 +117,7 @@ def _deploy_errors(values):
         if not isinstance(base, str) or not base.strip() or "\n" in base or "\0" in base:
             errors.append("deploy_venv_base_python=%r must name the interpreter on the nodes that makes the venv, "
                           "such as python3 or /usr/bin/python3.11." % (base,))
-    if values.get("deploy_venv_create") is True:
+    if str(values.get("deploy_venv_create")).lower() in ("true", "yes", "on", "1"):
         python = values.get("slurm_python")
         # (a missing or empty slurm_python has its own message)
         if isinstance(python, str) and python.strip() and not (VENV_PYTHON.match(python) and "\n" not in python):
@@ -174,9 +173,6 @@ def _stage_errors(values):
                 errors.append("pretrain_model: %s must be whole numbers >= 1." % ", ".join(bad))
             elif _int(model.get("n_embd", 1)) % _int(model.get("n_head", 1)):
                 errors.append("pretrain_model: n_embd=%s must be a multiple of n_head=%s." % (model["n_embd"], model["n_head"]))
-    for name in ("pretrain_force",):
-        if name in values and not isinstance(values[name], bool):
-            errors.append("%s=%r must be true or false." % (name, values[name]))
     if "pretrain_extra_args" in values and not (isinstance(values["pretrain_extra_args"], list) and
                                                 all(isinstance(a, str) for a in values["pretrain_extra_args"])):
         errors.append("pretrain_extra_args=%r must be a list of strings, such as [\"--warmup\", \"100\"]."

@@ -1,6 +1,8 @@
-"""deploy_venv_create on the local cluster: preflight makes the venv that slurm_python names
-in a Slurm job (python -m venv + pip on a node), the node probe then checks torch in it on
-every node; a rerun with the same inputs submits nothing; other inputs make it again.
+"""deploy_venv_create on the local cluster: the deploy stage makes the venv that slurm_python
+names in a Slurm job (python -m venv + pip on a node, built beside its place and swapped in),
+preflight's node probe then checks torch in it on every node; a rerun with the same inputs
+submits nothing; other inputs make it again. A directory that holds anything but a venv made
+here is never used: its files survive and nothing is submitted.
 
 pip on the nodes has no network here (each node lives in its own network namespace), so
 the test gives it a wheelhouse downloaded on the host, the way an offline site would."""
@@ -35,7 +37,7 @@ def wheelhouse(tmp_path_factory):
 
 
 def venv_vars(wheelhouse, **changes):
-    values = dict(deploy_venv_create=True, slurm_python=os.path.join(VENV, "bin", "python"),
+    values = dict(deploy_venv_create=True, pretrain_run_name="venv-test", deploy_prepare_dataset=False, slurm_python=os.path.join(VENV, "bin", "python"),
                   deploy_venv_base_python=os.path.join(sys.base_prefix, "bin", "python3"),
                   deploy_venv_packages=["torch==%s" % metadata.version("torch"), "numpy"],
                   deploy_venv_pip_args=["--no-index", "--find-links", wheelhouse])
@@ -47,12 +49,15 @@ def venv_vars(wheelhouse, **changes):
 def made(local_cluster, wheelhouse):
     shutil.rmtree(VENV, ignore_errors=True)
     before = venv_logs()
-    result = run_playbook("preflight.yml", *venv_vars(wheelhouse))
-    yield result, venv_logs() - before
+    run_playbook("deploy.yml", *venv_vars(wheelhouse))
+    logs = venv_logs() - before
+    result = run_playbook("preflight.yml", *venv_vars(wheelhouse, deploy_venv_create=False))
+    yield result, logs
     shutil.rmtree(VENV, ignore_errors=True)
+    shutil.rmtree(os.path.join(WORKSPACE, "venv-test"), ignore_errors=True)
 
 
-def test_preflight_makes_the_venv_in_one_job_and_probes_it(made):
+def test_deploy_makes_the_venv_in_one_job_and_preflight_probes_it(made):
     result, logs = made
     assert len(logs) == 1, (logs, result.output[-3000:])
     log = open(logs.pop()).read()
@@ -62,15 +67,19 @@ def test_preflight_makes_the_venv_in_one_job_and_probes_it(made):
     out = slurm("srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", os.path.join(VENV, "bin", "python"),
                 "-c", "import socket, torch; print(socket.gethostname(), torch.__version__)")
     assert sorted(line.split()[0] for line in out.splitlines()) == ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
-    recorded = json.load(open(os.path.join(VENV, ".llmtrain-venv.json")))
-    assert recorded["packages"][0] == "torch==%s" % metadata.version("torch")
+    recorded = json.load(open(os.path.join(VENV, ".llmtrain-venv.json")))  # the job's record
+    assert recorded["state"] == "COMPLETED" and log.count("llmtrain: making") == 1
+    assert os.path.exists(os.path.join(VENV, ".llmtrain-venv"))  # the mark that lets a later job replace it
+    # built beside its place, then moved: its scripts name the final directory
+    assert open(os.path.join(VENV, "bin", "pip")).readline() == "#!%s\n" % os.path.join(VENV, "bin", "python")
+    assert not glob.glob(VENV + ".llmtrain-*")
 
 
 def test_same_inputs_submit_nothing_and_other_inputs_would_remake_it(made, wheelhouse):
     before = venv_logs()
-    again = run_playbook("preflight.yml", *venv_vars(wheelhouse))
+    again = run_playbook("deploy.yml", *venv_vars(wheelhouse))
     assert again.changed == 0, again.output[-3000:]
-    changed = run_playbook("preflight.yml", "--check", *venv_vars(wheelhouse, deploy_venv_packages=["torch", "numpy"]))
+    changed = run_playbook("deploy.yml", "--check", *venv_vars(wheelhouse, deploy_venv_packages=["torch", "numpy"]))
     assert "Make the venv in a Slurm job" in changed.output and changed.changed >= 1, changed.output[-3000:]
     assert venv_logs() == before  # neither run submitted a venv job
 
@@ -82,4 +91,25 @@ def test_a_venv_pip_cannot_fill_fails_with_the_job_log(local_cluster, wheelhouse
                           check=False)
     assert result.rc != 0
     assert "no-such-package-llmtrain" in result.output, result.output[-3000:]
-    assert not os.path.exists(os.path.join(target, ".llmtrain-venv.json"))  # not recorded as made
+    assert not os.path.exists(target)  # nothing was put in its place
+
+
+@pytest.mark.parametrize("python", ["{dir}/bin/python3", "python3"])
+def test_a_directory_of_the_users_is_never_emptied(local_cluster, wheelhouse, tmp_path, python):
+    """venv --clear once emptied the directory above slurm_python's bin/: /usr, the home, a conda
+    installation, or (for a bare python3) the job's working directory, the workspace."""
+    precious = tmp_path / "mine"
+    (precious / "bin").mkdir(parents=True)
+    (precious / "notes.txt").write_text("keep me\n")
+    before = venv_logs()
+    result = run_playbook("deploy.yml", *venv_vars(wheelhouse, slurm_python=python.format(dir=precious)), check=False)
+    assert result.rc != 0
+    if python == "python3":
+        assert "slurm_python='python3' must be the venv's interpreter: an absolute path" in result.output, \
+            result.output[-3000:]
+    else:
+        assert "holds files that are not a venv made by llmtrain.slurm (bin, notes.txt)" in result.output, \
+            result.output[-3000:]
+        assert "set deploy_venv_create=false" in result.output
+    assert (precious / "notes.txt").read_text() == "keep me\n"
+    assert venv_logs() == before  # refused before any job

@@ -29,14 +29,13 @@ def run_vars(run, steps=60, pause=0.2, interval=10, extra_env=None, **more):
     """Extra vars for a small run: 3 nodes x 2 ranks, a checkpoint every `interval` steps,
     every step logged, each step slowed by `pause` seconds (TRAINER_FAULT_STEP_PAUSE_S
     reaches the ranks through the run's env file) so that a fault lands mid-run. The faults
-    are applied by tests/faults/sitecustomize.py: the env file's PYTHONPATH replaces the job's,
-    so it names the run's scripts directory too."""
+    are applied by tests/faults/sitecustomize.py, put on the ranks' PYTHONPATH by the env file
+    (the job adds the run's scripts in front of it)."""
     env = dict(extra_env or {})
     if pause:
         env["TRAINER_FAULT_STEP_PAUSE_S"] = str(pause)
     if any(name.startswith("TRAINER_FAULT_") for name in env):
-        scripts = os.path.join(more.get("slurm_workspace", WORKSPACE), run, "scripts")
-        env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "tests", "faults"), scripts])
+        env["PYTHONPATH"] = os.path.join(ROOT, "tests", "faults")
     values = {
         "pretrain_run_name": run,
         "pretrain_steps": steps,

@@ -1,4 +1,4 @@
-"""roles/pretrain/files/run_report.py: report.md and loss.png from a fetched run directory."""
+"""roles/run/files/run_report.py: report.md and loss.png from a fetched run directory."""
 
 import importlib.util
 import json
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-SCRIPT = os.path.join(ROOT, "roles", "pretrain", "files", "run_report.py")
+SCRIPT = os.path.join(ROOT, "roles", "run", "files", "run_report.py")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

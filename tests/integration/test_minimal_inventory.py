@@ -1,0 +1,84 @@
+"""An inventory that sets only what the README calls required runs the whole pipeline on the
+local cluster: every other value comes from the roles' defaults, owned by the run role. With
+pretrain_script set it gets past preflight too. Training again with --tags pretrain alone
+writes a report with the same sections, read from the run's artifacts rather than from facts
+of earlier plays."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from cluster import ROOT, ansible_env, run_playbook
+
+RUN = "pretrain"  # the default run name
+
+
+def sections(report):
+    return re.findall(r"^## (.+)$", report, flags=re.M)
+
+
+@pytest.fixture(scope="module")
+def minimal(local_cluster, tmp_path_factory):
+    home = tmp_path_factory.mktemp("minimal")
+    workspace = "/var/tmp/llmtrain-minimal-%s" % uuid.uuid4().hex[:8]
+    inventory = home / "hosts.yml"
+    inventory.write_text(
+        "all:\n"
+        "  children:\n"
+        "    slurm_login:\n"
+        "      hosts:\n"
+        "        localhost: {ansible_connection: local, ansible_python_interpreter: %s}\n"
+        "  vars:\n"
+        "    slurm_partition: debug\n"
+        "    slurm_nodes: 2\n"
+        "    slurm_gpus_per_node: 0\n"
+        "    slurm_procs_per_node: 1\n"
+        "    slurm_workspace: %s\n"
+        "    slurm_python: %s\n"
+        "    nccl_env_socket_ifname: eth0\n" % (sys.executable, workspace, sys.executable))
+    env = dict(ansible_env(), PWD=str(home))  # runs/ lands beside the inventory, as for a user there
+
+    def play(playbook, *extra, check=True):
+        argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
+                os.path.join(ROOT, "playbooks", playbook)] + list(extra)
+        proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=1200, check=False)
+        assert not check or proc.returncode == 0, proc.stdout[-6000:]
+        return proc
+
+    play.home, play.workspace = home, workspace
+    yield play
+    shutil.rmtree(workspace, ignore_errors=True)
+
+
+def test_a_minimal_inventory_trains_reports_and_generates(minimal):
+    result = minimal("pretrain.yml")
+    assert "Traceback" not in result.stdout
+    run_dir = os.path.join(minimal.workspace, RUN)
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "step_000200.pt"))  # pretrain_steps' default
+    local = minimal.home / "runs" / RUN
+    report = (local / "report.md").read_text()
+    assert "Steps: 200 of 200" in report, report
+    samples = (local / "samples.txt").read_text()
+    assert len(re.findall(r"^=== prompt \d+: ", samples, flags=re.M)) == 3  # inference_prompts' default
+    # --tags pretrain alone: the report's sections come from run artifacts, not from earlier plays
+    again = minimal("pretrain.yml", "--tags", "pretrain", "-e", "pretrain_force=true")
+    assert "Submit the training job" in again.stdout
+    retrained = (local / "report.md").read_text()
+    assert sections(retrained) == sections(report), (sections(retrained), sections(report))
+    for section in ("GPU check", "NCCL / UCX / Gloo environment"):
+        body = retrained.split("## " + section, 1)[1].split("\n## ", 1)[0]
+        assert body == report.split("## " + section, 1)[1].split("\n## ", 1)[0], section
+    assert "NCCL_SOCKET_IFNAME | eth0" in retrained
+
+
+def test_a_minimal_inventory_with_its_own_script_gets_past_preflight(minimal):
+    script = minimal.home / "train.py"
+    script.write_text("print('my own training script')\n")
+    result = minimal("preflight.yml", "-e", "pretrain_script=%s" % script)
+    assert "failed=0" in result.stdout
