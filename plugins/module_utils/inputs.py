@@ -82,9 +82,6 @@ def validate(values):
         if not isinstance(setup, list) or not all(isinstance(line, str) and "\n" not in line for line in setup):
             errors.append("slurm_env_setup=%r must be a list of shell lines, one line per item, such as "
                           "['module load cuda/12.4']." % (setup,))
-    if "preflight_gpu_policy" in values and values["preflight_gpu_policy"] not in ("strict", "report"):
-        errors.append("preflight_gpu_policy=%r must be strict (fail on a GPU mismatch) or report (only "
-                      "show it)." % values["preflight_gpu_policy"])
     errors.extend(_deploy_errors(values))
     errors.extend(_stage_errors(values))
     errors.extend(nccl.build_env({k: v for k, v in values.items() if k.startswith(nccl.PREFIX)})[1])

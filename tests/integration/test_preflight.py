@@ -47,7 +47,7 @@ def test_gpu_mismatch_fails_strict_naming_each_node_and_passes_report(local_clus
 
 BAD_INPUTS = [
     ("slurm_nodes", 0, "slurm_nodes=0 must be a whole number >= 1"),
-    ("slurm_nodes", "many", "slurm_nodes='many' must be a whole number >= 1"),
+    ("slurm_nodes", "many", "argument 'slurm_nodes' is of type str and we were unable to convert to int"),
     ("slurm_partition", "gpu;id", "slurm_partition='gpu;id' is not a partition name"),
     ("slurm_procs_per_node", 0, "slurm_procs_per_node=0 must be a whole number >= 1"),
     ("slurm_cpus_per_task", -2, "slurm_cpus_per_task=-2 must be a whole number >= 1"),
@@ -64,6 +64,8 @@ BAD_INPUTS = [
     ("pretrain_steps", 0, "pretrain_steps=0 must be a whole number >= 1"),
     ("pretrain_run_name", "../x", "pretrain_run_name='../x' must be 1-64 letters"),
     ("inference_prompts", [], "inference_prompts=[] must be a non-empty list"),
+    # a later stage's argument spec, checked by preflight through that stage's validate entry point
+    ("inference_seed", "abc", "argument 'inference_seed' is of type str and we were unable to convert to int"),
 ]
 
 

@@ -41,7 +41,6 @@ def test_slurm_time_formats(time_limit):
     ("slurm_python", "", "interpreter on the compute nodes"),
     ("slurm_env_setup", "module load cuda", "list of shell lines"),
     ("slurm_env_setup", ["module load a\nrm -rf /"], "one line per item"),
-    ("preflight_gpu_policy", "lenient", "strict"),
     ("nccl_env_debug", "LOUD", "VERSION, WARN, INFO, TRACE"),
     ("pretrain_run_name", "../escape", "names a directory"),
     ("pretrain_steps", 0, "optimizer steps"),
