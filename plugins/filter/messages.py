@@ -25,8 +25,8 @@ def lost_nodes_message(job, job_name, down_nodes, log_errors, newest_checkpoint)
     down = ",".join(" %s (%s)" % (node["name"], _node_state(node)) for node in down_nodes)
     lines = [
         "Training job %s (%s) lost a node and was requeued by Slurm (restart %s); it is pending (Slurm's reason: %s) "
-        "and cannot start while the nodes it needs are out of service." % (job["job_id"], job_name, job.get("restarts"),
-                                                                          job.get("reason")),
+        "and cannot start while the nodes it needs are out of service."
+        % (job["job_id"], job_name, job.get("restarts"), job.get("reason")),
         "Out of service in partition %s:%s." % (job.get("partition"), down or " none now (the job should start soon)"),
     ]
     lines += ["From the log: %s" % line for line in log_errors or [] if NODE_LOST.search(line)]

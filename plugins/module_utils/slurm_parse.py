@@ -92,7 +92,6 @@ def normalize_state(text):
     return word if word in JOB_STATES else (word or "UNKNOWN")
 
 
-
 def parse_duration(text):
     """Slurm durations ([D-]HH:MM:SS, MM:SS, MM) -> seconds; None for UNLIMITED/unknown."""
     text = null(text)

@@ -203,7 +203,7 @@ def main():
             names = [part["name"] for part in client.partitions()]
             if p["partition"] not in names:
                 raise SlurmError("partition %r does not exist; Slurm has %s"
-                                       % (p["partition"], ", ".join(names) or "none"))
+                                 % (p["partition"], ", ".join(names) or "none"))
         nodes = select_nodes(all_nodes, p["partition"], p["nodes"])
         if not nodes:
             raise SlurmError("no node to check (partition %s, nodes %s)" % (p["partition"], p["nodes"]))

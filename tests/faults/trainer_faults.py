@@ -100,6 +100,7 @@ class WrapOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def install_on_import(environ=os.environ):
+def install_on_import(environ=None):
+    environ = dict(os.environ if environ is None else environ)
     if any(name in environ for name in (STEP_PAUSE_ENV, CRASH_ENV, WRITE_PAUSE_ENV)):
-        sys.meta_path.insert(0, WrapOnImport(dict(environ)))
+        sys.meta_path.insert(0, WrapOnImport(environ))

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from cluster import ROOT, ansible_env, run_playbook
+from cluster import ROOT, ansible_env
 
 RUN = "pretrain"  # the default run name
 

@@ -24,7 +24,7 @@ def test_fingerprint_depends_on_every_part():
 
 def test_option_argv():
     assert sbatch_argv.option_argv({"cpus_per_task": 2, "exclusive": True, "hold": False, "time": "00:05:00",
-                              "partition": "debug;touch x"}) == [
+                                    "partition": "debug;touch x"}) == [
         "--cpus-per-task=2", "--exclusive", "--partition=debug;touch x", "--time=00:05:00"]
 
 

@@ -57,7 +57,7 @@ def test_show_job_raises_controller_unreachable_and_still_knows_forgotten_jobs()
     assert info.value.__class__ is slurm_client.SlurmError and "Access/permission denied" in str(info.value)
 
     row = slurm_parse.FIELD_SEP.join(["7", "train", "COMPLETED", "0:0", "00:01:05", "n1", "2026-01-01T00:00:00",
-                                "2026-01-01T00:00:01", "2026-01-01T00:01:06", "gpu", "None", "None"])
+                                      "2026-01-01T00:00:01", "2026-01-01T00:01:06", "gpu", "None", "None"])
     module = FakeModule([(1, "", fixture("scontrol_job_invalid.txt")), (0, row + "\n", "")])
     j = slurm_client.Slurm(module).show_job("7")
     assert (j["job_id"], j["state"], j["source"], j["waits_for_nodes"]) == ("7", "COMPLETED", "sacct", False)

@@ -172,7 +172,7 @@ def test_unknown_job_and_errors():
 
 def test_sacct_rows():
     row = slurm_parse.FIELD_SEP.join(["77", "train", "CANCELLED by 0", "0:15", "00:01:05", "n[1-2]", "2026-01-01T00:00:00",
-                                "2026-01-01T00:00:01", "2026-01-01T00:01:06", "gpu", "llmtrain:abc", "None"])
+                                      "2026-01-01T00:00:01", "2026-01-01T00:01:06", "gpu", "llmtrain:abc", "None"])
     j = slurm_parse.parse_sacct(row + "\n")[0]
     assert (j["job_id"], j["state"], j["signal"], j["elapsed"], j["nodes"]) == ("77", "CANCELLED", 15, 65, ["n1", "n2"])
     assert j["fingerprint"] == "abc" and j["known"] and j["source"] == "sacct"

@@ -381,7 +381,7 @@ def test_absent_in_check_mode_cancels_nothing(monkeypatch, capsys):
 def test_completed_job_found_in_accounting(monkeypatch, capsys):
     fp = fp_of()
     row = FIELD_SEP.join(["9", "train", "COMPLETED", "0:0", "00:00:05", "n1", "2026-01-01T00:00:00",
-                                "2026-01-01T00:00:01", "2026-01-01T00:00:06", "debug", "llmtrain:" + fp, "None"])
+                          "2026-01-01T00:00:01", "2026-01-01T00:00:06", "debug", "llmtrain:" + fp, "None"])
     sacct = ["/usr/bin/sacct", "-X", "--noheader", "--parsable2", "--delimiter=" + FIELD_SEP,
              "--format=" + ",".join(SACCT_FIELDS)]
     s = Slurm(monkeypatch, [

@@ -63,7 +63,7 @@ def test_torch_seeing_fewer_than_nvidia_smi():
 
 def test_drained_or_inval_node_reports_slurms_reason():
     row = compare(node(gpus=2, state="idle", flags=["drain"],
-                           reason="gres/gpu count reported lower than configured (0 < 2)"), None, "python3")
+                       reason="gres/gpu count reported lower than configured (0 < 2)"), None, "python3")
     assert not row["match"]
     assert row["reason"] == "node is IDLE+DRAIN: gres/gpu count reported lower than configured (0 < 2)"
     assert "scontrol update nodename=n1 state=resume" in row["fix"]
