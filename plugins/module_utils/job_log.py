@@ -11,23 +11,51 @@ import re
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import JOB_STATES
 
 
+# Logs appended across requeues with NCCL_DEBUG=INFO reach gigabytes, and output without
+# line breaks (progress bars, NUL runs after a crash) makes one line of any length: what a
+# person is shown comes from a bounded end of the file, in lines of bounded length.
+MAX_LOG_BYTES = 16 * 1024 * 1024
+MAX_TAIL_BYTES = 1024 * 1024
+MAX_LINE_CHARS = 4096
+CUT = "[...]"
+LINE_BREAK = re.compile(rb"\r\n|[\r\n]")
+
+
+def _text_lines(data, mid_line=False):
+    """The lines of raw log bytes, each cut to MAX_LINE_CHARS; without the first one when data
+    begins mid-line. A run of NULs (what a crashed node leaves in a file) ends a line and is
+    no line itself."""
+    if mid_line:
+        data = LINE_BREAK.split(data, maxsplit=1)[-1]
+    lines = []
+    for line in data.decode("utf-8", "replace").splitlines():
+        pieces = [piece for piece in line.split("\0") if piece] if "\0" in line else [line]
+        lines += [piece if len(piece) <= MAX_LINE_CHARS else piece[:MAX_LINE_CHARS] + CUT for piece in pieces]
+    return lines
+
+
 def tail_lines(path, count, block=8192):
-    """The last count lines of a file, read backwards from its end."""
+    """The last count lines of a file, read backwards from its end, at most MAX_TAIL_BYTES.
+    A line that begins before those bytes starts with CUT."""
     if count <= 0:
         return []
+    chunks, breaks = [], 0
     with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        position = handle.tell()
-        data = b""
-        while position > 0 and data.count(b"\n") <= count:
-            step = min(block, position)
+        position = handle.seek(0, os.SEEK_END)
+        start = max(0, position - MAX_TAIL_BYTES)
+        while position > start and breaks <= count:
+            step = min(block, position - start)
             position -= step
             handle.seek(position)
-            data = handle.read(step) + data
-    lines = data.decode("utf-8", "replace").splitlines()
-    if position > 0:
-        lines = lines[1:]  # begins mid-line
-    return lines[-count:]
+            chunk = handle.read(step)
+            breaks += chunk.count(b"\n") + chunk.count(b"\r") - chunk.count(b"\r\n")
+            if chunk.endswith(b"\r") and chunks and chunks[-1].startswith(b"\n"):
+                breaks -= 1  # one "\r\n" split between two chunks
+            chunks.append(chunk)
+    data = b"".join(reversed(chunks))
+    if position > 0 and breaks <= count:
+        data = CUT.encode() + data
+    return _text_lines(data, mid_line=position > 0 and breaks > count)[-count:]
 
 
 def output_tail(job, count):
@@ -91,13 +119,16 @@ def _rank_tracebacks(lines):
 
 def log_summary(path, tail=30, errors=8):
     """What a failed job's log says, for a person: its last `tail` lines, the first `errors`
-    error lines, and the traceback of the rank that failed first.
+    error lines, and the traceback of the rank that failed first, from the last MAX_LOG_BYTES
+    of the log.
 
     When one rank raises, the others report lost peers ("Connection closed by peer") and the
     launcher its own traceback; the first traceback whose exception is not such a consequence
     is the cause (else the first one)."""
     with open(path, "rb") as handle:
-        lines = handle.read().decode("utf-8", "replace").splitlines()
+        start = max(0, handle.seek(0, os.SEEK_END) - MAX_LOG_BYTES)
+        handle.seek(start)
+        lines = _text_lines(handle.read(MAX_LOG_BYTES), mid_line=start > 0)
     tracebacks = _rank_tracebacks(lines)
     primary = [t for t in tracebacks if not any(s in t[2][-1] for s in SECONDARY_ERRORS)]
     cause = (primary or tracebacks or [None])[0]

@@ -1,3 +1,5 @@
+import pytest
+
 from ansible_collections.llmtrain.slurm.plugins.module_utils import job_log
 
 
@@ -142,3 +144,76 @@ def test_log_summary_does_not_join_tracebacks_without_a_chain_line(tmp_path):
     first, second = rank_traceback(None, "ValueError: first"), rank_traceback(None, "KeyError: 'second'")
     summary = job_log.log_summary(write_log(tmp_path, first + [""] + second))
     assert summary["traceback"] == first
+
+
+class CountingOpen:
+    """open() for job_log that counts the bytes its files return."""
+
+    def __init__(self):
+        self.read_bytes = 0
+
+    def __call__(self, *args, **kwargs):
+        handle = open(*args, **kwargs)
+        read = handle.read
+
+        def counting_read(*read_args):
+            data = read(*read_args)
+            self.read_bytes += len(data)
+            return data
+        handle.read = counting_read
+        return handle
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    counter = CountingOpen()
+    monkeypatch.setattr(job_log, "open", counter, raising=False)
+    return counter
+
+
+def test_log_summary_of_a_huge_log_reads_only_its_end(tmp_path, reads):
+    filler = b"x" * 1023 + b"\n"
+    path = tmp_path / "slurm-42.out"
+    with open(str(path), "wb") as handle:
+        handle.write(b"RuntimeError: from an earlier requeue\n")
+        handle.write(filler * (40 * 1024))
+        handle.write(b"".join(line.encode() + b"\n" for line in rank_traceback(1, "RuntimeError: boom")))
+    assert path.stat().st_size > 40 * 1024 * 1024
+    summary = job_log.log_summary(str(path), tail=2)
+    assert reads.read_bytes <= job_log.MAX_LOG_BYTES == 16 * 1024 * 1024
+    assert summary["errors"] == ["[rank1]: RuntimeError: boom"]
+    assert summary["failed_rank"] == "1"
+    assert summary["tail"][-1] == "[rank1]: RuntimeError: boom"
+
+
+def test_tail_of_output_without_newlines_is_one_cut_line(tmp_path, reads):
+    path = tmp_path / "out"
+    path.write_bytes(b"#" * (8 * 1024 * 1024))
+    lines = job_log.tail_lines(str(path), 30)
+    assert reads.read_bytes <= job_log.MAX_TAIL_BYTES
+    assert len(lines) == 1
+    assert lines[0].startswith(job_log.CUT + "####") and lines[0].endswith("####" + job_log.CUT)
+    assert len(lines[0]) == job_log.MAX_LINE_CHARS + len(job_log.CUT)
+
+
+def test_log_summary_cuts_long_lines(tmp_path):
+    summary = job_log.log_summary(write_log(tmp_path, ["Error: " + "y" * 10000, "done"]))
+    assert summary["errors"] == ["Error: " + "y" * (job_log.MAX_LINE_CHARS - 7) + job_log.CUT]
+    assert summary["tail"][-1] == "done"
+
+
+def test_tail_of_carriage_return_progress_stops_at_the_last_updates(tmp_path, reads):
+    path = tmp_path / "out"
+    path.write_bytes(b"start\n" + b"\r".join(b"%7d/1000000" % i for i in range(200001)))
+    assert job_log.tail_lines(str(path), 2, block=4096) == [" 199999/1000000", " 200000/1000000"]
+    assert reads.read_bytes <= 4096
+    windows = tmp_path / "crlf"
+    windows.write_bytes(b"a\r\nb\r\nc\r\n")
+    assert job_log.tail_lines(str(windows), 2, block=2) == ["b", "c"]
+
+
+def test_nul_runs_left_by_a_crash_are_not_lines(tmp_path):
+    path = tmp_path / "out"
+    path.write_bytes(b"line 1\nline 2 before the crash" + b"\0" * 100000 + b"line 3 after the requeue\n" + b"\0" * 5000)
+    assert job_log.tail_lines(str(path), 2) == ["line 2 before the crash", "line 3 after the requeue"]
+    assert job_log.log_summary(str(path))["tail"] == ["line 1", "line 2 before the crash", "line 3 after the requeue"]
