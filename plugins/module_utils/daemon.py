@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Daemons tracked by their pid files: liveness, start, stop.
 
-A process counts as ours only when the pid file names it, it is not a zombie and its
-/proc comm matches the expected program, so a reused pid is never signalled.
+A process counts as ours only when the pid file names it, it is not a zombie, and both
+its /proc comm and the basename of its argv[0] are the expected program's name, so a
+reused pid is never signalled.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import signal
 import time
 
 PROC = "/proc"
+COMM_LENGTH = 15  # the kernel keeps this much of a program's name in comm
 
 
 def read_pidfile(path):
@@ -41,17 +43,27 @@ def process_status(pid, proc=PROC):
     return (rest[0] if rest else None), comm
 
 
-def is_alive(pid, process_name=None, proc=PROC):
-    """True when pid runs (not a zombie) and, if given, its comm starts the name.
+def command_name(pid, proc=PROC):
+    """The basename of a pid's argv[0], or None when it is gone or has no command line (a
+    zombie, a kernel thread)."""
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as handle:
+            argv0 = handle.read().split(b"\0", 1)[0]
+    except (IOError, OSError):
+        return None
+    return os.path.basename(argv0.decode("utf-8", "replace")) or None
 
-    The kernel truncates comm to 15 characters, hence the prefix comparison.
-    """
+
+def is_alive(pid, process_name=None, proc=PROC):
+    """True when pid runs (not a zombie) and, if a name is given, it is that program's: its
+    comm is the name as the kernel truncates it, and its argv[0] the whole name (which tells
+    long names with the same first 15 characters apart)."""
     if not pid:
         return False
     state, comm = process_status(pid, proc)
     if state is None or state in ("Z", "X"):
         return False
-    if process_name and not process_name.startswith(comm or "\0"):
+    if process_name and (comm != process_name[:COMM_LENGTH] or command_name(pid, proc) != process_name):
         return False
     return True
 

@@ -1,4 +1,5 @@
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -8,10 +9,12 @@ import pytest
 from ansible_collections.llmtrain.slurm.plugins.module_utils import daemon
 
 
-def write_stat(proc, pid, comm, state):
+def write_stat(proc, pid, comm, state, argv0=None):
     os.makedirs(os.path.join(proc, str(pid)))
     with open(os.path.join(proc, str(pid), "stat"), "w") as handle:
         handle.write("%d (%s) %s 1 1 1 0 -1 4194560 0 0 0\n" % (pid, comm, state))
+    with open(os.path.join(proc, str(pid), "cmdline"), "w") as handle:
+        handle.write("/usr/sbin/%s\0-D\0" % (argv0 or comm) if state != "Z" else "")
 
 
 @pytest.fixture
@@ -46,8 +49,27 @@ def test_alive_needs_a_live_non_zombie_with_the_expected_name(proc):
 
 def test_comm_is_truncated_to_15_characters(tmp_path):
     root = str(tmp_path / "proc")
-    write_stat(root, 7, "a-very-long-dae", "S")
+    write_stat(root, 7, "a-very-long-dae", "S", argv0="a-very-long-daemon-name")
     assert daemon.is_alive(7, "a-very-long-daemon-name", root)
+    assert not daemon.is_alive(7, "a-very-long-daemon", root)
+
+
+def test_a_process_whose_name_only_begins_the_daemon_name_is_not_it(tmp_path):
+    root = str(tmp_path / "proc")
+    write_stat(root, 8, "s", "S")
+    write_stat(root, 9, "slurm", "S")
+    assert not daemon.is_alive(8, "slurmd", root)
+    assert not daemon.is_alive(9, "slurmd", root)
+    assert daemon.is_alive(8, None, root)  # no name: any live process
+
+
+def test_the_command_line_must_name_the_daemon_too(tmp_path):
+    root = str(tmp_path / "proc")
+    write_stat(root, 10, "slurmd", "S", argv0="slurmd-impostor")
+    write_stat(root, 11, "slurmd", "S")
+    os.remove(os.path.join(root, "11", "cmdline"))
+    assert not daemon.is_alive(10, "slurmd", root)
+    assert not daemon.is_alive(11, "slurmd", root)
 
 
 def test_running_pid(tmp_path, proc):
@@ -87,6 +109,38 @@ def test_stop_terminates_a_real_process():
 def test_stop_refuses_a_process_with_another_name():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
+        assert daemon.stop(child.pid, "slurmd", timeout=1)  # "not ours": nothing signalled
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def sleeper(tmp_path, name, argv0=None):
+    """A real sleep process started through a link called name, with argv[0] argv0 (default: the link)."""
+    link = tmp_path / name
+    link.symlink_to(shutil.which("sleep"))
+    return subprocess.Popen([argv0 or str(link), "60"], executable=str(link))
+
+
+def test_a_real_process_is_matched_by_its_whole_name(tmp_path):
+    child = sleeper(tmp_path, "a-very-long-daemon-name")
+    try:
+        assert daemon.process_status(child.pid)[1] == "a-very-long-dae"
+        assert daemon.is_alive(child.pid, "a-very-long-daemon-name")
+        assert not daemon.is_alive(child.pid, "a-very-long-dae")
+        assert not daemon.is_alive(child.pid, "a-very-long-daemon")
+        assert not daemon.is_alive(child.pid, "a")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_real_process_with_another_argv0_is_not_the_daemon(tmp_path):
+    child = sleeper(tmp_path, "slurmd", argv0="python3")
+    try:
+        assert daemon.process_status(child.pid)[1] == "slurmd"
+        assert not daemon.is_alive(child.pid, "slurmd")
         assert daemon.stop(child.pid, "slurmd", timeout=1)  # "not ours": nothing signalled
         assert child.poll() is None
     finally:
