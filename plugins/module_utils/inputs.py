@@ -41,7 +41,7 @@ def validate(values):
     value is unset (the role defaults use null for "Slurm's own default")."""
     values = dict((name, value) for name, value in values.items() if value is not None)
     errors = []
-    if "slurm_partition" in values and not PARTITION.match(str(values["slurm_partition"] or "")):
+    if "slurm_partition" in values and not PARTITION.fullmatch(str(values["slurm_partition"] or "")):
         errors.append("slurm_partition=%r is not a partition name: use one that `sinfo -s` lists "
                       "(letters, digits, . _ -)." % values["slurm_partition"])
     _count(errors, values, "slurm_nodes", 1, "how many nodes the job runs on")
@@ -51,12 +51,12 @@ def validate(values):
     if gpus and procs and procs > gpus:
         errors.append("slurm_procs_per_node=%d is more than slurm_gpus_per_node=%d: each process needs its own "
                       "GPU, so set slurm_procs_per_node to %d or fewer." % (procs, gpus, gpus))
-    if "slurm_mem_per_cpu" in values and not MEMORY.match(str(values["slurm_mem_per_cpu"])):
+    if "slurm_mem_per_cpu" in values and not MEMORY.fullmatch(str(values["slurm_mem_per_cpu"])):
         errors.append("slurm_mem_per_cpu=%r is not a Slurm memory size: a number with an optional K, M, G or T "
                       "suffix, such as 2G or 512M." % values["slurm_mem_per_cpu"])
     if "slurm_time_limit" in values:
         limit = str(values["slurm_time_limit"])
-        if not (TIME_LIMIT.match(limit) or limit.upper() in ("UNLIMITED", "INFINITE")):
+        if not (TIME_LIMIT.fullmatch(limit) or limit.upper() in ("UNLIMITED", "INFINITE")):
             errors.append("slurm_time_limit=%r is not a Slurm time: use minutes, HH:MM:SS or D-HH:MM:SS "
                           "(for example \"04:00:00\" or \"2-00:00:00\")." % values["slurm_time_limit"])
     if "slurm_master_port" in values and str(values["slurm_master_port"]) != "auto":
@@ -117,7 +117,7 @@ def _deploy_errors(values):
     if str(values.get("deploy_venv_create")).lower() in ("true", "yes", "on", "1"):
         python = values.get("slurm_python")
         # (a missing or empty slurm_python has its own message)
-        if isinstance(python, str) and python.strip() and not (VENV_PYTHON.match(python) and "\n" not in python):
+        if isinstance(python, str) and python.strip() and not (VENV_PYTHON.fullmatch(python) and "\n" not in python):
             errors.append("deploy_venv_create=true makes the venv that slurm_python names, so slurm_python=%r must be "
                           "the venv's interpreter: an absolute path ending in bin/python, such as "
                           "/shared/venvs/llmtrain/bin/python." % (python,))
@@ -143,7 +143,7 @@ def _stage_errors(values):
     """The pretrain_* and inference_* values, so that a bad one stops the run before the
     first job rather than when its stage starts."""
     errors = []
-    if "pretrain_run_name" in values and not RUN_NAME.match(str(values["pretrain_run_name"] or "")):
+    if "pretrain_run_name" in values and not RUN_NAME.fullmatch(str(values["pretrain_run_name"] or "")):
         errors.append("pretrain_run_name=%r must be 1-64 letters, digits, . _ - starting with a letter or digit "
                       "(it names a directory and the job)." % values["pretrain_run_name"])
     _count(errors, values, "pretrain_steps", 1, "optimizer steps of the run")

@@ -27,3 +27,42 @@ def test_a_directory_of_the_users_is_refused_naming_it_and_the_fix():
     assert "such as /shared/ws/venvs/llmtrain/bin/python, or set deploy_venv_create=false" in message
     [message] = deploy.venv_dir_errors("/home/u/x", False, "/home/u/x/bin/python", "/ws")
     assert "/home/u/x is not a directory" in message
+
+
+def stat(**fields):
+    return dict(dict(exists=True, isdir=True, uid=1000, pw_name="me", mode="0755", wgrp=False, woth=False), **fields)
+
+
+def test_the_users_own_run_directory_or_none_at_all_is_fine():
+    assert run.run_dir_errors([("/ws/r", stat()), ("/ws/r/env", stat(mode="0700")), ("/ws/r/x", {"exists": False})],
+                              1000) == []
+
+
+def test_a_run_directory_others_control_is_refused_naming_it_and_the_fix():
+    errors = run.run_dir_errors([("/ws/r", stat(mode="0777", wgrp=True, woth=True)),
+                                 ("/ws/r/env", stat(uid=1001, pw_name="mallory")),
+                                 ("/ws/r/scripts", stat(mode="0775", wgrp=True)),
+                                 ("/ws/r/x", stat(isdir=False))], 1000)
+    assert errors[0] == ("/ws/r is writable by group and others (mode 0777): anyone who can write there runs code "
+                         "as you, with your secrets loaded. Run `chmod go-w /ws/r` if nobody else has written there, "
+                         "or remove it.")
+    assert errors[1].startswith("/ws/r/env belongs to mallory (uid 1001), not to you (uid 1000)")
+    assert "choose another pretrain_run_name" in errors[1].lower()
+    assert errors[2].startswith("/ws/r/scripts is writable by its group (mode 0775)")
+    assert errors[3].startswith("/ws/r/x is in the way of the run directory")
+
+
+def test_only_files_inside_the_run_and_within_the_cap_are_fetched():
+    run_dir = "/ws/r"
+    files = [("/ws/r/metrics.jsonl", "/home/me/.ssh/id_rsa", dict(exists=True, size=10)),
+             ("/ws/r/logs/a.out", "/ws/r/logs/a.out", dict(exists=True, size=300 * 1048576)),
+             ("/ws/r/logs/b.out", "/ws/r/logs/b.out", dict(exists=True, size=1000)),
+             ("/ws/r/other", "/ws/r-other/x", dict(exists=True, size=1)),
+             ("/ws/r/gone", "/ws/r/gone", dict(exists=False))]
+    refused = run.fetch_refusals(files, run_dir, 256 * 1048576)
+    assert refused == {
+        "/ws/r/metrics.jsonl": "/ws/r/metrics.jsonl is not fetched: it leads to /home/me/.ssh/id_rsa, outside the run "
+                               "directory /ws/r.",
+        "/ws/r/logs/a.out": "/ws/r/logs/a.out is not fetched: it has 300 MiB, more than pretrain_fetch_max_mb=256; it "
+                            "stays in the run directory.",
+        "/ws/r/other": "/ws/r/other is not fetched: it leads to /ws/r-other/x, outside the run directory /ws/r."}

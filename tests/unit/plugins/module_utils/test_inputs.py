@@ -25,6 +25,19 @@ def test_slurm_time_formats(time_limit):
     assert inputs.validate(dict(slurm_time_limit=time_limit)) == []
 
 
+@pytest.mark.parametrize("name, value", [
+    ("slurm_partition", "debug\nrm -rf ~"), ("slurm_partition", "debug\n"), ("slurm_time_limit", "04:00:00\n"),
+    ("slurm_time_limit", "30\ncurl x | sh"), ("slurm_mem_per_cpu", "2G\n"), ("pretrain_run_name", "run\n"),
+    ("slurm_python", "/shared/v/bin/python\n"),
+])
+def test_a_newline_never_reaches_a_job_script(name, value):
+    """Values that land in #SBATCH lines or paths: a trailing newline would start a shell command."""
+    values = dict(deploy_venv_create=True, slurm_python="/shared/v/bin/python") if name == "slurm_python" else {}
+    values[name] = value
+    errors = inputs.validate(values)
+    assert errors and all(e.startswith(name) or "slurm_python=" in e for e in errors), errors
+
+
 @pytest.mark.parametrize("name, value, words", [
     ("slurm_partition", "gpu;reboot", "is not a partition name"),
     ("slurm_nodes", 0, "must be a whole number >= 1"),
