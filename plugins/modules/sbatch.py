@@ -67,6 +67,14 @@ options:
       - With the C(export) option unset this adds C(--export=ALL); with C(export=NONE) it
         becomes C(--export=NAME1,NAME2) (names only; Slurm reads the values from the
         environment); with a list of names, these names are added to it.
+      - Not for secrets. Slurm saves the environment it exports with the job (in its state
+        files, and in its accounting database where C(AccountingStoreFlags=job_env) is set),
+        readable by Slurm administrators; with C(--export=ALL), the default here, that is the
+        whole login environment besides these values. The values also show in the task's
+        arguments in verbose output, as they are not masked (masking would also hide every
+        short value such as C(1) wherever it appears in the result, job ids included). Put
+        secrets in a mode-0600 file that the job script sources instead, as the roles do
+        with C(slurm_secret_env).
     type: dict
     default: {}
   state:

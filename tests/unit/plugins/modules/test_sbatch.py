@@ -230,6 +230,20 @@ def test_script_file_options_env_and_chdir(monkeypatch, capsys, tmp_path):
     assert s.kwargs[1]["environ_update"] == env and s.kwargs[1]["data"] is None
 
 
+def test_short_env_values_are_not_masked_in_the_result(monkeypatch, capsys):
+    # env is not no_log: masking "1" would turn job 31 into "3********"
+    env = {"PYTHONUNBUFFERED": "1"}
+    fp = fp_of(env=env)
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(fp=fp, extra=["--export=ALL"]), (0, "31\n", "")),
+        (scontrol_job(31), (0, job_text("running", 31), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, env=env), capsys)
+    s.done()
+    assert result["job_id"] == "31"
+
+
 def test_export_none_passes_names_only(monkeypatch, capsys):
     env = {"A": "1,2"}
     options = {"export": "NONE"}
