@@ -91,13 +91,20 @@ def test_launch_argv_passes_values_as_arguments_never_as_shell_text():
     assert daemon.launch_argv(["munged"]) == ["munged"]
 
 
+def exec_settled(child, name, argv0=None):
+    """Wait for a child's comm and argv[0]: Popen returns when exec closes the child's pipe, a
+    moment before the kernel sets them."""
+    assert daemon.wait_until(lambda: (daemon.process_status(child.pid)[1] == name[:daemon.COMM_LENGTH]
+                                      and daemon.command_name(child.pid) == (argv0 or name)), 5)
+
+
 def test_stop_terminates_a_real_process():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        comm = daemon.process_status(child.pid)[1]
-        assert comm and comm.startswith("python")
-        assert daemon.is_alive(child.pid, comm)
-        assert daemon.stop(child.pid, comm, timeout=5)
+        name = os.path.basename(sys.executable)
+        exec_settled(child, name)
+        assert daemon.is_alive(child.pid, name)
+        assert daemon.stop(child.pid, name, timeout=5)
         # reap it, so that it does not stay a zombie
         assert daemon.wait_until(lambda: child.poll() is not None, 5)
         assert child.returncode == -signal.SIGTERM
@@ -116,36 +123,39 @@ def test_stop_refuses_a_process_with_another_name():
         child.wait()
 
 
-def sleeper(tmp_path, name, argv0=None):
-    """A real sleep process started through a link called name, with argv[0] argv0 (default: the link)."""
-    link = tmp_path / name
-    link.symlink_to(shutil.which("sleep"))
-    return subprocess.Popen([argv0 or str(link), "60"], executable=str(link))
+@pytest.fixture
+def sleeper(tmp_path):
+    """Starts real sleep processes through a link called name, with argv[0] argv0 (default: the
+    link), and kills them after the test."""
+    children = []
 
-
-def test_a_real_process_is_matched_by_its_whole_name(tmp_path):
-    child = sleeper(tmp_path, "a-very-long-daemon-name")
-    try:
-        assert daemon.process_status(child.pid)[1] == "a-very-long-dae"
-        assert daemon.is_alive(child.pid, "a-very-long-daemon-name")
-        assert not daemon.is_alive(child.pid, "a-very-long-dae")
-        assert not daemon.is_alive(child.pid, "a-very-long-daemon")
-        assert not daemon.is_alive(child.pid, "a")
-    finally:
+    def start(name, argv0=None):
+        link = tmp_path / name
+        link.symlink_to(shutil.which("sleep"))
+        children.append(subprocess.Popen([argv0 or str(link), "60"], executable=str(link)))
+        exec_settled(children[-1], name, argv0)
+        return children[-1]
+    yield start
+    for child in children:
         child.kill()
         child.wait()
 
 
-def test_a_real_process_with_another_argv0_is_not_the_daemon(tmp_path):
-    child = sleeper(tmp_path, "slurmd", argv0="python3")
-    try:
-        assert daemon.process_status(child.pid)[1] == "slurmd"
-        assert not daemon.is_alive(child.pid, "slurmd")
-        assert daemon.stop(child.pid, "slurmd", timeout=1)  # "not ours": nothing signalled
-        assert child.poll() is None
-    finally:
-        child.kill()
-        child.wait()
+def test_a_real_process_is_matched_by_its_whole_name(sleeper):
+    child = sleeper("a-very-long-daemon-name")
+    assert daemon.process_status(child.pid)[1] == "a-very-long-dae"
+    assert daemon.is_alive(child.pid, "a-very-long-daemon-name")
+    assert not daemon.is_alive(child.pid, "a-very-long-dae")
+    assert not daemon.is_alive(child.pid, "a-very-long-daemon")
+    assert not daemon.is_alive(child.pid, "a")
+
+
+def test_a_real_process_with_another_argv0_is_not_the_daemon(sleeper):
+    child = sleeper("slurmd", argv0="python3")
+    assert daemon.process_status(child.pid)[1] == "slurmd"
+    assert not daemon.is_alive(child.pid, "slurmd")
+    assert daemon.stop(child.pid, "slurmd", timeout=1)  # "not ours": nothing signalled
+    assert child.poll() is None
 
 
 def test_tail(tmp_path):
