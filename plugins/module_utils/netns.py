@@ -48,6 +48,18 @@ def plan_bridge(bridge, address, links, addresses):
     return steps
 
 
+def plan_remove_bridge(bridge, address, links, addresses, made):
+    """argv lists that undo plan_bridge: the bridge goes when it was made for the hosts (made);
+    a bridge that was there before keeps everything but the address given to it."""
+    if bridge not in links:
+        return []
+    if made:
+        return [["ip", "link", "del", bridge]]
+    if address in addresses.get(bridge, []):
+        return [["ip", "addr", "del", address, "dev", bridge]]
+    return []
+
+
 def plan_node(node, bridge, interface, namespaces, links, ns_links, ns_addresses):
     """argv lists that make one host's namespace, veth pair and address right.
 

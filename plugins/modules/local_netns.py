@@ -53,6 +53,13 @@ options:
       - Namespaces whose names start with this prefix and are not in O(nodes) are
         removed, so that shrinking the node list removes the hosts that went away.
     type: str
+  bridge_made:
+    description:
+      - With O(state=absent), whether the bridge was made for these hosts (RV(bridge_created) of
+        the V(present) run that made it). V(false) leaves a bridge that was there before, taking
+        only O(address) off it.
+    type: bool
+    default: true
   state:
     description: V(present) creates and repairs; V(absent) removes the namespaces and the bridge.
     type: str
@@ -76,6 +83,10 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+bridge_created:
+  description: Whether this task made the bridge (with O(state=present)); keep it for O(bridge_made).
+  returned: always
+  type: bool
 commands:
   description: The argument vectors that were run (or would run in check mode).
   returned: always
@@ -143,6 +154,7 @@ def main():
                 address=dict(type="str", required=True),
             )),
             prune_prefix=dict(type="str"),
+            bridge_made=dict(type="bool", default=True),
             state=dict(type="str", default="present", choices=["present", "absent"]),
         ),
         supports_check_mode=True,
@@ -178,14 +190,15 @@ def main():
         for ns in namespaces:
             if prefix and ns.startswith(prefix) and ns not in wanted:
                 steps.append(["ip", "netns", "del", ns])
-        if p["bridge"] in links:
-            steps.append(["ip", "link", "del", p["bridge"]])
+        addresses = netns.parse_addresses(runner.query("-j", "addr", "show")) if p["bridge"] in links else {}
+        steps += netns.plan_remove_bridge(p["bridge"], p["address"], links, addresses, p["bridge_made"])
 
     if not module.check_mode:
         for argv in steps:
             runner.apply(argv)
         namespaces = netns.parse_netns_list(runner.query("netns", "list"))
-    module.exit_json(changed=bool(steps), commands=steps, namespaces=namespaces, ended_pids=runner.ended)
+    module.exit_json(changed=bool(steps), commands=steps, namespaces=namespaces, ended_pids=runner.ended,
+                     bridge_created=p["state"] == "present" and p["bridge"] not in links)
 
 
 if __name__ == "__main__":

@@ -153,3 +153,29 @@ def test_absent_stops_everything_it_started_and_present_restores(local_cluster):
     finally:
         run_playbook("local_cluster.yml")
     assert node_states() == {name: ["idle", "(null)"] for name in NODES}
+
+
+def test_absent_touches_only_what_the_role_made(local_cluster, tmp_path):
+    """A bridge that was there before the cluster stays (without the cluster's address), and a
+    /etc/slurm/slurm.conf link of the machine's own is put back."""
+    other_conf = tmp_path / "site-slurm.conf"
+    other_conf.write_text("# the site's own configuration\n")
+    run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
+    try:
+        subprocess.run(["ip", "link", "add", "name", "llmtbr0", "type", "bridge"], check=True)
+        os.makedirs("/etc/slurm", exist_ok=True)
+        os.symlink(str(other_conf), "/etc/slurm/slurm.conf")
+        run_playbook("local_cluster.yml")
+        assert os.readlink("/etc/slurm/slurm.conf") == os.path.join(CLUSTER_DIR, "etc", "slurm.conf")
+        run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
+        links = subprocess.check_output(["ip", "-o", "link", "show"], universal_newlines=True)
+        assert "llmtbr0" in links  # not the role's to remove
+        addresses = subprocess.check_output(["ip", "-o", "addr", "show", "dev", "llmtbr0"], universal_newlines=True)
+        assert "10.213.0.1/" not in addresses  # but the address it gave the bridge is gone
+        assert os.readlink("/etc/slurm/slurm.conf") == str(other_conf)
+    finally:
+        subprocess.run(["ip", "link", "del", "llmtbr0"], check=False)
+        if os.path.islink("/etc/slurm/slurm.conf") and os.readlink("/etc/slurm/slurm.conf") == str(other_conf):
+            os.unlink("/etc/slurm/slurm.conf")
+        run_playbook("local_cluster.yml")
+    assert node_states() == {name: ["idle", "(null)"] for name in NODES}

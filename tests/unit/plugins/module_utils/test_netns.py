@@ -81,3 +81,14 @@ def test_remove_node():
     assert netns.plan_remove_node("llmt-slurm-worker-1", "llmtv1", NAMESPACES, LINKS) == [
         ["ip", "link", "del", "llmtv1"], ["ip", "netns", "del", "llmt-slurm-worker-1"]]
     assert netns.plan_remove_node("llmt-x", "llmtv9", NAMESPACES, LINKS) == []
+
+
+def test_removing_leaves_a_bridge_that_was_there_before_taking_off_only_its_address():
+    links = {"llmtbr0": {"up": True}}
+    addresses = {"llmtbr0": ["10.213.0.1/24", "192.0.2.1/24"]}
+    assert netns.plan_remove_bridge("llmtbr0", "10.213.0.1/24", links, addresses, made=True) == [
+        ["ip", "link", "del", "llmtbr0"]]
+    assert netns.plan_remove_bridge("llmtbr0", "10.213.0.1/24", links, addresses, made=False) == [
+        ["ip", "addr", "del", "10.213.0.1/24", "dev", "llmtbr0"]]
+    assert netns.plan_remove_bridge("llmtbr0", "10.213.0.9/24", links, addresses, made=False) == []
+    assert netns.plan_remove_bridge("llmtbr0", "10.213.0.1/24", {}, {}, made=True) == []
