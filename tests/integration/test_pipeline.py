@@ -87,9 +87,15 @@ def test_nodes_with_different_host_vars_get_different_env_files(pipeline, tmp_pa
     assert oct(os.stat(os.path.join(env_dir, "slurm-worker-1.env")).st_mode & 0o777) == "0o644"
 
 
-def test_failing_job_fails_the_play_with_its_log_tail_and_keeps_its_logs(pipeline):
+def test_failing_job_fails_the_play_with_its_log_tail_and_keeps_its_logs(pipeline, tmp_path):
     name = "failing-run"
     shutil.rmtree(os.path.join(RUNS, name), ignore_errors=True)
+    # a link planted where the metrics go leads out of the run: it is not copied to the controller
+    private = tmp_path / "private.txt"
+    private.write_text("not for the run report\n")
+    shutil.rmtree(os.path.join(WORKSPACE, name), ignore_errors=True)
+    os.makedirs(os.path.join(WORKSPACE, name))
+    os.symlink(str(private), os.path.join(WORKSPACE, name, "metrics.jsonl"))
     failed = run_playbook("pretrain.yml", "--tags", "nccl_env,deploy,pretrain", "-e", "pretrain_run_name=" + name,
                           "-e", json.dumps({"pretrain_extra_args": ["--no-such-flag"]}), check=False)
     assert failed.rc != 0
@@ -99,3 +105,5 @@ def test_failing_job_fails_the_play_with_its_log_tail_and_keeps_its_logs(pipelin
     logs = os.listdir(os.path.join(RUNS, name, "logs"))
     assert logs and all(f.startswith("llmtrain-failing-run-") for f in logs)
     assert os.path.exists(os.path.join(RUNS, name, "report.md"))
+    assert "metrics.jsonl is not fetched: it leads to %s, outside the run directory" % private in failed.output
+    assert not os.path.exists(os.path.join(RUNS, name, "metrics.jsonl"))

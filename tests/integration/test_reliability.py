@@ -7,6 +7,7 @@ trains, injects the fault and then checks what a user would check: the play's re
 message, the job's state, the checkpoints, the metrics, and what a rerun does.
 """
 
+import glob
 import json
 import os
 import re
@@ -546,9 +547,14 @@ def test_metacharacters_are_literal_modes_are_sane_and_secrets_stay_secret(local
     run = fresh("inputs")
     secret = "s3cret-%s-$(touch %s-secret)" % (SESSION, CANARY)
     prompts = ["def " + HOSTILE, "it's \"quoted\"\n\t$HOME %s" % HOSTILE]
+    credential = tmp_path / "credential.json"
+    credential.write_text("{}\n")
+    credential.chmod(0o600)
+    # shell tracing in the jobs (set -x) must not print the secrets as they are sourced
     values = run_vars(run, steps=20, pause=0, slurm_workspace=workspace, inference_prompts=prompts,
                       inference_max_new_tokens=20, slurm_secret_env={"LLMTRAIN_TEST_TOKEN": secret},
-                      extra_env={"LLMTRAIN_TEST_VALUE": HOSTILE})
+                      extra_env={"LLMTRAIN_TEST_VALUE": HOSTILE}, slurm_env_setup=["set -x"],
+                      deploy_extra_files=[str(credential)])
     try:
         # the whole pipeline (preflight to inference), verbose and with diffs: where a secret could leak
         result = Playbook(values, tags=None, args=["-v", "--diff"]).wait(900)
@@ -570,6 +576,9 @@ def test_metacharacters_are_literal_modes_are_sane_and_secrets_stay_secret(local
         # modes: scripts 0755, env files 0644, the secrets 0600, nothing world-writable
         assert mode(os.path.join(run_dir, "scripts", "pretrain.sbatch")) == 0o755
         assert mode(env_file) == 0o644 and mode(secrets) == 0o600
+        assert mode(os.path.join(run_dir, "env")) == 0o700
+        assert mode(os.path.join(run_dir, "scripts", "credential.json")) == 0o600  # its own mode, kept
+        assert any("+ " in open(log).read() for log in glob.glob(os.path.join(run_dir, "logs", "*generate*")))
         for top in (run_dir, local):
             for base, dirs, files in os.walk(top):
                 for name in dirs + files:
