@@ -35,7 +35,8 @@ options:
     required: true
   process_name:
     description:
-      - Program name expected in C(/proc/PID/comm) (the kernel keeps 15 characters).
+      - Program name expected in C(/proc/PID/comm) (the kernel keeps 15 characters) and as the
+        basename of the process's argv[0] (C(/proc/PID/cmdline)), both exactly.
     type: str
     required: true
   state:
