@@ -67,7 +67,7 @@ def test_a_minimal_inventory_trains_reports_and_generates(minimal):
     samples = (local / "samples.txt").read_text()
     assert len(re.findall(r"^=== prompt \d+: ", samples, flags=re.M)) == 3  # inference_prompts' default
     # --tags pretrain alone: the report's sections come from run artifacts, not from earlier plays
-    again = minimal("pretrain.yml", "--tags", "pretrain", "-e", "pretrain_force=true")
+    again = minimal("pretrain.yml", "--tags", "pretrain", "-e", "pretrain_force=true", "-e", "pretrain_steps=20")
     assert "Submit the training job" in again.stdout
     retrained = (local / "report.md").read_text()
     assert sections(retrained) == sections(report), (sections(retrained), sections(report))
