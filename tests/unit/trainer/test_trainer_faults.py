@@ -68,6 +68,20 @@ def test_a_checkpoint_that_cannot_be_written_names_the_newest_complete_one(monke
     assert max(losses(read_metrics(out))) == 4  # no step after the one that could not be saved
 
 
+def test_the_full_disk_behind_torch_saves_second_error_is_named(monkeypatch, data_dir, model_config_file, tmp_path):
+    """torch.save closing its zip after a failed write raises again ("unexpected pos"): the
+    message names the disk, which the user can act on, not the zip writer."""
+    def save_checkpoint(state, ckpt_dir, keep):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 154560 vs 154448")
+
+    monkeypatch.setattr(train, "save_checkpoint", save_checkpoint)
+    with pytest.raises(CheckpointError, match=r"\(OSError: \[Errno 28\] No space left on device\); nothing of it"):
+        run_here(data_dir, model_config_file, tmp_path / "run", "--steps", 4, "--checkpoint-interval", 2)
+
+
 def test_a_full_disk_at_the_first_checkpoint_says_there_is_none(monkeypatch, data_dir, model_config_file, tmp_path):
     def save_checkpoint(state, ckpt_dir, keep):
         raise OSError(errno.ENOSPC, "No space left on device")

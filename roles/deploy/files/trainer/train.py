@@ -268,6 +268,18 @@ def format_seconds(seconds):
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def first_os_error(error):
+    """The OSError (disk full, quota, read-only) behind error, or error itself: when a write
+    fails inside torch.save, closing its zip file raises again, and that second error hides
+    the cause a user can act on."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return error
+
+
 class Training:
     """One run's model, optimizer, data, clocks and metrics, and the steps of its loop."""
 
@@ -431,8 +443,9 @@ class Training:
                 }, ckpt_dir, cfg.keep_checkpoints)
             except (OSError, RuntimeError) as e:  # disk full, quota, read-only (torch.save wraps some in RuntimeError)
                 newest = list_checkpoints(ckpt_dir)
+                cause = first_os_error(e)
                 raise CheckpointError(
-                    f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(e).__name__}: {e}); nothing of it is left "
+                    f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(cause).__name__}: {cause}); nothing of it is left "
                     f"behind, and {newest[-1][1].name if newest else 'no earlier checkpoint'} is the newest complete one "
                     "(a rerun resumes from it once there is room)") from e
             self.metrics.write({"event": "checkpoint", "step": step, "path": str(path)})
