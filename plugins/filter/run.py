@@ -38,8 +38,8 @@ def run_dir_errors(paths_and_stats, uid):
         elif int(stat.get("uid", -1)) != int(uid):
             errors.append("%s belongs to %s (uid %s), not to you (uid %s): the job would run the code and source the "
                           "environment files that its owner puts there. Choose another pretrain_run_name, or "
-                          "slurm_workspace, or have it removed." % (path, stat.get("pw_name") or "another user",
-                                                                     stat.get("uid"), uid))
+                          "slurm_workspace, or have it removed."
+                          % (path, stat.get("pw_name") or "another user", stat.get("uid"), uid))
         elif stat.get("wgrp") or stat.get("woth"):
             errors.append("%s is writable by %s (mode %s): anyone who can write there runs code as you, with your "
                           "secrets loaded. Run `chmod go-w %s` if nobody else has written there, or remove it."
