@@ -54,9 +54,12 @@ FACTS = {
     "cluster": {"partition": "gpu", "slurm_version": "23.11.4",
                 "nodes": ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"],
                 "gpus_per_node": 4, "procs_per_node": 4},
-    "gpu_check_table": ["node            slurm  detected  ok",
-                        "slurm-worker-0  4      4         yes"],
-    "gpu_check_time": "2026-01-01T09:58:00Z", "gpu_check_policy": "strict",
+    "node_check_table": ["NODE            GPUS(ASKED/STEP/SMI/TORCH/SLURM)  VERDICT",
+                         "slurm-worker-0  4/4/4/4/4                         ok"],
+    "node_check_time": "2026-01-01T09:58:00Z", "node_check_job": "102", "gpu_policy": "strict",
+    "excluded_nodes": {"slurm-worker-7": "named in slurm_exclude_nodes",
+                       "slurm-worker-3": "no network interface ib0 on slurm-worker-3 (it has eth0, lo) "
+                                         "(node check of job 99, 2026-01-01T09:00:00Z)"},
     "env": {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "ib7s", "UCX_NET_DEVICES": "ib7s400p0:1,ib7s400p1:1"},
     "jobs": [{"kind": "prepare", "job_id": "101", "state": "COMPLETED", "exit_code": 0, "elapsed": "00:01:10",
               "nodelist": "slurm-worker-0", "start_time": "2026-01-01T10:00:00",
@@ -109,8 +112,14 @@ def test_full_report(tmp_path):
         "- World size: 12 ranks on cuda:0",
         "- Parameters: 124,439,808",
         "- n_embd: 768",
-        "Preflight at 2026-01-01T09:58:00Z, policy strict:",
-        "slurm-worker-0  4      4         yes",
+        "## Node check\n\nJob 102 checked its nodes at 2026-01-01T09:58:00Z (GPUs asked/seen by the step/"
+        "nvidia-smi/torch/registered by Slurm; GPU policy strict):\n\n```\n"
+        "NODE            GPUS(ASKED/STEP/SMI/TORCH/SLURM)  VERDICT\n"
+        "slurm-worker-0  4/4/4/4/4                         ok\n```\n",
+        "Nodes the run keeps off (remove them from `bad_nodes.json` in the run directory, or from "
+        "`slurm_exclude_nodes`, once they are repaired):\n\n| Node | Why |\n|---|---|\n"
+        "| slurm-worker-3 | no network interface ib0 on slurm-worker-3 (it has eth0, lo) (node check of job 99, "
+        "2026-01-01T09:00:00Z) |\n| slurm-worker-7 | named in slurm_exclude_nodes |\n\n## NCCL",
         "| Variable | Value |",
         "| NCCL_IB_HCA | ib7s |",
         "| UCX_NET_DEVICES | ib7s400p0:1,ib7s400p1:1 |",
@@ -123,6 +132,22 @@ def test_full_report(tmp_path):
     # the env table is sorted, so the report does not depend on dict order
     assert report.index("NCCL_IB_HCA") < report.index("NCCL_SOCKET_IFNAME") < report.index("UCX_NET_DEVICES")
     assert "not recorded" not in report
+
+
+def test_a_node_check_without_excluded_nodes(tmp_path):
+    facts = dict(FACTS, excluded_nodes={}, node_check_job=None, node_check_time=None, gpu_policy=None)
+    report = report_of(make_run(tmp_path, metrics_records(), facts))
+    section = report[report.index("## Node check"):report.index("## NCCL")]
+    assert section.startswith("## Node check\n\nJob ") and "slurm-worker-0  4/4/4/4/4" in section
+    assert "keeps off" not in section
+
+
+def test_excluded_nodes_without_a_node_check(tmp_path):
+    facts = dict(FACTS, node_check_table=[], excluded_nodes={"slurm-worker-7": "named in slurm_exclude_nodes"})
+    report = report_of(make_run(tmp_path, metrics_records(), facts))
+    section = report[report.index("## Node check"):report.index("## NCCL")]
+    assert section.startswith("## Node check\n\nNode check: not recorded.\n\nNodes the run keeps off")
+    assert "| slurm-worker-7 | named in slurm_exclude_nodes |" in section
 
 
 def test_same_inputs_same_report(tmp_path):
@@ -148,7 +173,7 @@ def test_missing_facts_say_not_recorded(tmp_path):
     report = report_of(run_dir)
     assert "- Partition: gpu" in report
     assert "- Nodes: not recorded" in report
-    assert "GPU check: not recorded." in report
+    assert "## Node check\n\nNode check: not recorded.\n\n## NCCL" in report  # and no excluded nodes table
     assert "Environment: not recorded." in report
     assert "Jobs: not recorded." in report
     assert "No checkpoint was written." in report

@@ -108,3 +108,40 @@ def test_job_progress_prints_only_beside_another_stdout_callback(monkeypatch, st
     callback = job_progress.CallbackModule()
     callback.set_options()
     assert callback.disabled is disabled
+
+
+NODE_CHECK = dict(job_id="42", restart=0, time="2026-11-30T10:00:00Z", bad={"n2": "no network interface ib0 on n2"},
+                  table=["NODE  VERDICT", "n1    ok", "n2    BAD"])
+EXCLUDED = [dict(job_id="42", restarts=1, excluded=["n2"], bad={"n2": "no network interface ib0 on n2"},
+                 message="job 42: node check excluded n2 (no network interface ib0 on n2); requeued without it")]
+EVENTS = ["[login] node check of job 42 (start 1):", "    NODE  VERDICT", "    n1    ok", "    n2    BAD",
+          "[login] job 42: node check excluded n2 (no network interface ib0 on n2); requeued without it"]
+
+
+def test_retries_print_the_node_check_and_the_exclusion_once_then_progress():
+    callback = stdout_callback()
+    for attempt in (1, 2):
+        callback.v2_runner_retry(task_result(dict(WATCH, attempts=attempt, node_check=NODE_CHECK, excluded=EXCLUDED)))
+    assert callback._display.lines == EVENTS + [
+        "[login] job 42 RUNNING on slurm-worker-[0-2]: step 120/1000, loss 3.21 (retry %d/17280)" % attempt
+        for attempt in (1, 2)]
+
+
+def test_a_waited_job_moved_off_bad_nodes_says_so_under_its_task():
+    callback = stdout_callback()
+    callback.v2_runner_on_ok(task_result(dict(changed=True, job_id="42", state="COMPLETED", excluded=EXCLUDED,
+                                              node_check=NODE_CHECK), name="Train"))
+    assert callback._display.lines[0] == "TASK [Train]"
+    assert callback._display.lines[1:6] == EVENTS
+    assert callback._display.lines[6].startswith("changed: [login]")
+
+
+def test_a_failed_job_prints_its_node_check_before_the_failure():
+    callback = stdout_callback()
+    callback.v2_runner_on_failed(task_result(dict(changed=False, msg="Job 42 (train) needs 2 node(s)",
+                                                  node_check=NODE_CHECK, excluded=[]), name="Train"))
+    lines = callback._display.lines
+    fatal = [i for i, line in enumerate(lines) if line.startswith("fatal: [login]: FAILED!")]
+    start = lines.index(EVENTS[0])
+    assert len(fatal) == 1 and lines[start:start + 4] == EVENTS[:4] and start + 4 <= fatal[0]
+    assert lines[-1] == "Job 42 (train) needs 2 node(s)"

@@ -1,6 +1,6 @@
 """The job_progress callback's line, from results as the modules return them."""
 
-from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import progress_line
+from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import event_lines, progress_line
 
 PROGRESS = dict(step=120, total_steps=1000, loss=3.2104, val_loss=None, lr=3e-4, tokens_per_s=5230.4,
                 elapsed_s=61.2, eta_s=449.0)
@@ -22,3 +22,55 @@ def test_pending_sbatch_result_without_metrics():
 def test_results_of_other_tasks_give_no_line():
     assert progress_line("h", dict(rc=1, stdout="")) is None
     assert progress_line("h", dict(jobs=[], finished=False)) is None
+
+
+CHECK = dict(job_id="42", restart=1, time="2026-11-30T10:00:00Z", bad={"n2": "no network interface ib0 on n2"},
+             table=["NODE  GPUS(ASKED/STEP/SMI/TORCH/SLURM)  VERDICT", "n1    2/2/2/2/2                         ok",
+                    "n2    2/2/2/2/2                         BAD"])
+EXCLUDED = dict(job_id="42", restarts=1, excluded=["n2"], bad={"n2": "no network interface ib0 on n2"},
+                message="job 42: node check excluded n2 (no network interface ib0 on n2); requeued without it")
+
+
+def test_a_node_check_table_prints_once_per_check():
+    seen = set()
+    result = dict(jobs=[dict(job_id="42", state="PENDING")], node_check=CHECK, excluded=[EXCLUDED])
+    assert event_lines("login", result, seen) == [
+        "[login] node check of job 42 (start 2):",
+        "    NODE  GPUS(ASKED/STEP/SMI/TORCH/SLURM)  VERDICT",
+        "    n1    2/2/2/2/2                         ok",
+        "    n2    2/2/2/2/2                         BAD",
+        "[login] job 42: node check excluded n2 (no network interface ib0 on n2); requeued without it",
+    ]
+    # the next retries return the same record and the same release: nothing printed again
+    assert event_lines("login", result, seen) == []
+    assert event_lines("login", dict(result), seen) == []
+
+
+def test_a_new_check_of_the_same_job_prints_its_table_again():
+    seen = set()
+    assert len(event_lines("login", dict(node_check=CHECK), seen)) == 4
+    again = dict(CHECK, restart=2, time="2026-11-30T10:05:00Z", table=["NODE  VERDICT", "n1    ok"])
+    assert event_lines("login", dict(node_check=again), seen) == [
+        "[login] node check of job 42 (start 3):", "    NODE  VERDICT", "    n1    ok"]
+    # the first start of a job (restart 0 or not recorded) is start 1
+    first = dict(job_id="43", time="t", table=["n1 ok"])
+    assert event_lines("login", dict(node_check=first), seen)[0] == "[login] node check of job 43 (start 1):"
+    # another host watching the same job prints it too
+    assert event_lines("other", dict(node_check=CHECK), seen)[0] == "[other] node check of job 42 (start 2):"
+
+
+def test_each_exclusion_prints_once():
+    seen = set()
+    second = dict(EXCLUDED, restarts=2, excluded=["n2", "n3"], bad={"n3": "n3 did not answer"},
+                  message="job 42: node check excluded n3 (n3 did not answer); requeued without it")
+    assert event_lines("login", dict(excluded=[EXCLUDED]), seen) == ["[login] " + EXCLUDED["message"]]
+    assert event_lines("login", dict(excluded=[EXCLUDED, second]), seen) == ["[login] " + second["message"]]
+    assert event_lines("login", dict(excluded=[EXCLUDED, second]), seen) == []
+
+
+def test_results_without_a_node_check_or_exclusion_print_nothing():
+    seen = set()
+    assert event_lines("h", dict(jobs=[], excluded=[]), seen) == []
+    assert event_lines("h", dict(node_check=None, excluded=None), seen) == []
+    assert event_lines("h", dict(node_check=dict(job_id="1", table="not a list")), seen) == []
+    assert event_lines("h", dict(rc=1, stdout=""), seen) == [] and seen == set()

@@ -62,3 +62,39 @@ def test_a_traceback_of_no_known_rank_or_node():
 def test_a_log_that_was_not_read():
     assert job_failure_message(dict(FAILED, state="TIMEOUT", reason=None), None, *WHERE).split("\n")[2:] == [
         "First error lines of /w/demo/logs/llmtrain-demo-42.out:", "(none)", "Last lines:", "(not readable)"]
+
+
+NODE_CHECK = dict(job_id="42", restart=0, time="2026-11-30T10:00:00Z",
+                  bad={"slurm-worker-1": "no network interface ib0 on slurm-worker-1 (it has eth0, lo)",
+                       "slurm-worker-0": "slurm-worker-0 did not answer the node check within 60 s"},
+                  table=["NODE            VERDICT", "slurm-worker-0  NO ANSWER", "slurm-worker-1  BAD"])
+CHECK_FAILED = dict(FAILED, exit_code=78, reason="NonZeroExitCode")
+
+
+def test_a_job_whose_node_check_failed_names_each_bad_node():
+    log = dict(traceback=[], errors=["llmtrain: node check: slurm-worker-1 is bad"], tail=["t"])
+    assert job_failure_message(CHECK_FAILED, log, *WHERE, node_check=NODE_CHECK).split("\n") == [
+        "Training job 42 (llmtrain-demo) ended FAILED, exit code 78, reason: NonZeroExitCode.",
+        "What the run left is in /runs/demo; checkpoints stay in /w/demo/checkpoints and a rerun resumes from the newest.",
+        "Its node check found bad node(s) and started nothing (pretrain_bad_node_policy=fail, or pretrain_requeue_max "
+        "requeues used up); they are recorded in /w/demo/bad_nodes.json and later jobs of the run keep off them:",
+        "  slurm-worker-0: slurm-worker-0 did not answer the node check within 60 s",
+        "  slurm-worker-1: no network interface ib0 on slurm-worker-1 (it has eth0, lo)",
+        "Node check:",
+        "  NODE            VERDICT",
+        "  slurm-worker-0  NO ANSWER",
+        "  slurm-worker-1  BAD",
+        "First error lines of /w/demo/logs/llmtrain-demo-42.out:", "llmtrain: node check: slurm-worker-1 is bad",
+        "Last lines:", "t"]
+
+
+def test_the_node_check_is_left_out_unless_it_explains_this_failure():
+    plain = job_failure_message(CHECK_FAILED, None, *WHERE)
+    assert "node check" not in plain and "bad_nodes.json" not in plain
+    # a check of another job (an earlier one of the run), a check with no bad node, or another exit code
+    for job, check in ((CHECK_FAILED, dict(NODE_CHECK, job_id="41")), (CHECK_FAILED, dict(NODE_CHECK, bad={})),
+                       (FAILED, NODE_CHECK), (CHECK_FAILED, "not a record")):
+        assert job_failure_message(job, None, *WHERE, node_check=check) == job_failure_message(job, None, *WHERE)
+    # the job id may come back as a number from JSON
+    assert "  slurm-worker-1: no network interface" in job_failure_message(
+        dict(CHECK_FAILED, job_id=42), None, *WHERE, node_check=NODE_CHECK)

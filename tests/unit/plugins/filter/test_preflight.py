@@ -1,30 +1,27 @@
 from ansible_collections.llmtrain.slurm.plugins.filter import preflight
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
 
-FOUND = dict(node="n1", python="/v/bin/python", python_version="3.11.7",
-             torch=dict(importable=True, version="2.13.0+cpu"), interfaces=["eth0", "lo"],
-             missing_interfaces=[], workspace_shared=True, workspace_writable=True)
+
+def test_excluded_reason_of_a_node_the_node_check_found_bad():
+    bad_nodes = {"n2": dict(reason="no network interface ib0 on n2 (it has eth0, lo)", job_id="42",
+                            time="2026-11-30T10:00:00Z")}
+    assert preflight.excluded_reason("n2", bad_nodes) == (
+        "no network interface ib0 on n2 (it has eth0, lo) (node check of job 42, 2026-11-30T10:00:00Z)")
+    assert preflight.FilterModule().filters()["excluded_reason"] is preflight.excluded_reason
 
 
-def test_a_healthy_node():
-    assert preflight.probe_errors("n1", {"n1": FOUND}, "/v/bin/python", "/w") == []
-    assert preflight.probe_summary("n1", {"n1": FOUND}).split() == ["ok", "3.11.7/2.13.0+cpu", "ok"]
+def test_excluded_reason_of_a_node_only_the_user_named():
+    bad_nodes = {"n2": dict(reason="x", job_id="42", time="t")}
+    assert preflight.excluded_reason("n7", bad_nodes) == "named in slurm_exclude_nodes"
+    assert preflight.excluded_reason("n7", None) == "named in slurm_exclude_nodes"
+    # an entry without a reason (edited by hand) is not taken for a node check's verdict
+    assert preflight.excluded_reason("n2", {"n2": {}}) == "named in slurm_exclude_nodes"
+    assert preflight.excluded_reason("n2", {"n2": "bad"}) == "named in slurm_exclude_nodes"
 
 
-def test_each_finding_names_the_variable_and_fix():
-    bad = dict(FOUND, torch=dict(importable=False, error="ModuleNotFoundError: No module named 'torch'"),
-               missing_interfaces=["ib0"], workspace_shared=False, workspace_writable=False)
-    errors = preflight.probe_errors("n1", {"n1": bad}, "/v/bin/python", "/w")
-    assert [e.split(" ")[0] for e in errors] == ["slurm_python=/v/bin/python", "no", "slurm_workspace=/w",
-                                                 "slurm_workspace=/w"]
-    assert "no network interface ib0 on n1 (it has eth0, lo)" in errors[1]
-    assert preflight.probe_summary("n1", {"n1": bad}).split() == ["NOT", "SHARED", "3.11.7/NO", "TORCH", "missing", "ib0"]
-
-
-def test_a_silent_node():
-    assert preflight.probe_errors("n2", {"n1": FOUND}, "py", "/w") == [
-        "n2 printed nothing in the probe step: check that slurm_python=py runs there (after slurm_env_setup)."]
-    assert preflight.probe_summary("n2", {"n1": FOUND}) == "no answer"
+def test_the_probe_filters_are_gone():
+    filters = preflight.FilterModule().filters()
+    assert "probe_errors" not in filters and "probe_summary" not in filters
 
 
 def test_per_node_nccl_values_are_checked_and_attributed():

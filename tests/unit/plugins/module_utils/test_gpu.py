@@ -132,3 +132,60 @@ def test_runs_as_a_plain_script_on_this_machine():
         assert result["reason"]
     else:
         pytest.skip("this machine has GPUs; the zero-GPU path is covered above")
+
+
+def test_detect_takes_the_torch_it_is_given_and_probes_nothing():
+    given = json.loads(H100_TORCH[1])
+    runner = FakeRunner([(QUERY, (0, fixture("h100x8.csv"), ""))])
+    result = gpu.detect("python", runner, which_found, environ={}, torch=given)
+    assert runner.calls == [QUERY]  # no `python -c TORCH_PROBE`
+    assert result["torch"] == given and result["torch_count"] == 8 and result["count"] == 8
+
+    runner = FakeRunner([])
+    result = gpu.detect("python", runner, which_missing, environ={}, torch=json.loads(NO_TORCH[1]))
+    assert runner.calls == [] and result["count"] == 0 and result["torch_count"] == 0
+    assert result["reason"] == ("nvidia-smi not found (no NVIDIA driver utilities on PATH); "
+                                "ModuleNotFoundError: No module named 'torch'")
+
+
+def test_detect_with_torch_none_still_probes():
+    runner = FakeRunner([(["python"], CPU_TORCH)])
+    result = gpu.detect("python", runner, which_missing, environ={}, torch=None)
+    assert runner.calls == [["python", "-c", gpu.TORCH_PROBE]] and result["torch"]["version"] == "2.13.0+cpu"
+
+
+class FakeTorch:
+    """Just what TORCH_PROBE asks of torch, on a node with two GPUs."""
+
+    __version__ = "2.13.0+cu128"
+
+    class version:  # noqa: N801  (torch.version.cuda)
+        cuda = "12.8"
+
+    class cuda:  # noqa: N801
+        is_available = staticmethod(lambda: True)
+        device_count = staticmethod(lambda: 2)
+        get_device_name = staticmethod(lambda index: "NVIDIA A100-SXM4-80GB")
+
+
+def test_torch_here_probes_this_interpreter_without_printing(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch)
+    assert gpu.torch_here() == dict(importable=True, version="2.13.0+cu128", cuda_available=True, device_count=2,
+                                    cuda_version="12.8", devices=["NVIDIA A100-SXM4-80GB"] * 2)
+    assert capsys.readouterr().out == ""  # the probe's line is read, not printed
+
+
+def test_torch_here_without_torch_is_a_finding(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` fails
+    found = gpu.torch_here()
+    assert found["importable"] is False and found["error"].startswith("ModuleNotFoundError: ")
+    assert capsys.readouterr().out == ""
+
+
+def test_torch_here_that_breaks_inside_torch_is_a_finding(monkeypatch):
+    class Broken(FakeTorch):
+        class cuda(FakeTorch.cuda):  # noqa: N801
+            is_available = staticmethod(lambda: (_ for _ in ()).throw(RuntimeError("CUDA driver init failed")))
+
+    monkeypatch.setitem(sys.modules, "torch", Broken)
+    assert gpu.torch_here() == dict(importable=False, error="RuntimeError: CUDA driver init failed")

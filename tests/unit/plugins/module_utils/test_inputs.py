@@ -201,3 +201,26 @@ def test_a_workspace_may_hold_metacharacters_but_no_backslash():
     errors = inputs.validate(dict(GOOD, slurm_workspace="/shared/a\\b"))
     assert len(errors) == 1 and errors[0].startswith("slurm_workspace='/shared/a\\\\b' contains a backslash")
     assert "pick a path without one" in errors[0]
+
+
+@pytest.mark.parametrize("nodes", [[], ["gpu-07"], ["gpu-07", "gpu-[10-12]"], ["gpu-[01-04,09],n1.cluster"],
+                                   ["a, b"], ["node_1"]])
+def test_slurm_exclude_nodes_takes_node_names_and_hostlists(nodes):
+    assert inputs.validate(dict(GOOD, slurm_exclude_nodes=nodes)) == []
+
+
+@pytest.mark.parametrize("nodes", ["gpu-07", ["gpu-07 gpu-08"], ["gpu-07;reboot"], ["$(id)"], ["-x"], [""],
+                                   ["gpu-07,"], [7], [["gpu-07"]], {"gpu-07": True}])
+def test_slurm_exclude_nodes_refuses_anything_else(nodes):
+    assert inputs.validate(dict(GOOD, slurm_exclude_nodes=nodes)) == [
+        "slurm_exclude_nodes=%r must be a list of node names or hostlists, such as [gpu-07, \"gpu-[10-12]\"]."
+        % (nodes,)]
+
+
+def test_slurm_node_check_timeout_is_at_least_ten_seconds():
+    assert inputs.validate(dict(GOOD, slurm_node_check_timeout=10)) == []
+    assert inputs.validate(dict(GOOD, slurm_node_check_timeout="300")) == []
+    for value in (5, 0, "soon", 30.5):
+        assert inputs.validate(dict(GOOD, slurm_node_check_timeout=value)) == [
+            "slurm_node_check_timeout=%r must be a whole number >= 10: seconds the node check step of a job may take."
+            % (value,)]

@@ -2,6 +2,7 @@
 the module must run, and Slurm's recorded answers to them."""
 
 import json
+import re
 
 import pytest
 from ansible.module_utils import basic
@@ -405,3 +406,174 @@ def test_completed_job_found_in_accounting(monkeypatch, capsys):
     result = run(sbatch.main, dict(name="train", content=SCRIPT), capsys)
     s.done()
     assert not result["changed"] and result["job_id"] == "9" and result["state"] == "COMPLETED"
+
+
+# ---------------------------------------------------------------- exclude, bad_nodes_file
+
+SCONTROL = "/usr/bin/scontrol"
+SCONTROL_NODES = [SCONTROL, "show", "node", "-o"]
+NO_IB = "no network interface ib0 on slurm-worker-1 (it has eth0, lo): set nccl_env_socket_ifname"
+
+
+def bad_nodes(path, **reasons):
+    path.write_text(json.dumps(dict((node.replace("_", "-"), dict(reason=reason, job_id="15", time="2026-11-30T10:00:00Z"))
+                                    for node, reason in reasons.items())))
+    return str(path)
+
+
+def held_job(job_id, excluded="(null)", num_nodes=2):
+    """The recorded pending job as `scontrol requeuehold` leaves it after its node check."""
+    text = job_text("pending", job_id)
+    for key, value in (("Reason", "job_requeued_in_held_state"), ("Restarts", 1), ("NumNodes", num_nodes),
+                       ("ExcNodeList", excluded)):
+        text = re.sub(r"\b%s=\S+" % key, "%s=%s" % (key, value), text)
+    return text
+
+
+def nodes_in(*states):
+    """The recorded nodes slurm-worker-0..2 (partition debug) in these states."""
+    lines = fixture("scontrol_show_node.txt").splitlines()
+    return "".join(line.replace("State=IDLE", "State=" + state) + "\n" for line, state in zip(lines, states))
+
+
+def when_run(monkeypatch, argv, action):
+    """Calls action() right after the faked run_command answers argv (what a job does meanwhile)."""
+    answer = basic.AnsibleModule.run_command
+
+    def run_command(module, args, **kwargs):
+        result = answer(module, args, **kwargs)
+        if args == argv:
+            action()
+        return result
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+
+
+def test_exclude_and_bad_nodes_file_are_passed_to_sbatch(monkeypatch, capsys, tmp_path):
+    path = bad_nodes(tmp_path / "bad_nodes.json", n2="no network interface ib0 on n2", n4="no answer")
+    argv = submit_argv(fp=fp_of(options={"nodes": 2}), extra=["--nodes=2", "--exclude=gpu-07,gpu-[10-12],n2,n4"])
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (argv, (0, "16\n", "")),
+        (scontrol_job(16), (0, job_text("pending", 16), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, options={"nodes": 2},
+                                   exclude=["gpu-07", " gpu-[10-12], n2"], bad_nodes_file=path), capsys)
+    s.done()
+    assert result["submitted"] and result["cmd"] == argv
+    # the job's identity is the same with or without the nodes it keeps off
+    assert result["fingerprint"] == fp_of(options={"nodes": 2})
+
+
+def test_a_missing_bad_nodes_file_excludes_nothing(monkeypatch, capsys, tmp_path):
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(), (0, "16\n", "")),
+        (scontrol_job(16), (0, job_text("pending", 16), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, bad_nodes_file=str(tmp_path / "none.json")), capsys)
+    s.done()
+    assert result["cmd"] == submit_argv()
+
+
+def test_check_mode_shows_the_exclude(monkeypatch, capsys, tmp_path):
+    path = bad_nodes(tmp_path / "bad_nodes.json", n3="bad")
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", ""))])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, exclude=["n1"], bad_nodes_file=path), capsys,
+                 check_mode=True)
+    s.done()
+    assert result["cmd"] == submit_argv(extra=["--exclude=n1,n3"])
+
+
+def test_a_job_that_ran_is_not_run_again_because_exclude_grew(monkeypatch, capsys, tmp_path):
+    fp = fp_of()
+    path = bad_nodes(tmp_path / "bad_nodes.json", n2="bad")
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, squeue_rows(["16", "COMPLETED", "train", "llmtrain:" + fp]), "")),
+        (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, exclude=["n5"], bad_nodes_file=path), capsys)
+    s.done()
+    assert not result["changed"] and not result["submitted"] and result["done"] is True
+    assert result["fingerprint"] == fp and result["cmd"] is None
+
+
+@pytest.mark.parametrize("exclude", [["n1;touch x"], ["n1 n2"], ["-n1"], ["$(id)"]])
+def test_exclude_items_must_be_node_names(monkeypatch, capsys, exclude):
+    s = Slurm(monkeypatch, [])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, exclude=exclude), capsys)
+    s.done()  # nothing run
+    assert result["failed"] and result["msg"] == (
+        "exclude=%r: each item must be a node name or a Slurm hostlist such as gpu-[01-04]" % (exclude,))
+
+
+def test_a_job_its_node_check_held_is_released_without_the_bad_nodes(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(waiter.time, "sleep", lambda s: None)
+    path = tmp_path / "bad_nodes.json"
+    bad_nodes(path, slurm_worker_2="no answer")
+    argv = submit_argv(extra=["--exclude=slurm-worker-2"])
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (argv, (0, "16\n", "")),
+        (scontrol_job(16), (0, job_text("running", 16), "")),
+        (scontrol_job(16), (0, held_job(16, excluded="slurm-worker-2", num_nodes=1), "")),
+        (SCONTROL_NODES, (0, nodes_in("ALLOCATED", "IDLE", "DOWN"), "")),
+        ([SCONTROL, "update", "JobId=16", "ExcNodeList=slurm-worker-1,slurm-worker-2"], (0, "", "")),
+        ([SCONTROL, "release", "16"], (0, "", "")),
+        ([SCONTROL, "update", "JobId=16", "StartTime=now"], (1, "", "Access/permission denied")),  # allowed to fail
+        (scontrol_job(16), (0, job_text("running", 16), "")),
+        (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), "")),
+    ])
+    # while it runs, its node check finds slurm-worker-1 bad and holds it
+    when_run(monkeypatch, scontrol_job(16), lambda: path.exists() and bad_nodes(
+        path, slurm_worker_2="no answer", slurm_worker_1=NO_IB))
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, wait=True, bad_nodes_file=str(path),
+                                   options={}), capsys)
+    s.done()
+    assert not result.get("failed") and result["done"] is True and result["state"] == "COMPLETED"
+    assert result["excluded"] == [dict(
+        job_id="16", restarts=1, excluded=["slurm-worker-1", "slurm-worker-2"], bad={"slurm-worker-1": NO_IB},
+        message="job 16: node check excluded slurm-worker-1 (%s); requeued without it" % NO_IB)]
+
+
+def test_a_held_job_without_enough_good_nodes_is_cancelled(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(waiter.time, "sleep", lambda s: None)
+    fp = fp_of()
+    path = bad_nodes(tmp_path / "bad_nodes.json", slurm_worker_1=NO_IB, slurm_worker_2="no answer")
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, squeue_rows(["16", "PENDING", "train", "llmtrain:" + fp]), "")),  # re-attached
+        (scontrol_job(16), (0, job_text("running", 16), "")),
+        (scontrol_job(16), (0, held_job(16), "")),
+        (SCONTROL_NODES, (0, nodes_in("IDLE", "IDLE", "IDLE"), "")),
+        (["/usr/bin/scancel", "16"], (0, "", "")),
+        (scontrol_job(16), (0, job_text("cancelled", 16), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, wait=True, bad_nodes_file=path), capsys)
+    s.done()
+    assert result["failed"] and result["cancelled"] == ["16"] and result["state"] == "CANCELLED"
+    assert result["excluded"] == []
+    assert result["msg"].splitlines() == [
+        "Job 16 (fx-pending) needs 2 node(s), and partition debug has 1 usable node(s) besides the bad ones "
+        "(slurm-worker-0). The job is cancelled; nothing of this run is left queued. Bad nodes:",
+        "  slurm-worker-1: " + NO_IB,
+        "  slurm-worker-2: no answer",
+        "Fix: repair those nodes (or ask the cluster's administrators), then remove them from %s and run the "
+        "playbook again; or lower slurm_nodes, or pick another slurm_partition." % path]
+
+
+def test_without_bad_nodes_file_a_held_job_is_left_alone(monkeypatch, capsys):
+    clock = [0.0]
+    monkeypatch.setattr(waiter.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(waiter.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(), (0, "16\n", "")),
+        (scontrol_job(16), (0, held_job(16), "")),
+        (scontrol_job(16), (0, held_job(16), "")),
+        (scontrol_job(16), (0, held_job(16), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, wait=True, wait_timeout=1, cancel_on_timeout=False),
+                 capsys)
+    s.done()  # no scontrol update, release or scancel
+    assert result["failed"] and result["msg"] == "job 16 still PENDING after 1s (wait_timeout)"
+    assert result["excluded"] == []

@@ -256,3 +256,106 @@ def test_a_job_pending_for_down_nodes_returns_at_once(monkeypatch, capsys):
     result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60), capsys)
     s.done()
     assert result["jobs"][0]["waits_for_nodes"] is True and result["checks"] == 1 and clock.sleeps == []
+
+
+# ---------------------------------------------------------------- a job its node check held
+
+SCONTROL = "/usr/bin/scontrol"
+NO_IB = "no network interface ib0 on slurm-worker-1 (it has eth0, lo): set nccl_env_socket_ifname"
+
+
+def bad_nodes_file(path, **reasons):
+    path.write_text(json.dumps(dict((node.replace("_", "-"), dict(reason=reason, job_id="21", time="2026-11-30T10:00:00Z"))
+                                    for node, reason in reasons.items())))
+    return str(path)
+
+
+def held_job(job_id, num_nodes=2, excluded="(null)"):
+    text = requeued_job(job_id, reason="job_requeued_in_held_state", num_nodes=num_nodes)
+    return re.sub(r"\bExcNodeList=\S+", "ExcNodeList=" + excluded, text)
+
+
+def released_job(job_id, excluded):
+    return re.sub(r"\bExcNodeList=\S+", "ExcNodeList=" + excluded, requeued_job(job_id, num_nodes=2))
+
+
+def test_a_held_job_is_released_without_its_bad_nodes(monkeypatch, capsys, tmp_path):
+    Clock(monkeypatch)
+    path = bad_nodes_file(tmp_path / "bad_nodes.json", slurm_worker_1=NO_IB)
+    s = Slurm(monkeypatch, [
+        (scontrol_job(21), (0, held_job(21), "")),
+        (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "MIXED"]), "")),  # look_up: a requeued job
+        (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "MIXED"]), "")),  # settle
+        ([SCONTROL, "update", "JobId=21", "ExcNodeList=slurm-worker-1"], (0, "", "")),
+        ([SCONTROL, "release", "21"], (0, "", "")),
+        ([SCONTROL, "update", "JobId=21", "StartTime=now"], (0, "", "")),
+        (scontrol_job(21), (0, released_job(21, "slurm-worker-1"), "")),
+    ])
+    result = run(slurm_job_info.main, dict(job_id=["21"], bad_nodes_file=path), capsys)
+    s.done()
+    assert not result.get("failed") and result["changed"] is True
+    assert result["jobs"][0]["reason"] == "BeginTime" and result["jobs"][0]["excluded_nodes"] == ["slurm-worker-1"]
+    assert result["excluded"] == [dict(
+        job_id="21", restarts=1, excluded=["slurm-worker-1"], bad={"slurm-worker-1": NO_IB},
+        message="job 21: node check excluded slurm-worker-1 (%s); requeued without it" % NO_IB)]
+
+
+def test_a_held_job_the_partition_cannot_hold_without_its_bad_nodes_is_cancelled(monkeypatch, capsys, tmp_path):
+    Clock(monkeypatch)
+    path = bad_nodes_file(tmp_path / "bad_nodes.json", slurm_worker_1=NO_IB)
+    s = Slurm(monkeypatch, [
+        (scontrol_job(21), (0, held_job(21), "")),
+        (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "IDLE+DRAIN"]), "")),
+        (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "IDLE+DRAIN"]), "")),
+        (["/usr/bin/scancel", "21"], (0, "", "")),
+        (scontrol_job(21), (0, job_text("cancelled", 21), "")),
+    ], bins=("scontrol", "squeue", "scancel"))
+    result = run(slurm_job_info.main, dict(job_id=["21"], bad_nodes_file=path, wait_seconds=60), capsys)
+    s.done()
+    assert result["failed"] and result["cancelled"] == ["21"] and result["state"] == "CANCELLED"
+    assert result["bad_nodes"] == {"slurm-worker-1": NO_IB} and result["excluded"] == []
+    assert result["msg"].splitlines()[:2] == [
+        "Job 21 (fx-pending) needs 2 node(s), and partition debug has 1 usable node(s) besides the bad ones "
+        "(slurm-worker-0). The job is cancelled; nothing of this run is left queued. Bad nodes:",
+        "  slurm-worker-1: " + NO_IB]
+    assert path in result["msg"].splitlines()[2]
+
+
+def test_check_mode_or_no_bad_nodes_file_leaves_a_held_job_alone(monkeypatch, capsys, tmp_path):
+    Clock(monkeypatch)
+    path = bad_nodes_file(tmp_path / "bad_nodes.json", slurm_worker_1=NO_IB)
+    for args, check_mode in ((dict(bad_nodes_file=path), True), (dict(), False)):
+        s = Slurm(monkeypatch, [(scontrol_job(21), (0, held_job(21), "")),
+                                (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "IDLE"]), ""))])
+        result = run(slurm_job_info.main, dict(job_id=["21"], **args), capsys, check_mode=check_mode)
+        s.done()  # no scontrol update, release or scancel
+        assert not result["changed"] and result["excluded"] == []
+        assert result["jobs"][0]["reason"] == "job_requeued_in_held_state"
+
+
+def test_node_check_file_is_returned(monkeypatch, capsys, tmp_path):
+    check = dict(job_id="18", restart=0, time="2026-11-30T10:00:00Z", table=["NODE  VERDICT", "n1    ok"],
+                 bad={}, nodes=[dict(node="n1", ok=True)])
+    path = tmp_path / "node_check.json"
+    path.write_text(json.dumps(check))
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["18"], node_check_file=str(path)), capsys)
+    s.done()
+    assert result["node_check"] == check
+
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["18"], node_check_file=str(tmp_path / "not_yet.json")), capsys)
+    s.done()
+    assert "node_check" not in result  # the job has not checked its nodes yet
+
+
+def test_an_unreadable_node_check_file_warns(monkeypatch, capsys, tmp_path):
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda module, warning, **kwargs: warned.append(warning))
+    path = tmp_path / "node_check.json"
+    path.write_text('{"job_id": "18", "tab')  # caught half-written
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["18"], node_check_file=str(path)), capsys)
+    s.done()
+    assert result["node_check"] is None and not result.get("failed")
+    assert len(warned) == 1 and warned[0].startswith("cannot read %s: " % path)

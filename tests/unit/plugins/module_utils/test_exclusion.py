@@ -1,0 +1,167 @@
+"""exclusion: a job its node check held is released without its bad nodes, or cancelled."""
+
+import json
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import exclusion
+
+BAD_NODES = {"n2": dict(reason="no network interface ib0 on n2 (it has eth0, lo)", job_id="42",
+                        time="2026-11-30T10:00:00Z"),
+             "n4": dict(reason="n4 did not answer the node check within 60 s", job_id="42",
+                        time="2026-11-30T10:00:00Z")}
+
+
+def held(**fields):
+    """A job as show_job gives it, held by `scontrol requeuehold` after its node check."""
+    job = dict(job_id="42", name="gpt2-pretrain", state="PENDING", reason="job_requeued_in_held_state",
+               partition="gpu", num_nodes=2, excluded_nodes=[], restarts=1, active=True)
+    job.update(fields)
+    return job
+
+
+def node(name, state="idle", flags=(), partitions=("gpu",)):
+    return dict(name=name, state=state, state_flags=list(flags), partitions=list(partitions))
+
+
+@pytest.mark.parametrize("fields, answer", [
+    (dict(), True),
+    (dict(reason="job_requeued_in_held_state_by_user"), True),
+    (dict(state="RUNNING"), False),
+    (dict(reason="JobHeldUser"), False),
+    (dict(reason="BeginTime"), False),
+    (dict(reason=None), False),
+])
+def test_held_after_check(fields, answer):
+    assert exclusion.held_after_check(held(**fields)) is answer
+
+
+def test_read_bad_nodes(tmp_path):
+    path = tmp_path / "bad_nodes.json"
+    assert exclusion.read_bad_nodes(str(path)) == {}  # missing
+    path.write_text("{not json")
+    assert exclusion.read_bad_nodes(str(path)) == {}
+    path.write_text("[\"n1\"]")
+    assert exclusion.read_bad_nodes(str(path)) == {}  # not a mapping
+    path.write_text(json.dumps(dict(BAD_NODES, n7="edited by hand", n8={})))
+    assert exclusion.read_bad_nodes(str(path)) == {
+        "n2": "no network interface ib0 on n2 (it has eth0, lo)",
+        "n4": "n4 did not answer the node check within 60 s",
+        "n7": "edited by hand", "n8": "bad"}
+
+
+def test_plan_excludes_the_bad_nodes_and_those_the_job_kept_off_already():
+    nodes = [node("n1"), node("n2"), node("n3", state="allocated"), node("n4", state="mixed"),
+             node("n5", flags=["drain"]), node("n6", state="down"), node("n7", partitions=["cpu"]),
+             node("n8", state="idle")]
+    exclude, left = exclusion.plan(held(excluded_nodes=["n8"]), {"n2": "r", "n4": "r"}, nodes)
+    assert exclude == ["n2", "n4", "n8"]
+    # busy nodes still count (the job waits for them); drained, down and other partitions' do not
+    assert left == ["n1", "n3"]
+    assert exclusion.plan(held(excluded_nodes=None), {}, nodes) == ([], ["n1", "n2", "n3", "n4", "n8"])
+
+
+class Client:
+    """The slurm_client.Slurm methods settle() uses; records what it was asked to run."""
+
+    def __init__(self, nodes, after=None):
+        self._nodes, self.after = nodes, after
+        self.ran, self.cancelled, self.shown = [], [], []
+
+    def nodes(self):
+        return self._nodes
+
+    def bin(self, name):
+        return "/usr/bin/" + name
+
+    def run(self, argv, ok_rcs=(0,)):
+        self.ran.append((argv, tuple(ok_rcs)))
+        return 0, "", ""
+
+    def cancel(self, job_ids):
+        self.cancelled.append(list(job_ids))
+
+    def show_job(self, job_id):
+        self.shown.append(job_id)
+        return self.after or held(job_id=job_id, reason="BeginTime")
+
+
+def bad_nodes_file(tmp_path, entries=BAD_NODES):
+    path = tmp_path / "bad_nodes.json"
+    path.write_text(json.dumps(entries))
+    return str(path)
+
+
+FOUR = [node("n1"), node("n2"), node("n3"), node("n4")]
+
+
+def test_settle_excludes_releases_and_starts_the_job_now(tmp_path):
+    client = Client(FOUR)
+    event, message = exclusion.settle(client, held(excluded_nodes=["n9"]), bad_nodes_file(tmp_path))
+    assert message is None and client.cancelled == []
+    assert client.ran == [
+        (["/usr/bin/scontrol", "update", "JobId=42", "ExcNodeList=n2,n4,n9"], (0,)),
+        (["/usr/bin/scontrol", "release", "42"], (0,)),
+        (["/usr/bin/scontrol", "update", "JobId=42", "StartTime=now"], (0, 1)),  # a site may forbid it
+    ]
+    assert event == dict(
+        job_id="42", restarts=1, excluded=["n2", "n4", "n9"], bad={n: e["reason"] for n, e in BAD_NODES.items()},
+        message="job 42: node check excluded n2 (no network interface ib0 on n2 (it has eth0, lo)); "
+                "n4 (n4 did not answer the node check within 60 s); requeued without them")
+
+
+def test_settle_names_only_the_nodes_it_newly_excludes(tmp_path):
+    client = Client(FOUR)
+    event, _message = exclusion.settle(client, held(excluded_nodes=["n4"]), bad_nodes_file(tmp_path))
+    assert event["message"] == ("job 42: node check excluded n2 (no network interface ib0 on n2 (it has eth0, lo)); "
+                                "requeued without it")
+    assert event["bad"] == {"n2": BAD_NODES["n2"]["reason"]} and event["excluded"] == ["n2", "n4"]
+
+
+def test_settle_cancels_when_too_few_nodes_remain(tmp_path):
+    client = Client([node("n1"), node("n2"), node("n3", flags=["drain"]), node("n4")])
+    path = bad_nodes_file(tmp_path)
+    event, message = exclusion.settle(client, held(), path)
+    assert event is None and client.cancelled == [["42"]] and client.ran == []
+    assert message == "\n".join([
+        "Job 42 (gpt2-pretrain) needs 2 node(s), and partition gpu has 1 usable node(s) besides the bad ones (n1). "
+        "The job is cancelled; nothing of this run is left queued. Bad nodes:",
+        "  n2: no network interface ib0 on n2 (it has eth0, lo)",
+        "  n4: n4 did not answer the node check within 60 s",
+        "Fix: repair those nodes (or ask the cluster's administrators), then remove them from %s and run the "
+        "playbook again; or lower slurm_nodes, or pick another slurm_partition." % path])
+
+
+def test_settle_with_no_usable_node_left(tmp_path):
+    client = Client([node("n2"), node("n4")])
+    _event, message = exclusion.settle(client, held(num_nodes=1), bad_nodes_file(tmp_path))
+    assert "needs 1 node(s), and partition gpu has 0 usable node(s) besides the bad ones. The job" in message
+
+
+def test_settler_releases_held_jobs_and_passes_the_others_through(tmp_path):
+    client = Client(FOUR)
+    settler = exclusion.Settler(client, bad_nodes_file(tmp_path))
+    running = held(job_id="41", state="RUNNING", reason="None")
+    jobs = settler([running, held()])
+    assert jobs[0] is running
+    assert jobs[1]["reason"] == "BeginTime" and client.shown == ["42"]  # looked up again after the release
+    assert [e["job_id"] for e in settler.events] == ["42"] and settler.failure is None and settler.cancelled == []
+    assert ["/usr/bin/scontrol", "release", "42"] in [argv for argv, _ in client.ran]
+
+
+def test_settler_keeps_the_first_failure_and_every_cancelled_job(tmp_path):
+    client = Client([node("n1"), node("n2"), node("n4")], after=held(state="CANCELLED", active=False))
+    settler = exclusion.Settler(client, bad_nodes_file(tmp_path))
+    jobs = settler([held(job_id="42"), held(job_id="43", name="other")])
+    assert settler.cancelled == ["42", "43"] and client.cancelled == [["42"], ["43"]]
+    assert settler.failure.startswith("Job 42 (gpt2-pretrain) needs 2 node(s)") and settler.events == []
+    assert [j["state"] for j in jobs] == ["CANCELLED", "CANCELLED"]
+
+
+@pytest.mark.parametrize("path, check_mode", [(None, False), ("", False), ("set", True)])
+def test_settler_does_nothing_in_check_mode_or_without_a_bad_nodes_file(tmp_path, path, check_mode):
+    client = Client(FOUR)
+    settler = exclusion.Settler(client, bad_nodes_file(tmp_path) if path == "set" else path, check_mode)
+    job = held()
+    assert settler([job]) == [job]
+    assert client.ran == client.cancelled == client.shown == [] and settler.events == [] and settler.failure is None

@@ -1,0 +1,425 @@
+"""node_check: the per-node check every job of a run starts with (check) and its verdict (gather)."""
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, node_check
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
+MODULE_UTILS = os.path.dirname(os.path.abspath(node_check.__file__))
+INTERFACES_FIX = ("set nccl_env_socket_ifname (or nccl_env_gloo_socket_ifname), per node under "
+                  "slurm_workers where nodes differ")
+NOW = datetime.datetime(2026, 11, 30, 10, 0, 0, tzinfo=datetime.timezone.utc)
+
+
+def fixture(*path):
+    with open(os.path.join(FIXTURES, *path)) as handle:
+        return handle.read()
+
+
+# ---------------------------------------------------------------- pure functions
+
+@pytest.mark.parametrize("gres, count", [
+    ("gpu:2", 2),
+    ("gpu:a100:4(S:0-1),shard:8", 4),
+    ("gpu:a100:2,gpu:v100:1", 3),
+    ("gpu:a100:2(S:0),gpu:v100:1(S:1)", 3),
+    ("gpu", 1),
+    ("shard:8", 0),
+    ("(null)", 0),
+    ("", 0),
+    (None, None),
+])
+def test_registered_gpus(gres, count):
+    assert node_check.registered_gpus(gres) == count
+
+
+class Runner:
+    """Answers argv prefixes with (rc, stdout, stderr) and records every call."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.calls = []
+
+    def __call__(self, argv, timeout=60):
+        self.calls.append(list(argv))
+        for prefix, answer in self.answers:
+            if argv[:len(prefix)] == prefix:
+                return answer
+        raise AssertionError("unexpected command %r" % (argv,))
+
+
+def test_slurm_registered_reads_the_node_s_gres():
+    node = fixture("slurm", "scontrol_show_node_gres.txt").splitlines()[0]
+    runner = Runner((["scontrol"], (0, node + "\n", "")))
+    assert node_check.slurm_registered("gpu-worker-0", runner) == 2
+    assert runner.calls == [["scontrol", "show", "node", "-o", "gpu-worker-0"]]
+
+
+def test_slurm_registered_of_a_node_without_gres_and_when_scontrol_fails():
+    no_gres = fixture("slurm", "scontrol_show_node.txt").splitlines()[0]  # Gres=(null)
+    assert node_check.slurm_registered("slurm-worker-0", Runner((["scontrol"], (0, no_gres, "")))) == 0
+    assert node_check.slurm_registered("n1", Runner((["scontrol"], (1, "", "Node n1 not found")))) is None
+    assert node_check.slurm_registered("n1", Runner((["scontrol"], (127, "", "No such file")))) is None
+    assert node_check.slurm_registered("n1", Runner((["scontrol"], (0, "NodeName=n1 State=IDLE", "")))) is None
+
+
+def test_env_file_values_reads_exports_as_the_shell_would():
+    text = ("# written by nccl_env\n"
+            "export NCCL_SOCKET_IFNAME=eth0\n"
+            "export NCCL_IB_HCA='mlx5_0:1,mlx5_1:1'\n"
+            "export WEIRD='a b'\"c\"  # a comment\n"
+            "NOT_EXPORTED=1\n"
+            "export A B\n"
+            "echo export X=1\n")
+    assert node_check.env_file_values(text) == {
+        "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "WEIRD": "a bc"}
+    assert node_check.env_file_values("") == {} and node_check.env_file_values(None) == {}
+
+
+def test_env_file_prefers_the_node_s_own(tmp_path):
+    assert node_check.env_file(str(tmp_path), "n1") == (None, "")
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "cluster.env").write_text("export NCCL_SOCKET_IFNAME=eth\n")
+    assert node_check.env_file(str(tmp_path), "n1") == (
+        str(tmp_path / "env" / "cluster.env"), "export NCCL_SOCKET_IFNAME=eth\n")
+    (tmp_path / "env" / "n1.env").write_text("export NCCL_SOCKET_IFNAME=ib\n")
+    assert node_check.env_file(str(tmp_path), "n1") == (
+        str(tmp_path / "env" / "n1.env"), "export NCCL_SOCKET_IFNAME=ib\n")
+    assert node_check.env_file(str(tmp_path), "n2")[0] == str(tmp_path / "env" / "cluster.env")
+
+
+@pytest.mark.parametrize("value, count", [
+    (None, 0), ("", 0), (" ", 0), ("NoDevFiles", 0), ("0", 1), ("0,1", 2), ("0,1,", 2),
+    ("GPU-aaaa,GPU-bbbb,GPU-cccc", 3),
+])
+def test_visible_gpus(value, count):
+    environ = {} if value is None else {"CUDA_VISIBLE_DEVICES": value}
+    assert node_check.visible_gpus(environ) == count
+
+
+def test_missing_interfaces_prefix_or_exact():
+    present = ["eth0", "ib0", "lo"]
+    prefix, exact = dict(name="eth", exact=False), dict(name="eth", exact=True)
+    assert node_check.missing_interfaces([prefix], present) == []      # NCCL: eth matches eth0
+    assert node_check.missing_interfaces([exact], present) == ["eth"]  # =eth, or Gloo: the name itself
+    assert node_check.missing_interfaces([dict(name="eth0", exact=True)], present) == []
+    assert node_check.missing_interfaces([dict(name="ib1", exact=False), dict(name="ib1", exact=True),
+                                          dict(name="lo", exact=True)], present) == ["ib1"]  # named once
+    assert node_check.missing_interfaces([prefix], []) == ["eth"]
+    assert node_check.missing_interfaces([], []) == []
+
+
+# ---------------------------------------------------------------- problems: the verdict on one record
+
+CUDA_TORCH = dict(importable=True, version="2.13.0+cu128", cuda_available=True, device_count=2, cuda_version="12.8")
+CPU_TORCH = dict(importable=True, version="2.13.0+cpu", cuda_available=False, device_count=0, cuda_version=None)
+NO_TORCH = dict(importable=False, error="ModuleNotFoundError: No module named 'torch'")
+
+
+def record(**fields):
+    """A healthy node with 2 GPUs, asked for 2 (as check() writes it)."""
+    base = dict(node="n1", token="t0k", dir="/w/run/.node_check", python="/v/bin/python", python_version="3.11.7",
+                torch=CUDA_TORCH, require_torch=True, gpus_requested=2, gpus_visible=2, nvidia_smi_count=2,
+                torch_count=2, detected=2, gpu_reason=None, gpu_names=["NVIDIA A100"] * 2, registered=2,
+                env_file="/w/run/env/cluster.env", interfaces=["eth0", "lo"], missing_interfaces=[],
+                workspace_shared=True, workspace_writable=True)
+    base.update(fields)
+    base.setdefault("problems", node_check.problems(base))
+    base.setdefault("ok", not base["problems"])
+    return base
+
+
+def test_a_healthy_node_has_no_problem():
+    assert node_check.problems(record()) == []
+    cpu_node = record(torch=CPU_TORCH, gpus_requested=0, gpus_visible=0, nvidia_smi_count=0, torch_count=0,
+                      detected=0, registered=0, gpu_reason="nvidia-smi not found; torch sees no CUDA device")
+    assert node_check.problems(cpu_node) == []
+    assert node_check.problems(record(registered=None)) == []  # scontrol could not tell
+
+
+def test_torch_missing_where_torch_is_required():
+    found = node_check.problems(record(torch=NO_TORCH), python_name="deploy_python")
+    assert found == ["deploy_python=/v/bin/python cannot import torch on n1 (ModuleNotFoundError: No module named "
+                     "'torch'): install torch there, or point deploy_python at an interpreter that has it"]
+    # a job that brings its own torch (the venv is made later) does not need it
+    assert node_check.problems(record(torch=NO_TORCH, require_torch=False)) == []
+
+
+def test_a_cpu_build_of_torch_where_gpus_are_asked():
+    found = node_check.problems(record(torch=CPU_TORCH, torch_count=0))
+    assert found[0] == ("torch 2.13.0+cpu in /v/bin/python has no usable CUDA on n1 (CUDA build: none): install a "
+                        "CUDA build of torch that matches the node's driver, or set slurm_gpus_per_node=0")
+    assert found[1].startswith("n1: slurm_gpus_per_node=2, the job step sees 2, nvidia-smi lists 2, torch sees 0,")
+    assert len(found) == 2
+
+
+@pytest.mark.parametrize("fields, counts", [
+    (dict(gpus_visible=1), "the job step sees 1, nvidia-smi lists 2, torch sees 2, Slurm registers 2"),
+    (dict(nvidia_smi_count=1, detected=1, registered=1),
+     "the job step sees 2, nvidia-smi lists 1, torch sees 2, Slurm registers 1"),
+    (dict(torch_count=1), "the job step sees 2, nvidia-smi lists 2, torch sees 1, Slurm registers 2"),
+    (dict(gpus_visible=0, nvidia_smi_count=0, torch_count=0, detected=0, registered=None,
+          gpu_reason="nvidia-smi not found", torch=dict(CUDA_TORCH, device_count=0)),
+     "the job step sees 0, nvidia-smi lists 0, torch sees 0, Slurm registers ? (nvidia-smi not found)"),
+])
+def test_gpu_counts_that_disagree_when_gpus_are_asked(fields, counts):
+    found = node_check.problems(record(**fields))
+    assert found == ["n1: slurm_gpus_per_node=2, %s: fix the node's driver or gres.conf, or lower "
+                     "slurm_gpus_per_node" % counts]
+
+
+def test_gpu_counts_are_not_compared_when_no_gpu_is_asked():
+    assert node_check.problems(record(gpus_requested=0, gpus_visible=0)) == []
+
+
+def test_gpu_policy_strict_or_report_when_slurm_registers_gpus_the_node_lacks():
+    lost = record(gpus_requested=0, gpus_visible=0, nvidia_smi_count=0, torch_count=0, detected=0, registered=2,
+                  torch=CPU_TORCH, gpu_reason="nvidia-smi not found (no NVIDIA driver utilities on PATH)")
+    assert node_check.problems(lost, gpu_policy="strict") == [
+        "n1: Slurm registers gpu:2, the node detects 0 (nvidia-smi not found (no NVIDIA driver utilities on PATH)): "
+        "make gres.conf and slurm.conf Gres= match the node, or set preflight_gpu_policy=report"]
+    assert node_check.problems(lost, gpu_policy="report") == []
+    assert node_check.problems(lost) == node_check.problems(lost, gpu_policy="strict")  # strict by default
+
+
+def test_missing_interface_names_what_the_node_has():
+    assert node_check.problems(record(missing_interfaces=["ib0"])) == [
+        "no network interface ib0 on n1 (it has eth0, lo): " + INTERFACES_FIX]
+    assert node_check.problems(record(missing_interfaces=["ib0", "ib1"], interfaces=[])) == [
+        "no network interface ib0 on n1 (it has none): " + INTERFACES_FIX,
+        "no network interface ib1 on n1 (it has none): " + INTERFACES_FIX]
+
+
+def test_workspace_not_shared_or_not_writable():
+    assert node_check.problems(record(workspace_shared=False)) == [
+        "slurm_workspace is not shared: n1 cannot see a file the batch node wrote in /w/run/.node_check; use a "
+        "directory on the shared filesystem"]
+    assert node_check.problems(record(workspace_writable=False)) == [
+        "slurm_workspace is not writable from n1 (/w/run/.node_check): fix its permissions or pick another directory"]
+
+
+def test_every_finding_at_once():
+    found = node_check.problems(record(torch=NO_TORCH, gpus_visible=1, missing_interfaces=["ib0"],
+                                       workspace_shared=False, workspace_writable=False))
+    assert [f.split(" ")[0] for f in found] == ["slurm_python=/v/bin/python", "n1:", "no", "slurm_workspace",
+                                                "slurm_workspace"]
+
+
+# ---------------------------------------------------------------- check: one node's record
+
+def check_args(tmp_path, *extra, token="t0k"):
+    args = ["check", "--dir", str(tmp_path / "check"), "--token", token, "--run-dir", str(tmp_path / "run")]
+    return node_check.parser().parse_args(args + list(extra))
+
+
+@pytest.fixture(name="fake_node")
+def fake_node_fixture(tmp_path, monkeypatch):
+    """A node with a check directory the batch node wrote its token in, a run directory with an
+    env/ directory, and PATH holding only what a test puts in tmp_path/bin."""
+    (tmp_path / "check").mkdir()
+    (tmp_path / "check" / "token").write_text("t0k\n")
+    (tmp_path / "run" / "env").mkdir(parents=True)
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setattr(gpu, "torch_here", lambda: dict(CPU_TORCH))
+    return tmp_path
+
+
+def fake_nvidia_smi(tmp_path):
+    path = tmp_path / "bin" / "nvidia-smi"
+    path.write_text("#!/bin/sh\nexit 1\n")  # found on PATH; the runner answers for it
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_check_of_a_healthy_gpu_node(fake_node, monkeypatch, capsys):
+    smi = fake_nvidia_smi(fake_node)
+    monkeypatch.setattr(gpu, "torch_here", lambda: dict(CUDA_TORCH, device_count=1, devices=["NVIDIA GeForce RTX 3090"]))
+    (fake_node / "run" / "env" / "n1.env").write_text("export NCCL_SOCKET_IFNAME=lo\n")
+    (fake_node / "run" / "env" / "cluster.env").write_text("export NCCL_SOCKET_IFNAME=nosuch\n")
+    runner = Runner(([smi, "--query-gpu=" + ",".join(gpu.QUERY_FIELDS)], (0, fixture("nvidia_smi", "one_gpu.csv"), "")),
+                    (["scontrol", "show", "node", "-o", "n1"], (0, "NodeName=n1 Gres=gpu:1(S:0) State=IDLE\n", "")))
+    found = node_check.check(check_args(fake_node, "--gpus", "1", "--require-torch"),
+                             environ={"SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": "0"}, runner=runner)
+    assert found["problems"] == [] and found["ok"] is True
+    assert (found["node"], found["token"], found["dir"]) == ("n1", "t0k", str(fake_node / "check"))
+    assert (found["gpus_requested"], found["gpus_visible"], found["nvidia_smi_count"], found["torch_count"],
+            found["registered"], found["detected"]) == (1, 1, 1, 1, 1, 1)
+    assert found["gpu_names"] == ["NVIDIA GeForce RTX 3090"] and found["gpu_reason"] is None
+    assert found["env_file"] == str(fake_node / "run" / "env" / "n1.env")  # the node's own, not cluster.env
+    assert "lo" in found["interfaces"] and found["missing_interfaces"] == []
+    assert found["workspace_shared"] is True and found["workspace_writable"] is True
+    assert found["python"] == sys.executable and found["python_version"] == sys.version.split()[0]
+    # the record on the shared filesystem, and on stdout for the job log
+    assert json.loads((fake_node / "check" / "n1.json").read_text()) == found
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == found
+    assert sorted(os.listdir(fake_node / "check")) == ["n1.json", "token"]  # no write test or temp file left
+    assert ["scontrol", "show", "node", "-o", "n1"] in runner.calls
+
+
+def test_check_of_a_node_that_lacks_an_interface_torch_and_the_token(fake_node, monkeypatch, capsys):
+    # no nvidia-smi on PATH; scontrol does not answer; the run's cluster.env names lo and one that is not there
+    monkeypatch.setattr(gpu, "torch_here", lambda: dict(NO_TORCH))
+    (fake_node / "run" / "env" / "cluster.env").write_text(
+        "export NCCL_SOCKET_IFNAME=lo\nexport GLOO_SOCKET_IFNAME=nosuch0\n")
+    (fake_node / "check" / "token").write_text("another check's token\n")
+    runner = Runner((["scontrol"], (1, "", "slurm_load_node error: Unable to contact slurm controller")))
+    found = node_check.check(check_args(fake_node, "--require-torch", "--python-name", "deploy_python"),
+                             environ={"SLURMD_NODENAME": "n2"}, runner=runner)
+    assert found["ok"] is False and found["registered"] is None and found["nvidia_smi_count"] == 0
+    assert found["env_file"] == str(fake_node / "run" / "env" / "cluster.env")
+    assert found["missing_interfaces"] == ["nosuch0"] and found["workspace_shared"] is False
+    assert found["gpu_reason"].startswith("nvidia-smi not found")
+    have = ", ".join(found["interfaces"])
+    assert found["problems"] == [
+        "deploy_python=%s cannot import torch on n2 (ModuleNotFoundError: No module named 'torch'): install torch "
+        "there, or point deploy_python at an interpreter that has it" % sys.executable,
+        "no network interface nosuch0 on n2 (it has %s): %s" % (have, INTERFACES_FIX),
+        "slurm_workspace is not shared: n2 cannot see a file the batch node wrote in %s; use a directory on the "
+        "shared filesystem" % (fake_node / "check"),
+    ]
+    assert json.loads((fake_node / "check" / "n2.json").read_text())["problems"] == found["problems"]
+    assert runner.calls == [["scontrol", "show", "node", "-o", "n2"]]  # nvidia-smi was not there to run
+
+
+def test_check_with_gpu_policy_report_and_no_env_file(fake_node):
+    # Slurm registers 2 GPUs, the node has none: a finding only under the strict policy
+    runner = Runner((["scontrol"], (0, "NodeName=n3 Gres=gpu:2 State=IDLE\n", "")))
+    strict = node_check.check(check_args(fake_node), environ={"SLURMD_NODENAME": "n3"}, runner=runner)
+    assert strict["env_file"] is None and strict["missing_interfaces"] == []
+    assert len(strict["problems"]) == 1 and strict["problems"][0].startswith(
+        "n3: Slurm registers gpu:2, the node detects 0 (nvidia-smi not found")
+    report = node_check.check(check_args(fake_node, "--gpu-policy", "report"), environ={"SLURMD_NODENAME": "n3"},
+                              runner=runner)
+    assert report["ok"] is True and report["problems"] == []
+
+
+def test_check_refuses_an_unknown_gpu_policy(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        check_args(tmp_path, "--gpu-policy", "lenient")
+    assert "invalid choice: 'lenient'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- gather: the verdict on the job's nodes
+
+def gather_args(tmp_path, *nodes, bad_nodes_file=True):
+    args = ["gather", "--dir", str(tmp_path / "check"), "--token", "t0k", "--nodes"] + list(nodes) + [
+        "--out", str(tmp_path / "node_check.json"), "--timeout", "60", "--python", "/v/bin/python",
+        "--job", "42", "--restart", "1"]
+    if bad_nodes_file:
+        args += ["--bad-nodes-file", str(tmp_path / "bad_nodes.json")]
+    return node_check.parser().parse_args(args)
+
+
+def write_record(tmp_path, rec):
+    (tmp_path / "check").mkdir(exist_ok=True)
+    (tmp_path / "check" / (rec["node"] + ".json")).write_text(json.dumps(rec))
+
+
+NO_ANSWER = ("%s did not answer the node check within 60 s: its slurmd, its filesystem or /v/bin/python (after "
+             "slurm_env_setup) does not work there; see the job log")
+
+
+def test_gather_with_good_nodes_only(tmp_path, capsys):
+    write_record(tmp_path, record(node="n1"))
+    write_record(tmp_path, record(node="n2"))
+    rc, summary = node_check.gather(gather_args(tmp_path, "n1", "n2"), now=NOW)
+    assert rc == 0 and summary["bad"] == {}
+    assert not (tmp_path / "bad_nodes.json").exists()  # nothing to add: not even created
+    saved = json.loads((tmp_path / "node_check.json").read_text())
+    assert saved == summary
+    assert (saved["job_id"], saved["restart"], saved["time"]) == ("42", 1, "2026-11-30T10:00:00Z")
+    assert [r["node"] for r in saved["nodes"]] == ["n1", "n2"]
+    assert saved["table"] == [
+        "NODE  GPUS(ASKED/STEP/SMI/TORCH/SLURM)  PYTHON/TORCH         INTERFACES  WORKSPACE  VERDICT",
+        "n1    2/2/2/2/2                         3.11.7/2.13.0+cu128  ok          ok         ok",
+        "n2    2/2/2/2/2                         3.11.7/2.13.0+cu128  ok          ok         ok",
+    ]
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["llmtrain: node check  " + line for line in saved["table"]]
+
+
+def test_gather_judges_silent_stale_and_bad_nodes(tmp_path, capsys):
+    (tmp_path / "bad_nodes.json").write_text(json.dumps(
+        {"old-node": dict(reason="repaired? not yet", job_id="7", time="2026-11-01T00:00:00Z")}))
+    write_record(tmp_path, record(node="n1"))
+    write_record(tmp_path, record(node="n2", token="an earlier check's"))  # a record of another check
+    write_record(tmp_path, record(node="n4", missing_interfaces=["ib0"], registered=None))
+    rc, summary = node_check.gather(gather_args(tmp_path, "n1", "n2", "n3", "n4"), now=NOW)
+    interface = "no network interface ib0 on n4 (it has eth0, lo): " + INTERFACES_FIX
+    assert rc == node_check.BAD_NODES_RC == 3
+    assert summary["bad"] == {"n2": NO_ANSWER % "n2", "n3": NO_ANSWER % "n3", "n4": interface}
+
+    # the bad nodes join those the run knew already
+    assert json.loads((tmp_path / "bad_nodes.json").read_text()) == {
+        "old-node": dict(reason="repaired? not yet", job_id="7", time="2026-11-01T00:00:00Z"),
+        "n2": dict(reason=NO_ANSWER % "n2", job_id="42", time="2026-11-30T10:00:00Z"),
+        "n3": dict(reason=NO_ANSWER % "n3", job_id="42", time="2026-11-30T10:00:00Z"),
+        "n4": dict(reason=interface, job_id="42", time="2026-11-30T10:00:00Z"),
+    }
+    saved = json.loads((tmp_path / "node_check.json").read_text())
+    assert saved["bad"] == summary["bad"] and saved["job_id"] == "42" and len(saved["nodes"]) == 4
+    assert saved["nodes"][2] == dict(node="n3", ok=False, answered=False, problems=[NO_ANSWER % "n3"])
+    rows = [line.split() for line in saved["table"][1:]]
+    assert rows == [["n1", "2/2/2/2/2", "3.11.7/2.13.0+cu128", "ok", "ok", "ok"],
+                    ["n2", "-", "-", "-", "-", "NO", "ANSWER"],
+                    ["n3", "-", "-", "-", "-", "NO", "ANSWER"],
+                    ["n4", "2/2/2/2/?", "3.11.7/2.13.0+cu128", "missing", "ib0", "ok", "BAD"]]
+    out = capsys.readouterr().out.splitlines()
+    assert out[:5] == ["llmtrain: node check  " + line for line in saved["table"]]
+    assert out[5:] == ["llmtrain: node check: n2 is bad: " + NO_ANSWER % "n2",
+                       "llmtrain: node check: n3 is bad: " + NO_ANSWER % "n3",
+                       "llmtrain: node check: n4 is bad: " + interface]
+
+
+def test_gather_joins_every_finding_of_a_node_and_shows_them_in_the_table(tmp_path, capsys):
+    write_record(tmp_path, record(node="n1", torch=NO_TORCH, workspace_shared=False))
+    write_record(tmp_path, record(node="n2", workspace_writable=False))
+    rc, summary = node_check.gather(gather_args(tmp_path, "n1", "n2", bad_nodes_file=False), now=NOW)
+    n1 = record(node="n1", torch=NO_TORCH, workspace_shared=False)
+    assert rc == 3 and summary["bad"]["n1"] == "; ".join(n1["problems"]) and len(n1["problems"]) == 2
+    assert [line.split()[2:] for line in summary["table"][1:]] == [["3.11.7/NO", "TORCH", "ok", "NOT", "SHARED", "BAD"],
+                                                                   ["3.11.7/2.13.0+cu128", "ok", "READ-ONLY", "BAD"]]
+    assert not (tmp_path / "bad_nodes.json").exists()  # no --bad-nodes-file: none written
+
+
+def test_gather_over_an_unreadable_bad_nodes_file_starts_it_again(tmp_path, capsys):
+    (tmp_path / "bad_nodes.json").write_text("{not json")
+    rc, _summary = node_check.gather(gather_args(tmp_path, "n1"), now=NOW)
+    assert rc == 3
+    assert list(json.loads((tmp_path / "bad_nodes.json").read_text())) == ["n1"]
+
+
+def test_main_gather_returns_its_exit_code(tmp_path, capsys):
+    write_record(tmp_path, record(node="n1"))
+
+    def argv(*nodes):
+        return ["gather", "--dir", str(tmp_path / "check"), "--token", "t0k", "--nodes"] + list(nodes) + [
+            "--out", str(tmp_path / "out.json")]
+
+    assert node_check.main(argv("n1")) == 0
+    assert node_check.main(argv("n1", "n9")) == 3
+    assert "n9 did not answer the node check within ? s" in capsys.readouterr().out
+
+
+def test_it_runs_as_a_script_beside_gpu_and_nccl(tmp_path):
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    for name in ("node_check.py", "gpu.py", "nccl.py"):
+        shutil.copy(os.path.join(MODULE_UTILS, name), str(scripts / name))
+    write_record(tmp_path, record(node="n1"))
+    env = dict((k, v) for k, v in os.environ.items() if k != "PYTHONPATH")
+    proc = subprocess.run([sys.executable, str(scripts / "node_check.py"), "gather", "--dir", str(tmp_path / "check"),
+                           "--token", "t0k", "--nodes", "n1", "n2", "--out", str(tmp_path / "out.json"),
+                           "--bad-nodes-file", str(tmp_path / "bad_nodes.json"), "--timeout", "90"],
+                          cwd=str(scripts), env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 3, proc.stderr
+    assert "llmtrain: node check: n2 is bad: n2 did not answer the node check within 90 s" in proc.stdout
+    assert list(json.loads((tmp_path / "bad_nodes.json").read_text())) == ["n2"]
