@@ -31,7 +31,7 @@ requirements:
 from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallbackModule
 
-from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import PRINTED_BY_STDOUT_CALLBACK, progress_line
+from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import PRINTED_BY_STDOUT_CALLBACK, event_lines, progress_line
 
 
 def message_text(msg):
@@ -48,14 +48,34 @@ class CallbackModule(DefaultCallbackModule):
     CALLBACK_TYPE = "stdout"
     CALLBACK_NAME = PRINTED_BY_STDOUT_CALLBACK
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._seen = set()  # node check tables and exclusions printed already
+
     def v2_runner_retry(self, result):
+        for event in event_lines(result.host.get_name(), result.result, self._seen):
+            self._display.display(event)
         line = progress_line(result.host.get_name(), result.result)
         if line:
             self._display.display(line)
         else:
             super().v2_runner_retry(result)
 
+    def _display_events(self, result):
+        """A job that waited (sbatch wait) may have been moved off bad nodes meanwhile: say so,
+        under the task's banner."""
+        events = event_lines(result.host.get_name(), result.result, self._seen)
+        if events and self._last_task_banner != result.task._uuid:
+            self._print_task_banner(result.task)
+        for event in events:
+            self._display.display(event)
+
+    def v2_runner_on_ok(self, result):
+        self._display_events(result)
+        super().v2_runner_on_ok(result)
+
     def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._display_events(result)
         if message_text(result.result.get("msg")) is None or (result.task.loop and "results" in result.result):
             super().v2_runner_on_failed(result, ignore_errors)
             return

@@ -11,6 +11,8 @@ short_description: One line of Slurm job progress per retry of a task that watch
 description:
   - When a task that watches a Slurm job is retried (C(until)/C(retries)), prints one line
     per retry with the job id, state, nodes, step/total, loss, tokens per second and ETA.
+  - Before it, the per-node table of the job's node check (once per check, from C(node_check))
+    and a line for each release of the job without bad nodes (from C(excluded)).
   - A task watches a job when its result carries C(job_id) or C(jobs) and C(state), as the
     results of M(llmtrain.slurm.slurm_job_info) and M(llmtrain.slurm.sbatch) do; the
     progress fields come from C(progress) (O(llmtrain.slurm.slurm_job_info#module:metrics_file)).
@@ -79,6 +81,27 @@ def progress_line(host, result):
     return line
 
 
+def event_lines(host, result, seen):
+    """Lines for what happened to the job since the last retry: a node check's table (once per
+    check) and each exclusion of bad nodes. seen: a set this function keeps up to date."""
+    lines = []
+    check = result.get("node_check")
+    if isinstance(check, dict) and isinstance(check.get("table"), list):
+        key = ("node_check", host, check.get("job_id"), check.get("restart"), check.get("time"))
+        if key not in seen:
+            seen.add(key)
+            lines.append("[%s] node check of job %s (start %s):" % (host, check.get("job_id"), (check.get("restart") or 0) + 1))
+            lines += ["    " + str(line) for line in check["table"]]
+    for event in result.get("excluded") or []:
+        if not isinstance(event, dict):
+            continue
+        key = ("excluded", host, event.get("job_id"), event.get("restarts"), event.get("message"))
+        if key not in seen:
+            seen.add(key)
+            lines.append("[%s] %s" % (host, event.get("message")))
+    return lines
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -90,7 +113,13 @@ class CallbackModule(CallbackBase):
         # a disabled callback is not called at all: no line twice
         self.disabled = C.DEFAULT_STDOUT_CALLBACK == PRINTED_BY_STDOUT_CALLBACK
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._seen = set()
+
     def v2_runner_retry(self, result):
+        for event in event_lines(result.host.get_name(), result.result, self._seen):
+            self._display.display(event)
         line = progress_line(result.host.get_name(), result.result)
         if line:
             self._display.display(line)

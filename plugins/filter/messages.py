@@ -58,10 +58,15 @@ def _traceback_heading(job, log, procs_per_node):
     return lines + ["The first traceback:"]
 
 
-def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node):
+NODE_CHECK_FAILED_RC = 78  # roles/run/files/node_check.sh: bad nodes and no requeue
+
+
+def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, node_check=None):
     """job: as slurm_job_info returns it, ended without success; log: its `log` (tail, errors,
-    traceback, failed_rank, lost_peer), or none when the log was not read."""
+    traceback, failed_rank, lost_peer), or none when the log was not read; node_check: its
+    `node_check` (the last node check's record), if any."""
     log = log or {}
+    check = node_check if isinstance(node_check, dict) and str(node_check.get("job_id")) == str(job["job_id"]) else {}
     ended = "ended %s, exit code %s" % (job["state"], job.get("exit_code"))
     if job.get("signal"):
         ended += ", signal %s" % job["signal"]
@@ -72,6 +77,12 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node):
         "What the run left is in %s; checkpoints stay in %s/checkpoints and a rerun resumes from the newest."
         % (local_dir, run_dir),
     ]
+    if job.get("exit_code") == NODE_CHECK_FAILED_RC and check.get("bad"):
+        lines.append("Its node check found bad node(s) and started nothing (pretrain_bad_node_policy=fail, or "
+                     "pretrain_requeue_max requeues used up); they are recorded in %s/bad_nodes.json and later jobs "
+                     "of the run keep off them:" % run_dir)
+        lines += ["  %s: %s" % (node, reason) for node, reason in sorted(check["bad"].items())]
+        lines += ["Node check:"] + ["  " + line for line in check.get("table") or []]
     if log.get("traceback"):
         lines += _traceback_heading(job, log, procs_per_node) + list(log["traceback"])
     lines += ["First error lines of %s:" % job.get("stdout_path")] + (list(log.get("errors") or []) or ["(none)"])

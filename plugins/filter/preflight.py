@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters of the preflight role: judging inputs and what the node probe found.
+"""Filters of the preflight role: judging inputs and what Slurm has.
 
   values | llmtrain.slurm.input_errors(workers)    -> [message] for slurm_*/preflight_*/nccl_env_*
   nodes | llmtrain.slurm.usable_nodes(partition)  -> nodes of the partition that can run a step
   nodes | llmtrain.slurm.out_of_service_nodes(partition) -> the partition's other nodes (down, drained, ...)
-  name | llmtrain.slurm.probe_errors(found, python, workspace) -> [message] for one node
-  name | llmtrain.slurm.probe_summary(found)      -> one table cell
+  name | llmtrain.slurm.excluded_reason(bad_nodes) -> why the run keeps off that node
+  hostlists | llmtrain.slurm.hostnames           -> node names (gpu-[01-04] expanded)
   gpu_check_row | llmtrain.slurm.gpu_mismatch_line -> "node: what differs. Likely fix: ..."
   values | llmtrain.slurm.workspace_need           -> {bytes, how} the run's checkpoints take, or none
 """
@@ -14,7 +14,8 @@
 from __future__ import annotations
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs, nccl
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import out_of_service_nodes, usable_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
+    expand_hostlist, out_of_service_nodes, usable_nodes)
 
 
 def input_errors(values, workers=None):
@@ -26,38 +27,23 @@ def input_errors(values, workers=None):
     return errors
 
 
-def probe_errors(node, found, python, workspace, torch_required=True):
-    """torch_required: false while the venv that will hold torch is yet to be made (deploy_venv_create)."""
-    result = found.get(node)
-    if result is None:
-        return ["%s printed nothing in the probe step: check that slurm_python=%s runs there (after "
-                "slurm_env_setup)." % (node, python)]
-    errors = []
-    if torch_required and not result["torch"]["importable"]:
-        errors.append("slurm_python=%s cannot import torch on %s (%s): install torch there, or point "
-                      "slurm_python at an interpreter that has it." % (python, node, result["torch"].get("error")))
-    for interface in result["missing_interfaces"]:
-        errors.append("no network interface %s on %s (it has %s): set nccl_env_socket_ifname (or "
-                      "nccl_env_gloo_socket_ifname), per node under slurm_workers where nodes differ."
-                      % (interface, node, ", ".join(result["interfaces"]) or "none"))
-    if not result["workspace_shared"]:
-        errors.append("slurm_workspace=%s is not shared: %s cannot see a file the login node wrote there; "
-                      "use a directory on the shared filesystem." % (workspace, node))
-    if not result["workspace_writable"]:
-        errors.append("slurm_workspace=%s is not writable from %s: fix its permissions or pick another "
-                      "directory." % (workspace, node))
-    return errors
+def hostnames(hostlists):
+    """Node names and Slurm hostlists (gpu-[01-04], a,b) -> the node names, in order, once each."""
+    names = []
+    for item in [hostlists] if isinstance(hostlists, str) else (hostlists or []):
+        for name in expand_hostlist(str(item)):
+            if name not in names:
+                names.append(name)
+    return names
 
 
-def probe_summary(node, found):
-    result = found.get(node)
-    if not result:
-        return "no answer"
-    torch = result["torch"]
-    return "%-9s  %-12s  %s" % (
-        "ok" if result["workspace_shared"] and result["workspace_writable"] else "NOT SHARED" if not result["workspace_shared"] else "READ-ONLY",
-        "%s/%s" % (result["python_version"], torch["version"] if torch["importable"] else "NO TORCH"),
-        "missing " + ",".join(result["missing_interfaces"]) if result["missing_interfaces"] else "ok")
+def excluded_reason(node, bad_nodes):
+    """Why a run keeps off node: the reason its node check recorded in bad_nodes.json, or
+    that slurm_exclude_nodes names it."""
+    entry = (bad_nodes or {}).get(node)
+    if isinstance(entry, dict) and entry.get("reason"):
+        return "%s (node check of job %s, %s)" % (entry["reason"], entry.get("job_id"), entry.get("time"))
+    return "named in slurm_exclude_nodes"
 
 
 def gpu_mismatch_line(row):
@@ -72,6 +58,7 @@ def workspace_need(values):
 class FilterModule(object):
     def filters(self):
         return {"input_errors": input_errors, "usable_nodes": usable_nodes,
-                "out_of_service_nodes": out_of_service_nodes, "probe_errors": probe_errors,
-                "probe_summary": probe_summary, "gpu_mismatch_line": gpu_mismatch_line,
+                "out_of_service_nodes": out_of_service_nodes, "excluded_reason": excluded_reason,
+                "hostnames": hostnames,
+                "gpu_mismatch_line": gpu_mismatch_line,
                 "workspace_need": workspace_need}

@@ -9,19 +9,12 @@
 
 from __future__ import annotations
 
-import shlex
+from ansible_collections.llmtrain.slurm.plugins.module_utils import node_check
 
 
 def env_file_values(text):
-    """The `export NAME=value` lines of an env file (values shell-quoted, as the nccl_env role
-    writes them), read back as the shell would; comments and other lines are left out."""
-    values = {}
-    for line in (text or "").splitlines():
-        words = shlex.split(line, comments=True)
-        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
-            name, value = words[1].split("=", 1)
-            values[name] = value
-    return values
+    """The `export NAME=value` lines of an env file, read back as the shell would."""
+    return node_check.env_file_values(text)
 
 
 def run_dir_errors(paths_and_stats, uid):

@@ -139,11 +139,26 @@ def torch_info(python=None, runner=run):
         return dict(importable=False, error="unexpected torch probe output: %r" % out[-300:])
 
 
-def detect(python=None, runner=run, which=shutil.which, environ=None):
-    """Everything gpu_info returns: gpus, count, source, torch, reason, cuda_visible_devices."""
+def torch_here():
+    """torch_info() of this interpreter, imported here rather than in a child process."""
+    scope = {}
+    try:
+        import contextlib
+        import io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(TORCH_PROBE, scope)  # pylint: disable=exec-used  # a constant of this file
+        return json.loads(out.getvalue().strip().splitlines()[-1])
+    except Exception as exc:  # any failure is a finding, not a crash
+        return dict(importable=False, error="%s: %s" % (type(exc).__name__, exc))
+
+
+def detect(python=None, runner=run, which=shutil.which, environ=None, torch=None):
+    """Everything gpu_info returns: gpus, count, source, torch, reason, cuda_visible_devices.
+    torch: what torch_info() would return, when the caller has it already."""
     environ = os.environ if environ is None else environ
     gpus, smi_reason = nvidia_smi(runner, which)
-    torch = torch_info(python, runner)
+    torch = torch if torch is not None else torch_info(python, runner)
     torch_count = torch.get("device_count", 0) if torch.get("importable") else 0
     if gpus:
         source, count, reason = "nvidia-smi", len(gpus), None

@@ -126,6 +126,7 @@ def _deploy_errors(values):
     return errors
 
 
+NODE_ITEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-\[\]]*")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
 
@@ -150,6 +151,13 @@ def _stage_errors(values):
     _count(errors, values, "pretrain_batch_size", 1, "sequences per process per micro-step")
     _count(errors, values, "pretrain_checkpoint_interval", 0, "steps between checkpoints (0: only at the end)")
     _count(errors, values, "pretrain_requeue_max", 0, "how often a preempted job may requeue itself")
+    _count(errors, values, "slurm_node_check_timeout", 10, "seconds the node check step of a job may take")
+    if "slurm_exclude_nodes" in values:
+        nodes = values["slurm_exclude_nodes"]
+        if not isinstance(nodes, list) or not all(
+                isinstance(n, str) and all(NODE_ITEM.fullmatch(i.strip()) for i in n.split(",")) for n in nodes):
+            errors.append("slurm_exclude_nodes=%r must be a list of node names or hostlists, such as "
+                          "[gpu-07, \"gpu-[10-12]\"]." % (nodes,))
     _count(errors, values, "pretrain_signal_lead", 0, "seconds before the time limit to checkpoint")
     _count(errors, values, "pretrain_poll_interval", 1, "seconds between progress lines while watching")
     _count(errors, values, "pretrain_rendezvous_timeout", 1, "seconds for the nodes to reach each other at start-up")

@@ -100,6 +100,14 @@ def export_argv(export, env):
     return ["--export=%s" % ",".join([str(export)] + names)]
 
 
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-\[\]]*")
+
+
+def is_node_name(text):
+    """A node name or a hostlist item such as gpu-[01-04] (no commas: split those first)."""
+    return bool(NODE_NAME.fullmatch(text.strip()))
+
+
 def submit_argv(sbatch, name, comment, chdir, options, export, script):
     argv = [sbatch, "--parsable", "--job-name=" + name, "--comment=" + comment]
     if chdir:

@@ -293,6 +293,7 @@ def job_from_scontrol(rec):
         partition=null(rec.get("Partition")),
         nodelist=null(rec.get("NodeList")),
         nodes=expand_hostlist(rec.get("NodeList")),
+        excluded_nodes=expand_hostlist(null(rec.get("ExcNodeList"))),
         submit_time=null(rec.get("SubmitTime")),
         start_time=null(rec.get("StartTime")),
         end_time=null(rec.get("EndTime")),
@@ -316,7 +317,7 @@ def unknown_job(job_id):
     """A job the controller has forgotten and no accounting remembers."""
     return dict(job_id=str(job_id), name=None, state="UNKNOWN", active=False, success=None,
                 reason="the controller no longer knows this job and no accounting is available",
-                exit_code=None, signal=None, partition=None, nodelist=None, nodes=[],
+                exit_code=None, signal=None, partition=None, nodelist=None, nodes=[], excluded_nodes=[],
                 submit_time=None, start_time=None, end_time=None, elapsed=None, time_limit=None,
                 restarts=0, num_nodes=None, waits_for_nodes=False, stdout_path=None, stderr_path=None, workdir=None, command=None,
                 comment=None, fingerprint=None, known=False, source=None)

@@ -84,6 +84,24 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  exclude:
+    description:
+      - "Nodes the job must not run on (C(--exclude)), such as those a run's node check found
+        bad. Not part of the job's identity: the same job placed elsewhere is the same job,
+        so a job that already ran is not run again because this list grew."
+    type: list
+    elements: str
+    default: []
+    version_added: 0.1.0
+  bad_nodes_file:
+    description:
+      - "The run's record of bad nodes (JSON C({node: {reason, job_id, time}})); the job is
+        submitted without them, as with O(exclude)."
+      - With O(wait), settle the job when its node check step holds it after finding bad
+        nodes, as O(llmtrain.slurm.slurm_job_info#module:bad_nodes_file) does - exclude them
+        and release it, or cancel it and fail naming each bad node when too few others remain.
+    type: path
+    version_added: 0.1.0
   done_file:
     description:
       - File on the target that records the job this task submitted last and, once it completed
@@ -250,6 +268,11 @@ log_tail:
   returned: when the job failed
   type: list
   elements: str
+excluded:
+  description: With O(bad_nodes_file), what was done for the job when its node check held it (see M(llmtrain.slurm.slurm_job_info)).
+  returned: with wait
+  type: list
+  elements: dict
 cancelled:
   description: Ids of the jobs cancelled (or that would be, in check mode).
   returned: with state=absent, and when a timed-out job was cancelled
@@ -262,6 +285,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, sbatch_argv
+from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import failure_message, output_tail
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES, unknown_job
@@ -317,6 +341,8 @@ def main():
             env=dict(type="dict", default={}),
             state=dict(type="str", default="present", choices=["present", "absent"]),
             done_file=dict(type="path"),
+            exclude=dict(type="list", elements="str", default=[]),
+            bad_nodes_file=dict(type="path"),
             wait=dict(type="bool", default=False),
             wait_timeout=dict(type="float", default=3600.0),
             poll_interval=dict(type="float", default=1.0),
@@ -379,8 +405,18 @@ def present(module, client, p):
         if not module.check_mode:
             module.fail_json(msg="chdir %s is not a directory" % p["chdir"])
         module.warn("chdir %s does not exist yet (check mode: a task before this one would create it)" % p["chdir"])
+    exclude = [node.strip() for item in p["exclude"] for node in str(item).split(",") if node.strip()]
+    if any(not sbatch_argv.is_node_name(node) for node in exclude):
+        module.fail_json(msg="exclude=%r: each item must be a node name or a Slurm hostlist such as gpu-[01-04]"
+                         % (p["exclude"],))
+    recorded = sorted(set(read_bad_nodes(p["bad_nodes_file"])) - set(exclude)) if p["bad_nodes_file"] else []
+    if any(not sbatch_argv.is_node_name(node) for node in recorded):
+        module.fail_json(msg="bad_nodes_file %s names %r, which is no node name: correct or remove that file"
+                         % (p["bad_nodes_file"], [n for n in recorded if not sbatch_argv.is_node_name(n)]))
+    exclude += recorded
     argv = sbatch_argv.submit_argv(client.bin("sbatch"), p["name"], sbatch_argv.identity_comment(fp), p["chdir"],
-                                   option_argv, export_argv, p["script"])
+                                   option_argv + (["--exclude=" + ",".join(exclude)] if exclude else []),
+                                   export_argv, p["script"])
 
     found = existing_job(client, p["name"], fp, submitted)
     if found is not None:
@@ -407,7 +443,13 @@ def present(module, client, p):
 
     if p["wait"] and job["active"]:
         waiter = Waiter(p["poll_interval"], p["unreachable_timeout"])
-        job, ended = waiter.wait(lambda: client.show_job(job["job_id"]), lambda j: not j["active"], p["wait_timeout"])
+        settler = Settler(client, p["bad_nodes_file"], module.check_mode)
+        job, ended = waiter.wait(lambda: settler([client.show_job(job["job_id"])])[0],
+                                 lambda j: settler.failure is not None or not j["active"], p["wait_timeout"])
+        result["excluded"] = settler.events
+        if settler.failure:
+            result.update(job_result(job), cancelled=settler.cancelled)
+            module.fail_json(msg=settler.failure, **result)
         if not ended:
             msg = "job %s still %s after %gs (wait_timeout)" % (job["job_id"], job["state"], p["wait_timeout"])
             if p["cancel_on_timeout"]:

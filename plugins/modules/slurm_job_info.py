@@ -46,6 +46,24 @@ options:
     type: float
     default: 0
     version_added: 0.1.0
+  bad_nodes_file:
+    description:
+      - "The run's record of bad nodes (JSON C({node: {reason, job_id, time}})), which the
+        node check step of a job adds to before it asks Slurm to requeue the job held
+        (C(scontrol requeuehold), Reason C(job_requeued_in_held_state))."
+      - A job of RV(jobs) held that way has these nodes excluded (C(ExcNodeList)) and is
+        released, and started without Slurm's requeue delay where the site lets users move a
+        job's StartTime; RV(excluded) says so. When its partition has too few other usable
+        nodes the job is cancelled instead and the module fails naming each bad node and its reason.
+      - Nothing is changed in check mode.
+    type: path
+    version_added: 0.1.0
+  node_check_file:
+    description:
+      - The JSON record the node check step writes (C(node_check.json) in the run directory),
+        returned as RV(node_check) when it exists.
+    type: path
+    version_added: 0.1.0
   log_lines:
     description:
       - When no job of RV(jobs) is active any more, or one waits for nodes that are out of
@@ -131,6 +149,23 @@ jobs:
     workdir: {description: Working directory., type: str}
     fingerprint: {description: "Fingerprint recorded by M(llmtrain.slurm.sbatch), if any.", type: str}
     known: {description: Whether Slurm still knows the job., type: bool}
+excluded:
+  description: What was done for jobs their node check held, one entry per release.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - job_id: "42"
+      restarts: 1
+      excluded: [slurm-worker-2]
+      bad: {slurm-worker-2: "no network interface ib0 on slurm-worker-2 (it has eth0, lo): ..."}
+      message: "job 42: node check excluded slurm-worker-2 (no network interface ib0 ...); requeued without it"
+node_check:
+  description:
+    - The node check's last record (O(node_check_file)) - C(job_id), C(restart), C(time),
+      C(table) (aligned lines), C(bad) (node -> reason) and C(nodes) (one record per node).
+  returned: when node_check_file exists
+  type: dict
 checks:
   description: How many times the jobs were looked up (one per second at most with O(wait_seconds)).
   returned: always
@@ -180,10 +215,12 @@ progress:
      elapsed_s: 61.2, eta_s: 449.0, percent: 12.0, event: null, event_step: null}
 """
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import last_json_records, progress_of
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
@@ -221,6 +258,8 @@ def main():
             wait_seconds=dict(type="float", default=0),
             unreachable_timeout=dict(type="float", default=0),
             log_lines=dict(type="int", default=0),
+            bad_nodes_file=dict(type="path"),
+            node_check_file=dict(type="path"),
         ),
         required_one_of=[("job_id", "name")],
         mutually_exclusive=[("job_id", "name")],
@@ -231,14 +270,17 @@ def main():
         module.fail_json(msg="wait_seconds=%s must be 0 (check once) or more" % p["wait_seconds"])
     client = Slurm(module)
     waiter = Waiter(interval=1.0, unreachable_timeout=p["unreachable_timeout"])
+    settler = Settler(client, p["bad_nodes_file"], module.check_mode)
     try:
-        jobs, ended = waiter.wait(lambda: look_up(client, p["job_id"], p["name"]), settled, p["wait_seconds"])
+        jobs, ended = waiter.wait(lambda: settler(look_up(client, p["job_id"], p["name"])),
+                                  lambda jobs: settler.failure is not None or settled(jobs), p["wait_seconds"])
     except ControllerUnreachable as err:
-        module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks)
+        module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks, excluded=settler.events)
     except SlurmError as err:
-        module.fail_json(msg=str(err))
-    result = dict(changed=False, jobs=jobs, finished=bool(jobs) and not any(j["active"] for j in jobs),
-                  checks=waiter.checks)
+        module.fail_json(msg=str(err), excluded=settler.events)
+    result = dict(changed=bool(settler.events or settler.cancelled), jobs=jobs,
+                  finished=bool(jobs) and not any(j["active"] for j in jobs), checks=waiter.checks,
+                  excluded=settler.events)
     if jobs:
         result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
     if p["log_lines"] > 0 and jobs and ended:
@@ -256,7 +298,22 @@ def main():
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (p["metrics_file"], err))
         result["progress"] = progress_of(records)
+    if p["node_check_file"] and os.path.exists(p["node_check_file"]):
+        result["node_check"] = read_node_check(module, p["node_check_file"])
+    if settler.failure:
+        module.fail_json(msg=settler.failure, cancelled=settler.cancelled,
+                         bad_nodes=read_bad_nodes(p["bad_nodes_file"]), **result)
     module.exit_json(**result)
+
+
+def read_node_check(module, path):
+    try:
+        with open(path) as handle:
+            record = json.load(handle)
+    except (IOError, OSError, ValueError) as err:
+        module.warn("cannot read %s: %s" % (path, err))
+        return None
+    return record if isinstance(record, dict) else None
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ report of what exists. The same inputs give the same report (it holds no time of
 Facts (every key optional):
     run_name, workspace, model {...}, env {NAME: value},
     cluster {partition, slurm_version, nodes: [names], gpus_per_node, procs_per_node},
-    gpu_check_table [lines], gpu_check_time, gpu_check_policy,
+    node_check_table [lines], node_check_time, node_check_job, gpu_policy,
+    excluded_nodes {node: reason},
     jobs [{kind, job_id, state, exit_code, elapsed, nodelist, start_time, end_time, restarts}],
     checkpoint {path, step} or null
 """
@@ -293,6 +294,25 @@ def checkpoint_lines(facts):
     return ["- Path: `%s`" % checkpoint["path"], "- Step: %s" % text(checkpoint.get("step"))]
 
 
+def node_check_lines(facts):
+    """The training job's check of its nodes (its first step), and the nodes the run keeps off."""
+    out = []
+    check = facts.get("node_check_table")
+    if isinstance(check, list) and check:
+        out += ["Job %s checked its nodes at %s (GPUs asked/seen by the step/nvidia-smi/torch/registered by "
+                "Slurm; GPU policy %s):" % (text(facts.get("node_check_job")), text(facts.get("node_check_time")),
+                                            text(facts.get("gpu_policy"))), ""]
+        out += fenced("\n".join(str(line) for line in check))
+    else:
+        out.append("Node check: %s." % NOT_RECORDED)
+    excluded = facts.get("excluded_nodes")
+    if isinstance(excluded, dict) and excluded:
+        out += ["", "Nodes the run keeps off (remove them from `bad_nodes.json` in the run directory, or from "
+                "`slurm_exclude_nodes`, once they are repaired):", ""]
+        out += table(["Node", "Why"], [[node, reason] for node, reason in sorted(excluded.items())])
+    return out
+
+
 def render(run_name, metrics, summary, facts, samples, plot_note):
     losses, events = (metrics[0], metrics[1]) if metrics else ([], [])
     out = ["# Run %s" % run_name, "", "## Summary", ""]
@@ -303,15 +323,7 @@ def render(run_name, metrics, summary, facts, samples, plot_note):
     out += ["![loss](%s)" % PLOT_FILE] if plot_note is None else [plot_note]
     out += ["", "## Cluster", ""] + cluster_lines(facts, events)
     out += ["", "## Model", ""] + model_lines(facts, events)
-    out += ["", "## GPU check", ""]
-    gpu_table = facts.get("gpu_check_table")
-    if isinstance(gpu_table, list) and gpu_table:
-        if facts.get("gpu_check_time"):
-            out += ["Preflight at %s, policy %s:" % (text(facts.get("gpu_check_time")),
-                                                     text(facts.get("gpu_check_policy"))), ""]
-        out += fenced("\n".join(str(line) for line in gpu_table))
-    else:
-        out.append("GPU check: %s." % NOT_RECORDED)
+    out += ["", "## Node check", ""] + node_check_lines(facts)
     out += ["", "## NCCL / UCX / Gloo environment", ""] + env_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)
     out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)

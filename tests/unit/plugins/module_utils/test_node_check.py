@@ -156,22 +156,22 @@ def test_a_cpu_build_of_torch_where_gpus_are_asked():
     found = node_check.problems(record(torch=CPU_TORCH, torch_count=0))
     assert found[0] == ("torch 2.13.0+cpu in /v/bin/python has no usable CUDA on n1 (CUDA build: none): install a "
                         "CUDA build of torch that matches the node's driver, or set slurm_gpus_per_node=0")
-    assert found[1].startswith("n1: slurm_gpus_per_node=2, the job step sees 2, nvidia-smi lists 2, torch sees 0,")
+    assert found[1].startswith("slurm_gpus_per_node=2, the job step on n1 sees 2, nvidia-smi lists 2, torch sees 0,")
     assert len(found) == 2
 
 
 @pytest.mark.parametrize("fields, counts", [
-    (dict(gpus_visible=1), "the job step sees 1, nvidia-smi lists 2, torch sees 2, Slurm registers 2"),
+    (dict(gpus_visible=1), "sees 1, nvidia-smi lists 2, torch sees 2, Slurm registers 2"),
     (dict(nvidia_smi_count=1, detected=1, registered=1),
-     "the job step sees 2, nvidia-smi lists 1, torch sees 2, Slurm registers 1"),
-    (dict(torch_count=1), "the job step sees 2, nvidia-smi lists 2, torch sees 1, Slurm registers 2"),
+     "sees 2, nvidia-smi lists 1, torch sees 2, Slurm registers 1"),
+    (dict(torch_count=1), "sees 2, nvidia-smi lists 2, torch sees 1, Slurm registers 2"),
     (dict(gpus_visible=0, nvidia_smi_count=0, torch_count=0, detected=0, registered=None,
           gpu_reason="nvidia-smi not found", torch=dict(CUDA_TORCH, device_count=0)),
-     "the job step sees 0, nvidia-smi lists 0, torch sees 0, Slurm registers ? (nvidia-smi not found)"),
+     "sees 0, nvidia-smi lists 0, torch sees 0, Slurm registers ? (nvidia-smi not found)"),
 ])
 def test_gpu_counts_that_disagree_when_gpus_are_asked(fields, counts):
     found = node_check.problems(record(**fields))
-    assert found == ["n1: slurm_gpus_per_node=2, %s: fix the node's driver or gres.conf, or lower "
+    assert found == ["slurm_gpus_per_node=2, the job step on n1 %s: fix the node's driver or gres.conf, or lower "
                      "slurm_gpus_per_node" % counts]
 
 
@@ -183,8 +183,8 @@ def test_gpu_policy_strict_or_report_when_slurm_registers_gpus_the_node_lacks():
     lost = record(gpus_requested=0, gpus_visible=0, nvidia_smi_count=0, torch_count=0, detected=0, registered=2,
                   torch=CPU_TORCH, gpu_reason="nvidia-smi not found (no NVIDIA driver utilities on PATH)")
     assert node_check.problems(lost, gpu_policy="strict") == [
-        "n1: Slurm registers gpu:2, the node detects 0 (nvidia-smi not found (no NVIDIA driver utilities on PATH)): "
-        "make gres.conf and slurm.conf Gres= match the node, or set preflight_gpu_policy=report"]
+        "Slurm registers gpu:2, the node detects 0 (nvidia-smi not found (no NVIDIA driver utilities on PATH)): "
+        "make gres.conf and slurm.conf Gres= match n1, or set preflight_gpu_policy=report"]
     assert node_check.problems(lost, gpu_policy="report") == []
     assert node_check.problems(lost) == node_check.problems(lost, gpu_policy="strict")  # strict by default
 
@@ -208,7 +208,7 @@ def test_workspace_not_shared_or_not_writable():
 def test_every_finding_at_once():
     found = node_check.problems(record(torch=NO_TORCH, gpus_visible=1, missing_interfaces=["ib0"],
                                        workspace_shared=False, workspace_writable=False))
-    assert [f.split(" ")[0] for f in found] == ["slurm_python=/v/bin/python", "n1:", "no", "slurm_workspace",
+    assert [f.split(" ")[0] for f in found] == ["slurm_python=/v/bin/python", "slurm_gpus_per_node=2,", "no", "slurm_workspace",
                                                 "slurm_workspace"]
 
 
@@ -295,7 +295,7 @@ def test_check_with_gpu_policy_report_and_no_env_file(fake_node):
     strict = node_check.check(check_args(fake_node), environ={"SLURMD_NODENAME": "n3"}, runner=runner)
     assert strict["env_file"] is None and strict["missing_interfaces"] == []
     assert len(strict["problems"]) == 1 and strict["problems"][0].startswith(
-        "n3: Slurm registers gpu:2, the node detects 0 (nvidia-smi not found")
+        "Slurm registers gpu:2, the node detects 0 (nvidia-smi not found")
     report = node_check.check(check_args(fake_node, "--gpu-policy", "report"), environ={"SLURMD_NODENAME": "n3"},
                               runner=runner)
     assert report["ok"] is True and report["problems"] == []

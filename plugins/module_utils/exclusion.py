@@ -1,0 +1,101 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Bad nodes out, the job goes on: what the watcher does for a job its node check held.
+
+A job whose node check finds bad nodes asks Slurm to requeue it held
+(`scontrol requeuehold`), after adding them to the run's bad-nodes file. Slurm lets only a
+pending job's excluded nodes change, so the watcher finishes the move: it excludes the bad
+nodes (ExcNodeList), releases the job and lifts Slurm's requeue delay, or cancels the job
+when its partition has too few other usable nodes, naming each bad node and its reason.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
+
+# scontrol's Reason for a job that `scontrol requeuehold` put back in the queue
+HELD_AFTER_CHECK = "job_requeued_in_held_state"
+
+
+def held_after_check(job):
+    return job.get("state") == "PENDING" and (job.get("reason") or "").startswith(HELD_AFTER_CHECK)
+
+
+def read_bad_nodes(path):
+    """{node: reason} from the run's bad-nodes file ({node: {reason, job_id, time}}); {} when
+    it is missing or unreadable."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return dict((str(node), (entry.get("reason") if isinstance(entry, dict) else str(entry)) or "bad")
+                for node, entry in data.items())
+
+
+def plan(job, bad, nodes):
+    """(nodes to exclude, usable nodes left) for a held job; bad: {node: reason}."""
+    exclude = sorted(set(job.get("excluded_nodes") or []) | set(bad))
+    left = [n["name"] for n in usable_nodes(nodes, job.get("partition")) if n["name"] not in exclude]
+    return exclude, left
+
+
+def too_few_message(job, bad, left, bad_nodes_path):
+    lines = ["Job %s (%s) needs %s node(s), and partition %s has %d usable node(s) besides the bad ones%s. "
+             "The job is cancelled; nothing of this run is left queued. Bad nodes:"
+             % (job["job_id"], job.get("name"), job.get("num_nodes"), job.get("partition"), len(left),
+                " (%s)" % ", ".join(left) if left else "")]
+    lines += ["  %s: %s" % (node, reason) for node, reason in sorted(bad.items())]
+    lines.append("Fix: repair those nodes (or ask the cluster's administrators), then remove them from %s and "
+                 "run the playbook again; or lower slurm_nodes, or pick another slurm_partition."
+                 % bad_nodes_path)
+    return "\n".join(lines)
+
+
+def settle(client, job, bad_nodes_path):
+    """For a job held after its node check: exclude and release it -> (event, None), or
+    cancel it -> (None, message)."""
+    bad = read_bad_nodes(bad_nodes_path)
+    exclude, left = plan(job, bad, client.nodes())
+    if job.get("num_nodes") and len(left) < job["num_nodes"]:
+        client.cancel([job["job_id"]])
+        return None, too_few_message(job, bad, left, bad_nodes_path)
+    scontrol = client.bin("scontrol")
+    client.run([scontrol, "update", "JobId=%s" % job["job_id"], "ExcNodeList=%s" % ",".join(exclude)])
+    client.run([scontrol, "release", job["job_id"]])
+    # a requeued job waits about two minutes before Slurm schedules it; nothing gains by that
+    # here. Where a site forbids users to move their StartTime, the job simply starts later.
+    client.run([scontrol, "update", "JobId=%s" % job["job_id"], "StartTime=now"], ok_rcs=(0, 1))
+    newly = dict((n, bad[n]) for n in exclude if n in bad and n not in (job.get("excluded_nodes") or []))
+    return dict(job_id=job["job_id"], restarts=job.get("restarts"), excluded=exclude, bad=newly,
+                message="job %s: node check excluded %s; requeued without %s" % (
+                    job["job_id"], "; ".join("%s (%s)" % (n, r) for n, r in sorted(newly.items())) or "no new node",
+                    "it" if len(newly) == 1 else "them")), None
+
+
+class Settler:
+    """Settles the held jobs among those a watcher sees; keeps what it did."""
+
+    def __init__(self, client, bad_nodes_path, check_mode=False):
+        self.client, self.path, self.check_mode = client, bad_nodes_path, check_mode
+        self.events, self.failure, self.cancelled = [], None, []
+
+    def __call__(self, jobs):
+        if not self.path or self.check_mode:
+            return jobs
+        out = []
+        for job in jobs:
+            if held_after_check(job):
+                event, message = settle(self.client, job, self.path)
+                if message:
+                    self.failure = self.failure or message
+                    self.cancelled.append(job["job_id"])
+                else:
+                    self.events.append(event)
+                job = self.client.show_job(job["job_id"])
+            out.append(job)
+        return out

@@ -1,0 +1,306 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The node check: what a job's nodes give it, judged on the nodes the job got.
+
+Every job of a run starts with one step of this script on its allocation (one task per
+node, `check`), then judges the nodes' records on the batch node (`gather`):
+
+    python node_check.py check --dir DIR --token TOKEN --run-dir RUN [--gpus N] [--require-torch]
+                               [--gpu-policy strict|report] [--python-name NAME]
+    python node_check.py gather --dir DIR --nodes NODE... --out FILE [--bad-nodes-file FILE]
+                                [--timeout S] [--python P] [--job ID] [--restart N]
+
+`check` writes DIR/<node>.json and prints it; it never fails on what it finds. The
+interfaces it looks for are those NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name in the env
+file the job sources on that node (RUN/env/<node>.env, else RUN/env/cluster.env). `gather`
+prints the per-node table, writes FILE (every record and the verdict), adds the bad nodes
+to --bad-nodes-file, and exits 0 when every node is good, 3 when one or more is bad.
+
+This file imports nothing from Ansible: the run role copies it, with gpu.py and nccl.py, into
+the run's scripts directory; modules and filters import it as module_utils.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import socket
+import sys
+import tempfile
+
+try:
+    from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, nccl
+except ImportError:  # run as a script beside gpu.py and nccl.py
+    import gpu  # type: ignore[no-redef]
+    import nccl  # type: ignore[no-redef]
+
+BAD_NODES_RC = 3
+INTERFACES_FIX = ("set nccl_env_socket_ifname (or nccl_env_gloo_socket_ifname), per node under "
+                  "slurm_workers where nodes differ")
+
+
+def registered_gpus(gres):
+    """Slurm's Gres= value of a node ("gpu:2", "gpu:a100:4(S:0-1),shard:8") -> its GPU count."""
+    total = None
+    for item in re.sub(r"\([^)]*\)", "", gres or "").split(","):
+        parts = item.strip().split(":")
+        if parts[0] != "gpu":
+            continue
+        count = parts[-1] if len(parts) > 1 else "1"
+        try:
+            total = (total or 0) + int(count)
+        except ValueError:
+            total = (total or 0) + 1
+    return 0 if total is None and gres is not None else total
+
+
+def slurm_registered(node, runner=gpu.run):
+    """The GPU count Slurm registers for node, None when scontrol cannot tell."""
+    rc, out, _err = runner(["scontrol", "show", "node", "-o", node], timeout=30)
+    if rc != 0:
+        return None
+    match = re.search(r"(?:^|\s)Gres=(\S*)", out)
+    return registered_gpus(match.group(1) if match and match.group(1) != "(null)" else "") if match else None
+
+
+def env_file_values(text):
+    """The `export NAME=value` lines of an env file (values shell-quoted, as the nccl_env role
+    writes them), read back as the shell would; comments and other lines are left out."""
+    values = {}
+    for line in (text or "").splitlines():
+        words = shlex.split(line, comments=True)
+        if len(words) == 2 and words[0] == "export" and "=" in words[1]:
+            name, value = words[1].split("=", 1)
+            values[name] = value
+    return values
+
+
+def env_file(run_dir, node):
+    """(path, text) of the env file the job sources on node (the node's own, else cluster.env);
+    (None, "") when the run has none yet."""
+    for name in (node + ".env", "cluster.env"):
+        path = os.path.join(run_dir, "env", name)
+        try:
+            with open(path) as handle:
+                return path, handle.read()
+        except OSError:
+            continue
+    return None, ""
+
+
+def visible_gpus(environ):
+    """GPUs Slurm gave this step: CUDA_VISIBLE_DEVICES, which it sets for gres/gpu."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None or value.strip() in ("", "NoDevFiles"):
+        return 0
+    return len([v for v in value.split(",") if v.strip()])
+
+
+def missing_interfaces(wanted, present):
+    """wanted: [{"name", "exact"}] (a prefix where exact is false, NCCL's rule)."""
+    missing = []
+    for want in wanted:
+        found = any(p == want["name"] if want["exact"] else p.startswith(want["name"]) for p in present)
+        if not found and want["name"] not in missing:
+            missing.append(want["name"])
+    return missing
+
+
+def problems(record, python_name="slurm_python", gpu_policy="strict"):
+    """What makes a node unfit for the job, one message per finding (empty: the node is good)."""
+    node, python = record["node"], record["python"]
+    found = []
+    torch = record["torch"]
+    if record["require_torch"] and not torch.get("importable"):
+        found.append("%s=%s cannot import torch on %s (%s): install torch there, or point %s at an "
+                     "interpreter that has it" % (python_name, python, node, torch.get("error"), python_name))
+    asked, seen = record["gpus_requested"], record["gpus_visible"]
+    smi, torch_count, registered = record["nvidia_smi_count"], record["torch_count"], record["registered"]
+    if asked > 0:
+        if torch.get("importable") and not torch.get("cuda_available"):
+            found.append("torch %s in %s has no usable CUDA on %s (CUDA build: %s): install a CUDA build of torch "
+                         "that matches the node's driver, or set slurm_gpus_per_node=0"
+                         % (torch.get("version"), python, node, torch.get("cuda_version") or "none"))
+        if not asked == seen == smi == (torch_count if torch.get("importable") else smi):
+            why = " (%s)" % record["gpu_reason"] if record.get("gpu_reason") else ""
+            found.append("slurm_gpus_per_node=%d, the job step on %s sees %d, nvidia-smi lists %d, torch sees %d, "
+                         "Slurm registers %s%s: fix the node's driver or gres.conf, or lower slurm_gpus_per_node"
+                         % (asked, node, seen, smi, torch_count, "?" if registered is None else registered, why))
+    if gpu_policy == "strict" and registered is not None and registered != record["detected"]:
+        why = " (%s)" % record["gpu_reason"] if record.get("gpu_reason") else ""
+        found.append("Slurm registers gpu:%d, the node detects %d%s: make gres.conf and slurm.conf Gres= "
+                     "match %s, or set preflight_gpu_policy=report"
+                     % (registered, record["detected"], why, node))
+    for interface in record["missing_interfaces"]:
+        found.append("no network interface %s on %s (it has %s): %s"
+                     % (interface, node, ", ".join(record["interfaces"]) or "none", INTERFACES_FIX))
+    if not record["workspace_shared"]:
+        found.append("slurm_workspace is not shared: %s cannot see a file the batch node wrote in %s; use a "
+                     "directory on the shared filesystem" % (node, record["dir"]))
+    if not record["workspace_writable"]:
+        found.append("slurm_workspace is not writable from %s (%s): fix its permissions or pick another directory"
+                     % (node, record["dir"]))
+    return found
+
+
+def check(args, environ=None, runner=gpu.run):
+    """This node's record (written to args.dir/<node>.json, and returned)."""
+    environ = os.environ if environ is None else environ
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+    present = sorted(name for _index, name in socket.if_nameindex())
+    env_path, env_text = env_file(args.run_dir, node)
+    try:
+        wanted = nccl.interfaces(env_file_values(env_text))
+    except ValueError as exc:  # a line the shell could not read either
+        wanted, env_path = [], "%s (unreadable: %s)" % (env_path, exc)
+    try:
+        with open(os.path.join(args.dir, "token")) as handle:
+            shared = handle.read().strip() == args.token
+    except OSError:
+        shared = False
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".write-test-", dir=args.dir)
+        os.close(handle)
+        os.unlink(probe)
+        writable = True
+    except OSError:
+        writable = False
+    detection = gpu.detect(sys.executable, runner=runner, environ=environ, torch=gpu.torch_here())
+    record = dict(
+        node=node, token=args.token, dir=args.dir,
+        python=sys.executable, python_version=sys.version.split()[0],
+        torch=detection["torch"], require_torch=args.require_torch,
+        gpus_requested=args.gpus, gpus_visible=visible_gpus(environ),
+        nvidia_smi_count=detection["nvidia_smi_count"], torch_count=detection["torch_count"],
+        detected=detection["count"], gpu_reason=detection["reason"],
+        gpu_names=[g["name"] for g in detection["gpus"]],
+        registered=slurm_registered(node, runner),
+        env_file=env_path, interfaces=present, missing_interfaces=missing_interfaces(wanted, present),
+        workspace_shared=shared, workspace_writable=writable,
+    )
+    record["problems"] = problems(record, args.python_name, args.gpu_policy)
+    record["ok"] = not record["problems"]
+    write_json(os.path.join(args.dir, node + ".json"), record)
+    print(json.dumps(record), flush=True)
+    return record
+
+
+def no_answer(node, timeout, python):
+    return dict(node=node, ok=False, answered=False, problems=[
+        "%s did not answer the node check within %s s: its slurmd, its filesystem or %s (after slurm_env_setup) "
+        "does not work there; see the job log" % (node, timeout, python)])
+
+
+def cell(record):
+    if not record.get("answered", True):
+        return ["-", "-", "-", "-", "NO ANSWER"]
+    torch = record["torch"]
+    return [
+        "%d/%d/%d/%d/%s" % (record["gpus_requested"], record["gpus_visible"], record["nvidia_smi_count"],
+                            record["torch_count"], "?" if record["registered"] is None else record["registered"]),
+        "%s/%s" % (record["python_version"], torch.get("version") if torch.get("importable") else "NO TORCH"),
+        "missing " + ",".join(record["missing_interfaces"]) if record["missing_interfaces"] else "ok",
+        "ok" if record["workspace_shared"] and record["workspace_writable"]
+        else "NOT SHARED" if not record["workspace_shared"] else "READ-ONLY",
+        "ok" if record["ok"] else "BAD",
+    ]
+
+
+def table(records):
+    """Aligned lines: one per node, GPUS = asked/step/nvidia-smi/torch/Slurm."""
+    lines = [["NODE", "GPUS(ASKED/STEP/SMI/TORCH/SLURM)", "PYTHON/TORCH", "INTERFACES", "WORKSPACE", "VERDICT"]]
+    lines += [[r["node"]] + cell(r) for r in records]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(line)).rstrip() for line in lines]
+
+
+def gather(args, now=None):
+    """Judges the records of args.nodes; returns (exit code, the summary written to args.out)."""
+    records = []
+    for node in args.nodes:
+        try:
+            with open(os.path.join(args.dir, node + ".json")) as handle:
+                record = json.load(handle)
+            if record.get("token") != args.token:
+                raise ValueError("a record of another check")
+        except (OSError, ValueError):
+            record = no_answer(node, args.timeout, args.python)
+        records.append(record)
+    bad = dict((r["node"], "; ".join(r["problems"])) for r in records if not r["ok"])
+    stamp = (now or datetime.datetime.now(datetime.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    summary = dict(job_id=args.job, restart=args.restart, time=stamp, nodes=records, bad=bad, table=table(records))
+    write_json(args.out, summary)
+    if bad and args.bad_nodes_file:
+        known = read_json(args.bad_nodes_file, {})
+        for node, reason in bad.items():
+            known[node] = dict(reason=reason, job_id=args.job, time=stamp)
+        write_json(args.bad_nodes_file, known)
+    for line in summary["table"]:
+        print("llmtrain: node check  " + line)
+    for node, reason in sorted(bad.items()):
+        print("llmtrain: node check: %s is bad: %s" % (node, reason))
+    sys.stdout.flush()
+    return (BAD_NODES_RC if bad else 0), summary
+
+
+def read_json(path, default):
+    try:
+        with open(path) as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return default
+    return value if isinstance(value, type(default)) else default
+
+
+def write_json(path, value):
+    """Atomic: a reader sees the old file or the new one, never half."""
+    handle, temp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(value, stream, indent=1, sort_keys=True)
+            stream.write("\n")
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+def parser():
+    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = top.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check")
+    c.add_argument("--dir", required=True)
+    c.add_argument("--token", required=True)
+    c.add_argument("--gpus", type=int, default=0)
+    c.add_argument("--require-torch", action="store_true")
+    c.add_argument("--gpu-policy", choices=["strict", "report"], default="strict")
+    c.add_argument("--run-dir", required=True, help="its env/ holds the env file the job sources on each node")
+    c.add_argument("--python-name", default="slurm_python")
+    g = sub.add_parser("gather")
+    g.add_argument("--dir", required=True)
+    g.add_argument("--token", required=True)
+    g.add_argument("--nodes", nargs="+", required=True)
+    g.add_argument("--out", required=True)
+    g.add_argument("--bad-nodes-file")
+    g.add_argument("--timeout", default="?")
+    g.add_argument("--python", default="slurm_python")
+    g.add_argument("--job")
+    g.add_argument("--restart", type=int, default=0)
+    return top
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    if args.command == "check":
+        check(args)
+        return 0
+    return gather(args)[0]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

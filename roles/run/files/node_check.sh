@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The node check: the first step of every job of a run, on the nodes Slurm gave the job.
+#
+#   node_check.sh [node_check.py check options: --gpus N, --require-torch]
+#
+# Its settings come from node_check.conf beside it, which the run role writes on every run
+# (slurm_python, slurm_node_check_timeout, pretrain_bad_node_policy, pretrain_requeue_max,
+# preflight_gpu_policy): they are the run's, not part of any one job, so changing them never
+# makes a finished job run again.
+#
+# One task per node runs `node_check.py check` (GPUs, Python and torch, the interfaces of the
+# node's env file, a token the batch node wrote, a write test), bounded by timeout_s; the
+# batch node then judges the records (`node_check.py gather`), prints the per-node table and
+# writes $LLMTRAIN_RUN_DIR/node_check/<job name>.json. Bad nodes are added to
+# $LLMTRAIN_RUN_DIR/bad_nodes.json.
+#
+# Exit status: 0 every node is good (go on); 100 the job has asked Slurm to requeue it held
+# (policy exclude, requeues left): the watcher excludes the bad nodes and releases it, and
+# the job script ends without starting anything; 78 bad nodes and no requeue (policy fail,
+# or requeues used up), or slurm_python does not run; anything else: the check itself failed.
+set -u
+scripts=$(cd "$(dirname "$0")" && pwd)
+python=python3 timeout_s=120 policy=exclude requeue_max=0 gpu_policy=strict
+# shellcheck source=/dev/null  # written by the run role: python=, timeout_s=, policy=, ...
+. "${scripts}/node_check.conf" || exit 1
+# the run directory holds scripts/ (this file's directory)
+LLMTRAIN_RUN_DIR=${LLMTRAIN_RUN_DIR:-$(dirname "${scripts}")}
+restart=${SLURM_RESTART_COUNT:-0}
+dir="${LLMTRAIN_RUN_DIR}/node_check/${SLURM_JOB_ID}.${restart}"
+token="${SLURM_JOB_ID}.${restart}.$$.${RANDOM}${RANDOM}"
+mkdir -p "${dir}" && printf '%s\n' "${token}" > "${dir}/token" || {
+    echo "llmtrain: node check: cannot write ${dir} on the batch node $(hostname): is slurm_workspace writable there?" >&2
+    exit 1
+}
+if ! "${python}" -c '' 2> "${dir}/python.err"; then
+    echo "llmtrain: node check: slurm_python=${python} does not run on $(hostname) after slurm_env_setup" \
+         "($(tail -c 300 "${dir}/python.err")): install Python there, or point slurm_python (and slurm_env_setup," \
+         "e.g. module load) at one that runs" >&2
+    rm -rf "${dir}"
+    exit 78
+fi
+nodes=$(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+echo "llmtrain: node check of job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} ($(echo ${nodes} | wc -w) node(s), ${timeout_s} s at most)"
+timeout --kill-after=10 "${timeout_s}" srun --ntasks="${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 \
+    --kill-on-bad-exit=0 --job-name=node-check \
+    "${python}" "${scripts}/node_check.py" check --dir "${dir}" --token "${token}" --run-dir "${LLMTRAIN_RUN_DIR}" \
+    --gpu-policy "${gpu_policy}" "$@" > "${dir}/step.out"
+step=$?
+[ "${step}" -eq 0 ] || echo "llmtrain: node check step ended with exit code ${step}" >&2
+# shellcheck disable=SC2086  # one argument per node name
+"${python}" "${scripts}/node_check.py" gather --dir "${dir}" --token "${token}" --nodes ${nodes} \
+    --out "${LLMTRAIN_RUN_DIR}/node_check/${SLURM_JOB_NAME}.json" --bad-nodes-file "${LLMTRAIN_RUN_DIR}/bad_nodes.json" \
+    --timeout "${timeout_s}" --python "${python}" --job "${SLURM_JOB_ID}" --restart "${restart}"
+verdict=$?
+rm -rf "${dir}"
+case ${verdict} in
+    0) exit 0 ;;
+    3) ;;
+    *) echo "llmtrain: node check: ${python} could not judge the records on the batch node $(hostname) (exit ${verdict})" >&2
+       exit 1 ;;
+esac
+if [ "${policy}" = exclude ] && [ "${restart}" -lt "${requeue_max}" ]; then
+    echo "llmtrain: node check: requeue $((restart + 1)) of ${requeue_max} without the bad node(s), held until the watcher excludes them"
+    if scontrol requeuehold "${SLURM_JOB_ID}"; then
+        exit 100
+    fi
+    echo "llmtrain: node check: scontrol requeuehold ${SLURM_JOB_ID} failed" >&2
+elif [ "${policy}" = exclude ]; then
+    echo "llmtrain: node check: bad node(s) and pretrain_requeue_max=${requeue_max} requeues are used up" >&2
+fi
+exit 78
