@@ -1,0 +1,251 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: slurm_node_check
+short_description: Check the idle nodes of a partition now, without waiting in the queue
+description:
+  - Runs the node check that every job of a run starts with (GPUs the step sees, C(nvidia-smi),
+    C(torch.cuda.device_count()) and what Slurm registers; Python and torch; the network
+    interfaces the run's env files name; the workspace shared and writable) on every node of a
+    partition that is idle now, in one C(srun --immediate) step, so it never waits in the queue.
+  - Busy, down and drained nodes are not checked; they are listed with their state and Slurm's
+    reason. A node that became busy in the meantime makes the step fail at once, saying so.
+  - Returns one row per node and the aligned table; with O(mode=strict) fails when a checked
+    node is bad, one line per node saying what is wrong and the fix.
+version_added: 0.1.0
+author:
+  - llmtrain.slurm maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - llmtrain.slurm.slurm
+options:
+  partition:
+    description: Partition whose nodes are checked; Slurm's default partition when unset.
+    type: str
+  python:
+    description: Interpreter on the compute nodes (after O(env_setup)) that runs the check.
+    type: str
+    default: python3
+  gpus:
+    description: GPUs per node a job would ask for (C(--gres=gpu:N) on the step); 0 for CPU nodes.
+    type: int
+    default: 0
+  require_torch:
+    description: A node whose O(python) cannot import C(torch) is bad.
+    type: bool
+    default: true
+  gpu_policy:
+    description:
+      - V(strict) makes a node whose GPUs differ from what Slurm registers bad; V(report) shows it only.
+    type: str
+    choices: [strict, report]
+    default: strict
+  mode:
+    description:
+      - V(strict) fails when a checked node is bad; V(report) returns the rows and the table only.
+    type: str
+    choices: [strict, report]
+    default: strict
+  scratch_dir:
+    description:
+      - A directory the login node and the compute nodes share (the workspace). The check's files
+        are written below it for the step and removed afterwards.
+    type: path
+    required: true
+  run_dir:
+    description:
+      - A run directory whose C(env/<node>.env) (else C(env/cluster.env)) name the interfaces NCCL and
+        Gloo will use; without it, or before the run has env files, interfaces are not checked.
+    type: path
+  env_setup:
+    description: Shell lines run on each node before O(python), such as C(module load cuda/12.4) (trusted).
+    type: list
+    elements: str
+    default: []
+  immediate:
+    description: Seconds the step may wait for its nodes before it gives up (C(srun --immediate)).
+    type: int
+    default: 10
+  time_limit:
+    description: Time limit of the step, in minutes.
+    type: int
+    default: 5
+  srun_extra_args:
+    description: More C(srun) arguments, such as C(--account=NAME) (each one list item).
+    type: list
+    elements: str
+    default: []
+notes:
+  - Supports check mode (it changes nothing on the cluster; the step only reads).
+seealso:
+  - module: llmtrain.slurm.slurm_gpu_check
+"""
+
+EXAMPLES = r"""
+- name: What the idle nodes of the gpu partition give a job now
+  llmtrain.slurm.slurm_node_check:
+    partition: gpu
+    python: /shared/venvs/train/bin/python
+    gpus: 8
+    scratch_dir: /shared/llmtrain
+    run_dir: /shared/llmtrain/my-run
+  register: survey
+"""
+
+RETURN = r"""
+nodes:
+  description: The check's record of every checked node (see C(node_check.py)), with C(ok) and C(problems).
+  returned: always
+  type: list
+  elements: dict
+not_checked:
+  description: The partition's nodes that were not idle, with C(name), C(state) and C(reason).
+  returned: always
+  type: list
+  elements: dict
+bad:
+  description: Checked nodes that are bad, mapped to what is wrong.
+  returned: always
+  type: dict
+table:
+  description: Aligned lines, one per node of the partition (not-checked nodes last).
+  returned: always
+  type: list
+  elements: str
+cmd:
+  description: The srun argument vector.
+  returned: when a step ran
+  type: list
+  elements: str
+"""
+
+import inspect
+import os
+import secrets
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, nccl, node_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable
+
+
+def idle(node):
+    return node["state"] == "idle" and usable(node)
+
+
+def state_of(node):
+    return "+".join([node["state"]] + node.get("state_flags", []))
+
+
+def not_checked_row(node):
+    why = "other jobs hold it" if usable(node) else "out of service"
+    return dict(name=node["name"], state=state_of(node), reason=node.get("reason") or why)
+
+
+def step_argv(srun, p, partition, nodes, workdir, token):
+    argv = [srun, "--job-name=llmtrain-node-check", "--immediate=%d" % p["immediate"],
+            "--nodes=%d" % len(nodes), "--ntasks=%d" % len(nodes), "--ntasks-per-node=1",
+            "--nodelist=" + ",".join(n["name"] for n in nodes), "--time=%d" % p["time_limit"],
+            "--kill-on-bad-exit=0"]
+    if partition:
+        argv.append("--partition=" + partition)
+    if p["gpus"] > 0:
+        argv.append("--gres=gpu:%d" % p["gpus"])
+    check = [p["python"], os.path.join(workdir, "node_check.py"), "check", "--dir", workdir, "--token", token,
+             "--run-dir", p["run_dir"] or workdir, "--gpus", str(p["gpus"]), "--gpu-policy", p["gpu_policy"]]
+    if p["require_torch"]:
+        check.append("--require-torch")
+    # the env set-up lines are the inventory's trusted shell code; everything else is an argument
+    script = "\n".join(list(p["env_setup"]) + ['exec "$@"'])
+    return argv + list(p["srun_extra_args"]) + ["--", "bash", "-c", script, "llmtrain-node-check"] + check
+
+
+def place_scripts(workdir, token):
+    os.makedirs(workdir, mode=0o755)
+    for source in (node_check, gpu, nccl):
+        with open(os.path.join(workdir, source.__name__.rsplit(".", 1)[-1] + ".py"), "w") as handle:
+            handle.write(inspect.getsource(source))
+    with open(os.path.join(workdir, "token"), "w") as handle:
+        handle.write(token + "\n")
+
+
+def read_records(workdir, nodes, token, timeout, python):
+    records = []
+    for node in nodes:
+        record = node_check.read_json(os.path.join(workdir, node["name"] + ".json"), {})
+        if record.get("token") != token:
+            record = node_check.no_answer(node["name"], timeout, python)
+        records.append(record)
+    return records
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            partition=dict(type="str"),
+            python=dict(type="str", default="python3"),
+            gpus=dict(type="int", default=0),
+            require_torch=dict(type="bool", default=True),
+            gpu_policy=dict(type="str", default="strict", choices=["strict", "report"]),
+            mode=dict(type="str", default="strict", choices=["strict", "report"]),
+            scratch_dir=dict(type="path", required=True),
+            run_dir=dict(type="path"),
+            env_setup=dict(type="list", elements="str", default=[]),
+            immediate=dict(type="int", default=10),
+            time_limit=dict(type="int", default=5),
+            srun_extra_args=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    client = Slurm(module)
+    result = dict(changed=False, nodes=[], not_checked=[], bad={}, table=[])
+    try:
+        partitions = client.partitions()
+        partition = p["partition"] or next((part["name"] for part in partitions if part.get("default")), None)
+        if partition not in [part["name"] for part in partitions]:
+            raise SlurmError("partition %r does not exist; Slurm has %s"
+                             % (partition, ", ".join(part["name"] for part in partitions) or "none"))
+        members = [n for n in client.nodes() if partition in n["partitions"]]
+        ready = [n for n in members if idle(n)]
+        result["not_checked"] = [not_checked_row(n) for n in members if not idle(n)]
+        step_error = None
+        if ready:
+            token = secrets.token_hex(12)
+            workdir = os.path.join(p["scratch_dir"], ".llmtrain-node-check-" + token)
+            try:
+                place_scripts(workdir, token)
+                argv = step_argv(client.bin("srun"), p, partition, ready, workdir, token)
+                result["cmd"] = argv
+                rc, out, err = module.run_command(argv)
+                records = read_records(workdir, ready, token, p["time_limit"] * 60, p["python"])
+                if rc != 0 and all(not r.get("answered", True) for r in records):
+                    step_error = "%s failed (rc %d): %s" % (" ".join(argv[:argv.index("--")]), rc,
+                                                            (err or out).strip()[-1500:])
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            result["nodes"] = records
+    except (SlurmError, OSError) as exc:
+        module.fail_json(msg=str(exc), **result)
+    if step_error:
+        module.fail_json(msg="the node check step did not run (a node may have become busy since it was listed "
+                             "as idle: run it again): " + step_error, **result)
+    result["bad"] = dict((r["node"], "; ".join(r["problems"])) for r in result["nodes"] if not r["ok"])
+    lines = node_check.table(result["nodes"]) if result["nodes"] else node_check.table([])
+    result["table"] = lines + ["%s  not checked: %s (%s)" % (row["name"], row["state"].upper(), row["reason"])
+                               for row in result["not_checked"]]
+    if p["mode"] == "strict" and result["bad"]:
+        module.fail_json(msg="Node check found %d bad node(s) of %d checked:\n%s" % (
+            len(result["bad"]), len(result["nodes"]),
+            "\n".join("%s: %s" % item for item in sorted(result["bad"].items()))), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
