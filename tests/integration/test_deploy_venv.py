@@ -52,18 +52,18 @@ def made(local_cluster, wheelhouse):
     before = venv_logs()
     run_playbook("deploy.yml", *venv_vars(wheelhouse))
     logs = venv_logs() - before
-    result = run_playbook("preflight.yml", *venv_vars(wheelhouse, deploy_venv_create=False))
+    result = run_playbook("node_check.yml", *venv_vars(wheelhouse, deploy_venv_create=False))
     yield result, logs
     shutil.rmtree(VENV, ignore_errors=True)
     shutil.rmtree(os.path.join(WORKSPACE, "venv-test"), ignore_errors=True)
 
 
-def test_deploy_makes_the_venv_in_one_job_and_preflight_probes_it(made):
+def test_deploy_makes_the_venv_in_one_job_and_the_node_check_finds_torch_in_it(made):
     result, logs = made
     assert len(logs) == 1, (logs, result.output[-3000:])
     log = open(logs.pop()).read()
     assert "llmtrain: venv ready: Python 3." in log and "torch %s" % metadata.version("torch") in log, log
-    # the probe ran slurm_python (the new venv) on every node and found torch there
+    # the node check ran slurm_python (the new venv) on every idle node and found torch there
     assert result.output.count("/%s" % metadata.version("torch")) >= 3, result.output[-3000:]
     out = slurm("srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", os.path.join(VENV, "bin", "python"),
                 "-c", "import socket, torch; print(socket.gethostname(), torch.__version__)")

@@ -71,9 +71,13 @@ def test_a_minimal_inventory_trains_reports_and_generates(minimal):
     assert "Submit the training job" in again.stdout
     retrained = (local / "report.md").read_text()
     assert sections(retrained) == sections(report), (sections(retrained), sections(report))
-    for section in ("GPU check", "NCCL / UCX / Gloo environment"):
-        body = retrained.split("## " + section, 1)[1].split("\n## ", 1)[0]
-        assert body == report.split("## " + section, 1)[1].split("\n## ", 1)[0], section
+    section = "NCCL / UCX / Gloo environment"
+    body = retrained.split("## " + section, 1)[1].split("\n## ", 1)[0]
+    assert body == report.split("## " + section, 1)[1].split("\n## ", 1)[0], section
+    for text in (report, retrained):  # each training job's check of the 2 nodes it got
+        check = text.split("## Node check", 1)[1].split("\n## ", 1)[0]
+        rows = [line.split() for line in check.splitlines() if line.startswith("slurm-worker-")]
+        assert len(rows) == 2 and all(row[-1] == "ok" for row in rows), check
     assert "NCCL_SOCKET_IFNAME | eth0" in retrained
 
 

@@ -1,5 +1,6 @@
-"""playbooks/preflight.yml on the local cluster: a per-node table when all is well, and a
-message naming the variable and the fix for every bad input, before any job is submitted."""
+"""playbooks/preflight.yml on the local cluster: it asks Slurm and allocates nothing, and names
+the variable and the fix for every bad input before any job is submitted. What only a node
+can tell (its GPUs against Slurm's GRES) is found by the node check (node_check.yml here)."""
 
 import json
 import re
@@ -10,7 +11,10 @@ from cluster import run_playbook, slurm
 
 NODES = ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
 ASKS_SLURM = "Ask Slurm for its partitions and nodes"
-PROBES = "Probe every usable node"
+
+
+def job_ids():
+    return set(slurm("squeue", "--noheader", "--states=all", "--format=%i").split())
 
 
 def preflight(*extra_vars, check=False):
@@ -20,27 +24,27 @@ def preflight(*extra_vars, check=False):
     return run_playbook("preflight.yml", *args, check=check)
 
 
-def test_local_cluster_passes_with_a_table_of_every_node(local_cluster):
+def test_preflight_asks_slurm_and_allocates_nothing(local_cluster):
+    before = job_ids()
     result = preflight()
-    table = re.findall(r'"(slurm-worker-\d[^"]*)"', result.output)
-    assert [row.split()[0] for row in table] == NODES, result.output
-    for row in table:
-        # node, state, Slurm GPUs, nvidia-smi, torch, match, workspace, python/torch, interfaces
-        assert row.split()[1:] == ["idle", "0", "0", "0", "yes", "ok", row.split()[7], "ok"], row
-        assert row.split()[7].startswith("3.") and "/2.13.0" in row.split()[7]  # torch as the nodes import it
+    assert job_ids() == before  # no srun, salloc or sbatch: nothing waits for nodes
+    assert "srun" not in result.output
+    record = json.load(open("/var/tmp/llmtrain-workspace/local-demo/preflight.json"))
+    assert record["usable_nodes"] == NODES and record["excluded_nodes"] == {}
 
 
-def test_gpu_mismatch_fails_strict_naming_each_node_and_passes_report(local_cluster):
+def test_gpu_mismatch_fails_the_strict_node_check_naming_each_node_and_report_shows_it(local_cluster):
     try:
         run_playbook("local_cluster.yml", "-e", "local_cluster_gres_gpus=2")
-        strict = preflight(check=False)
+        assert preflight().rc == 0  # Slurm registers 2 GPUs per node, as asked of it: only a node can tell
+        strict = run_playbook("node_check.yml", check=False)
         assert strict.rc != 0
         for name in NODES:
-            assert "%s: Slurm registers gpu:2, the node detects 0" % name in strict.output
-        report = preflight(("preflight_gpu_policy", "report"))
-        assert report.rc == 0, report.output[-3000:]
-        rows = re.findall(r'"(slurm-worker-\d[^"]*)"', report.output)
-        assert [row.split()[2:6] for row in rows] == [["2", "0", "0", "NO"]] * 3, report.output[-3000:]
+            assert "%s: Slurm registers gpu:2, the node detects 0" % name in strict.output, strict.output[-3000:]
+        report = run_playbook("node_check.yml", "-e", "preflight_gpu_policy=report")
+        rows = [line.split() for line in re.findall(r'"(slurm-worker-\d[^"]*)"', report.output)]
+        # GPUs asked/seen by the step/nvidia-smi/torch/registered by Slurm
+        assert [row[1] for row in rows] == ["0/0/0/0/2"] * 3, report.output[-3000:]
     finally:
         run_playbook("local_cluster.yml")
 
@@ -64,6 +68,9 @@ BAD_INPUTS = [
     ("pretrain_steps", 0, "pretrain_steps=0 must be a whole number >= 1"),
     ("pretrain_run_name", "../x", "pretrain_run_name='../x' must be 1-64 letters"),
     ("inference_prompts", [], "inference_prompts=[] must be a non-empty list"),
+    ("slurm_exclude_nodes", ["gpu-1;id"], "slurm_exclude_nodes=['gpu-1;id'] must be a list of node names"),
+    ("slurm_node_check_timeout", 5, "slurm_node_check_timeout=5 must be a whole number >= 10"),
+    ("pretrain_bad_node_policy", "skip", "value of pretrain_bad_node_policy must be one of: exclude, fail, got: skip"),
     # a later stage's argument spec, checked by preflight through that stage's validate entry point
     ("inference_seed", "abc", "argument 'inference_seed' is of type str and we were unable to convert to int"),
 ]
@@ -74,28 +81,17 @@ def test_bad_input_is_rejected_before_slurm_is_asked(local_cluster, name, value,
     result = preflight((name, value), check=False)
     assert result.rc != 0
     assert message in result.output, result.output[-3000:]
-    assert ASKS_SLURM not in result.output and PROBES not in result.output
+    assert ASKS_SLURM not in result.output
 
 
 @pytest.mark.parametrize("name, value, message", [
     ("slurm_nodes", 5, "slurm_nodes=5 but partition debug has 3 usable node(s) (slurm-worker-0, slurm-worker-1, slurm-worker-2)"),
     ("slurm_partition", "gpu", "slurm_partition=gpu does not exist: Slurm has debug"),
     ("slurm_gpus_per_node", 2, "slurm_gpus_per_node=2 but only 0 usable node(s) of debug register that many GPUs"),
+    ("slurm_exclude_nodes", ["slurm-worker-[0-1]"],
+     "slurm_nodes=3 but partition debug has 1 usable node(s) (slurm-worker-2) besides the excluded ones "
+     "(slurm-worker-0: named in slurm_exclude_nodes; slurm-worker-1: named in slurm_exclude_nodes)"),
 ])
 def test_what_slurm_cannot_give_is_rejected_before_any_job(local_cluster, name, value, message):
     result = preflight((name, value), check=False)
     assert result.rc != 0 and message in result.output, result.output[-3000:]
-    assert PROBES not in result.output
-
-
-@pytest.mark.parametrize("name, value, message", [
-    ("nccl_env_socket_ifname", "ib0", "no network interface ib0 on slurm-worker-0 (it has eth0, lo)"),
-    ("slurm_python", "/nonexistent/python", "slurm_python=/nonexistent/python did not run on the nodes"),
-])
-def test_what_the_nodes_lack_is_named(local_cluster, name, value, message):
-    result = preflight((name, value), check=False)
-    assert result.rc != 0 and message in result.output, result.output[-3000:]
-
-
-def test_no_job_is_left_behind(local_cluster):
-    assert slurm("squeue", "--noheader", "--name=llmtrain-preflight,llmtrain-gpu-check").strip() == ""
