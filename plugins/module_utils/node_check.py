@@ -185,7 +185,8 @@ def check(args, environ=None, runner=gpu.run):
     record["problems"] = problems(record, args.python_name, args.gpu_policy)
     record["ok"] = not record["problems"]
     write_json(os.path.join(args.dir, node + ".json"), record)
-    print(json.dumps(record), flush=True)
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
     return record
 
 
@@ -240,9 +241,9 @@ def gather(args, now=None):
             known[node] = dict(reason=reason, job_id=args.job, time=stamp)
         write_json(args.bad_nodes_file, known)
     for line in summary["table"]:
-        print("llmtrain: node check  " + line)
+        sys.stdout.write("llmtrain: node check  %s\n" % line)
     for node, reason in sorted(bad.items()):
-        print("llmtrain: node check: %s is bad: %s" % (node, reason))
+        sys.stdout.write("llmtrain: node check: %s is bad: %s\n" % (node, reason))
     sys.stdout.flush()
     return (BAD_NODES_RC if bad else 0), summary
 
@@ -271,7 +272,7 @@ def write_json(path, value):
 
 
 def parser():
-    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    top = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = top.add_subparsers(dest="command", required=True)
     c = sub.add_parser("check")
     c.add_argument("--dir", required=True)
@@ -303,4 +304,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -64,7 +64,7 @@ def foreign_job(local_cluster):
     """Someone else's job holding slurm-worker-2 for the whole test."""
     job_id = slurm("sbatch", "--parsable", "--job-name=someone-else", "--nodelist=slurm-worker-2", "--exclusive",
                    "--output=/dev/null", "--wrap", "sleep 900").strip()
-    for _ in range(30):
+    for _attempt in range(30):
         if slurm("squeue", "--noheader", "--jobs", job_id, "--format=%T").strip() == "RUNNING":
             break
         subprocess.run(["sleep", "1"], check=True)
@@ -115,15 +115,15 @@ def test_a_bad_node_is_excluded_the_run_goes_on_and_stays_off_it(local_cluster, 
 
     # pretrain_bad_node_policy=fail: the job ends at its check, naming the node; nothing trained
     os.unlink(os.path.join(WORKSPACE, run, "bad_nodes.json"))
-    failed = run_playbook("pretrain.yml", *bad, *values(run, slurm_nodes=2, pretrain_force=True,
-                                                        pretrain_bad_node_policy="fail"), check=False)
+    failed = run_playbook("pretrain.yml", "--skip-tags", "inference", *bad,
+                          *values(run, slurm_nodes=2, pretrain_force=True, pretrain_bad_node_policy="fail"), check=False)
     assert failed.rc != 0
     assert "Its node check found bad node(s) and started nothing" in failed.output, failed.output[-5000:]
     assert "  slurm-worker-0: " + reason in failed.output
     assert not os.path.exists(os.path.join(WORKSPACE, run, "metrics.jsonl"))  # archived; no new training
 
     # a forced rerun keeps off the recorded bad node from the start: no exclusion, no requeue
-    again = run_playbook("pretrain.yml", *bad, *values(run, slurm_nodes=2, pretrain_force=True))
+    again = run_playbook("pretrain.yml", "--skip-tags", "inference", *bad, *values(run, slurm_nodes=2, pretrain_force=True))
     assert "node check excluded" not in again.output
     name, state, nodes, excluded = training_job(run)
     assert state == "COMPLETED" and "slurm-worker-0" not in node_set(nodes) and excluded == "slurm-worker-0"

@@ -86,9 +86,9 @@ class Client:
         return self.after or held(job_id=job_id, reason="BeginTime")
 
 
-def bad_nodes_file(tmp_path, entries=BAD_NODES):
+def bad_nodes_file(tmp_path, entries=None):
     path = tmp_path / "bad_nodes.json"
-    path.write_text(json.dumps(entries))
+    path.write_text(json.dumps(BAD_NODES if entries is None else entries))
     return str(path)
 
 
@@ -146,7 +146,7 @@ def test_settler_releases_held_jobs_and_passes_the_others_through(tmp_path):
     assert jobs[0] is running
     assert jobs[1]["reason"] == "BeginTime" and client.shown == ["42"]  # looked up again after the release
     assert [e["job_id"] for e in settler.events] == ["42"] and settler.failure is None and settler.cancelled == []
-    assert ["/usr/bin/scontrol", "release", "42"] in [argv for argv, _ in client.ran]
+    assert ["/usr/bin/scontrol", "release", "42"] in [argv for argv, _opts in client.ran]
 
 
 def test_settler_keeps_the_first_failure_and_every_cancelled_job(tmp_path):

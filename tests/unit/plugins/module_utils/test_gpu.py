@@ -185,7 +185,7 @@ def test_torch_here_without_torch_is_a_finding(monkeypatch, capsys):
 def test_torch_here_that_breaks_inside_torch_is_a_finding(monkeypatch):
     class Broken(FakeTorch):
         class cuda(FakeTorch.cuda):  # noqa: N801
-            is_available = staticmethod(lambda: (_ for _ in ()).throw(RuntimeError("CUDA driver init failed")))
+            is_available = staticmethod(lambda: (_none for _none in ()).throw(RuntimeError("CUDA driver init failed")))
 
     monkeypatch.setitem(sys.modules, "torch", Broken)
     assert gpu.torch_here() == dict(importable=False, error="RuntimeError: CUDA driver init failed")
