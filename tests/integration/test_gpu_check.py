@@ -1,7 +1,10 @@
 """What Slurm registers against what the nodes detect, on the local cluster: honest zero
 GPUs match; placeholder GRES (gpu:2 backed by regular files) is a mismatch that report
-mode lists and strict mode fails on, naming every node."""
+mode lists and strict mode fails on, naming every node - in slurm_gpu_check and in the
+node check (node_check.yml, the same check every job starts with), which preflight, asking
+Slurm only, cannot see."""
 
+import re
 import sys
 
 from cluster import module, run_playbook, slurm
@@ -41,10 +44,22 @@ def test_placeholder_gres_is_a_mismatch_on_every_node(local_cluster, tmp_path):
             assert line.startswith(name + ": Slurm registers gpu:2, the node detects 0")
             assert "Likely fix:" in line and "Gres=gpu:0 for NodeName=" + name in line
 
+        assert run_playbook("preflight.yml").rc == 0  # Slurm registers the GPUs: only a node can tell
+        survey = run_playbook("node_check.yml", check=False)
+        assert survey.rc != 0
+        for name in NODES:
+            assert "%s: Slurm registers gpu:2, the node detects 0" % name in survey.output, survey.output[-3000:]
+        shown = run_playbook("node_check.yml", "-e", "preflight_gpu_policy=report")
+        rows = [line.split() for line in re.findall(r'"(slurm-worker-\d[^"]*)"', shown.output)]
+        # GPUs asked/seen by the step/nvidia-smi/torch/registered by Slurm
+        assert [row[1] for row in rows] == ["0/0/0/0/2"] * 3, shown.output[-3000:]
+
         slurm("scontrol", "update", "nodename=slurm-worker-1", "state=drain", "reason=bad gres.conf")
         drained = check(tmp_path)
         row = [r for r in drained["nodes"] if r["name"] == "slurm-worker-1"][0]
         assert row["detected"] is None and row["reason"].startswith("node is IDLE+DRAIN: bad gres.conf")
         assert "--nodelist=slurm-worker-0,slurm-worker-2" in drained["cmd"]
+        survey = run_playbook("node_check.yml", "-e", "preflight_gpu_policy=report")
+        assert '"slurm-worker-1  not checked: IDLE+DRAIN (bad gres.conf' in survey.output, survey.output[-3000:]
     finally:
         run_playbook("local_cluster.yml")

@@ -1,9 +1,8 @@
 """playbooks/preflight.yml on the local cluster: it asks Slurm and allocates nothing, and names
 the variable and the fix for every bad input before any job is submitted. What only a node
-can tell (its GPUs against Slurm's GRES) is found by the node check (node_check.yml here)."""
+can tell (its GPUs against Slurm's GRES) is found by the node check (test_gpu_check.py)."""
 
 import json
-import re
 
 import pytest
 
@@ -27,26 +26,10 @@ def preflight(*extra_vars, check=False):
 def test_preflight_asks_slurm_and_allocates_nothing(local_cluster):
     before = job_ids()
     result = preflight()
-    assert job_ids() == before  # no srun, salloc or sbatch: nothing waits for nodes
+    assert job_ids() - before == set()  # no srun, salloc or sbatch: nothing waits for nodes
     assert "srun" not in result.output
     record = json.load(open("/var/tmp/llmtrain-workspace/local-demo/preflight.json"))
     assert record["usable_nodes"] == NODES and record["excluded_nodes"] == {}
-
-
-def test_gpu_mismatch_fails_the_strict_node_check_naming_each_node_and_report_shows_it(local_cluster):
-    try:
-        run_playbook("local_cluster.yml", "-e", "local_cluster_gres_gpus=2")
-        assert preflight().rc == 0  # Slurm registers 2 GPUs per node, as asked of it: only a node can tell
-        strict = run_playbook("node_check.yml", check=False)
-        assert strict.rc != 0
-        for name in NODES:
-            assert "%s: Slurm registers gpu:2, the node detects 0" % name in strict.output, strict.output[-3000:]
-        report = run_playbook("node_check.yml", "-e", "preflight_gpu_policy=report")
-        rows = [line.split() for line in re.findall(r'"(slurm-worker-\d[^"]*)"', report.output)]
-        # GPUs asked/seen by the step/nvidia-smi/torch/registered by Slurm
-        assert [row[1] for row in rows] == ["0/0/0/0/2"] * 3, report.output[-3000:]
-    finally:
-        run_playbook("local_cluster.yml")
 
 
 BAD_INPUTS = [
