@@ -99,34 +99,45 @@ def test_a_busy_node_is_never_waited_for_and_two_runs_share_the_cluster(foreign_
 
 
 def test_a_bad_node_is_excluded_the_run_goes_on_and_stays_off_it(local_cluster, tmp_path):
+    """Four nodes, slurm_nodes=3, slurm-worker-0 bad through its host vars."""
     run = fresh("shared-bad")
-    # data first, with an inventory that is right, so that the training job meets the bad node
-    run_playbook("deploy.yml", *values(run, slurm_nodes=2))
-    bad = bad_node_inventory(tmp_path, "slurm-worker-0")
-    result = run_playbook("pretrain.yml", *bad, *values(run, slurm_nodes=2))
-    reason = "no network interface ib0 on slurm-worker-0 (it has eth0, lo)"
-    assert re.search(r"node check excluded slurm-worker-0 \(%s" % re.escape(reason), result.output), result.output[-5000:]
-    name, state, nodes, excluded = training_job(run)
-    assert state == "COMPLETED" and node_set(nodes) == {"slurm-worker-1", "slurm-worker-2"}, (nodes, excluded)
-    report = open(os.path.join(RUNS, run, "report.md")).read()
-    kept_off = report.split("Nodes the run keeps off", 1)[1]
-    assert "| slurm-worker-0 | %s" % reason in kept_off, report
-    assert json.load(open(os.path.join(WORKSPACE, run, "bad_nodes.json")))["slurm-worker-0"]["reason"].startswith(reason)
+    four = dict(slurm_nodes=3, local_cluster_nodes=4)
+    try:
+        run_playbook("local_cluster.yml", *values(run, **four))
+        # data first, with an inventory that is right, so that the training job meets the bad node
+        run_playbook("deploy.yml", *values(run, **four))
+        bad = bad_node_inventory(tmp_path, "slurm-worker-0")
+        result = run_playbook("pretrain.yml", *bad, *values(run, **four))
+        reason = "no network interface ib0 on slurm-worker-0 (it has eth0, lo)"
+        assert re.search(r"node check excluded slurm-worker-0 \(%s" % re.escape(reason), result.output), \
+            result.output[-5000:]
+        name, state, nodes, excluded = training_job(run)
+        assert state == "COMPLETED" and node_set(nodes) == {"slurm-worker-1", "slurm-worker-2", "slurm-worker-3"}, \
+            (nodes, excluded)
+        report = open(os.path.join(RUNS, run, "report.md")).read()
+        kept_off = report.split("Nodes the run keeps off", 1)[1]
+        assert "| slurm-worker-0 | %s" % reason in kept_off, report
+        assert "Steps: 20 of 20" in report
+        recorded = json.load(open(os.path.join(WORKSPACE, run, "bad_nodes.json")))
+        assert recorded["slurm-worker-0"]["reason"].startswith(reason)
 
-    # pretrain_bad_node_policy=fail: the job ends at its check, naming the node; nothing trained
-    os.unlink(os.path.join(WORKSPACE, run, "bad_nodes.json"))
-    failed = run_playbook("pretrain.yml", "--skip-tags", "inference", *bad,
-                          *values(run, slurm_nodes=2, pretrain_force=True, pretrain_bad_node_policy="fail"), check=False)
-    assert failed.rc != 0
-    assert "Its node check found bad node(s) and started nothing" in failed.output, failed.output[-5000:]
-    assert "  slurm-worker-0: " + reason in failed.output
-    assert not os.path.exists(os.path.join(WORKSPACE, run, "metrics.jsonl"))  # archived; no new training
+        # pretrain_bad_node_policy=fail: the job ends at its check, naming the node; nothing trained
+        os.unlink(os.path.join(WORKSPACE, run, "bad_nodes.json"))
+        failed = run_playbook("pretrain.yml", "--skip-tags", "inference", *bad,
+                              *values(run, pretrain_force=True, pretrain_bad_node_policy="fail", **four), check=False)
+        assert failed.rc != 0
+        assert "Its node check found bad node(s) and started nothing" in failed.output, failed.output[-5000:]
+        assert "  slurm-worker-0: " + reason in failed.output
+        assert not os.path.exists(os.path.join(WORKSPACE, run, "metrics.jsonl"))  # archived; no new training
 
-    # a forced rerun keeps off the recorded bad node from the start: no exclusion, no requeue
-    again = run_playbook("pretrain.yml", "--skip-tags", "inference", *bad, *values(run, slurm_nodes=2, pretrain_force=True))
-    assert "node check excluded" not in again.output
-    name, state, nodes, excluded = training_job(run)
-    assert state == "COMPLETED" and "slurm-worker-0" not in node_set(nodes) and excluded == "slurm-worker-0"
+        # a forced rerun keeps off the recorded bad node from the start: no exclusion, no requeue
+        again = run_playbook("pretrain.yml", "--skip-tags", "inference", *bad,
+                             *values(run, pretrain_force=True, **four))
+        assert "node check excluded" not in again.output
+        name, state, nodes, excluded = training_job(run)
+        assert state == "COMPLETED" and "slurm-worker-0" not in node_set(nodes) and excluded == "slurm-worker-0"
+    finally:
+        run_playbook("local_cluster.yml")
 
 
 def test_every_node_bad_fails_naming_each_and_leaves_nothing_queued(local_cluster):
