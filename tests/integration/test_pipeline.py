@@ -1,7 +1,8 @@
 """The front door on the local cluster: ansible-playbook playbooks/pretrain.yml from the
 inventory to a checkpoint, a report and samples; a rerun changes nothing and submits
-nothing; --check submits nothing; per-node settings give per-node env files; a failing
-job fails the play with its log tail and leaves its logs in runs/."""
+nothing, and a controller without the run's files gets them all back; --check submits
+nothing; per-node settings give per-node env files; a failing job fails the play with its
+log tail and leaves its logs in runs/."""
 
 import json
 import os
@@ -58,10 +59,25 @@ def test_pipeline_trains_reports_and_generates(pipeline):
     assert any(name.endswith(".out") for name in os.listdir(os.path.join(local, "logs")))
 
 
-def test_rerun_changes_nothing_and_submits_nothing(pipeline):
+def test_reruns_submit_nothing_a_controller_without_the_run_gets_it_all_then_nothing_changes(pipeline):
+    """A rerun as from another checkout (no runs/<run>/ here; the run finished in the
+    workspace), then a plain rerun."""
+    local = os.path.join(RUNS, RUN)
+    kept = {name: open(os.path.join(local, name), "rb").read()
+            for name in ("report.md", "metrics.jsonl", "samples.txt", "facts.json")}
+    logs = sorted(os.listdir(os.path.join(local, "logs")))
+    shutil.rmtree(local)
     before = job_ids()
+    restored = run_playbook("pretrain.yml")
+    assert job_ids() - before == set()
+    for name, content in kept.items():
+        assert open(os.path.join(local, name), "rb").read() == content, name
+    assert sorted(os.listdir(os.path.join(local, "logs"))) == logs
+    with open(os.path.join(local, "loss.png"), "rb") as handle:
+        assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert restored.changed > 0
     again = run_playbook("pretrain.yml")
-    assert again.changed == 0, again.output[-4000:]
+    assert again.changed == 0, again.output[-4000:]  # it has everything now
     assert job_ids() - before == set()  # (finished jobs may age out of the controller meanwhile)
 
 
