@@ -102,9 +102,10 @@ docs: venv
 changelog: venv
 	$(BIN)/antsibull-changelog release --reload-plugins --refresh
 
-# Speed and memory figures, printed and written to docs/benchmarks.md.
+# Speed and memory figures, printed and written to docs/benchmarks.md; one section again:
+# make bench BENCH_ARGS="--only Trainer"
 bench: venv
-	$(BIN)/python bench/report.py
+	$(BIN)/python bench/report.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache tests/output

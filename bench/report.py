@@ -1,13 +1,17 @@
 """Run the benchmarks, print their figures and write docs/benchmarks.md.
 
-    python bench/report.py            # what `make bench` runs
+    python bench/report.py                    # what `make bench` runs
+    python bench/report.py --only Trainer     # rerun the sections whose title has "Trainer";
+                                              # keep the others as docs/benchmarks.md has them
 
 Each benchmark is a script in this directory that prints a markdown section with
 `--format markdown`; this file adds the machine, the date and the commands.
 """
 
+import argparse
 import datetime
 import os
+import re
 import platform
 import subprocess
 import sys
@@ -33,19 +37,40 @@ def machine():
         cpu, os.cpu_count(), memory, platform.platform(), platform.python_version())
 
 
-def main():
+def kept_sections(path):
+    """{title: section text} of an existing benchmarks file."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    parts = re.split(r"^## ", text, flags=re.M)[1:]
+    return {part.split("\n", 1)[0]: "## " + part.strip() for part in parts}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="rerun only the benchmarks whose title contains TEXT (repeatable)")
+    args = parser.parse_args(argv)
+    out = ROOT / "docs" / "benchmarks.md"
+    kept = kept_sections(out)
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = []
-    for title, argv in BENCHMARKS:
-        print("== %s: %s" % (title, " ".join(argv[1:])), flush=True)
-        proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, universal_newlines=True, check=False)
+    for title, argv_ in BENCHMARKS:
+        if args.only and not any(text.lower() in title.lower() for text in args.only):
+            if title not in kept:
+                sys.exit("%s is not in %s: run it too (drop --only)" % (title, out.relative_to(ROOT)))
+            sections.append(kept[title])
+            continue
+        print("== %s: %s" % (title, " ".join(argv_[1:])), flush=True)
+        proc = subprocess.run(argv_, cwd=ROOT, stdout=subprocess.PIPE, universal_newlines=True, check=False)
         print(proc.stdout, flush=True)
         if proc.returncode != 0:
-            sys.exit("%s failed with exit code %d" % (" ".join(argv[1:]), proc.returncode))
-        sections.append("## %s\n\nCommand: `python %s`\n\n%s" % (title, " ".join(argv[1:]), proc.stdout.strip()))
-    text = "# Benchmarks\n\nWritten by `make bench` on %s.\n\nMachine: %s.\n\n%s\n" % (
-        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine(),
-        "\n\n".join(sections))
-    out = ROOT / "docs" / "benchmarks.md"
+            sys.exit("%s failed with exit code %d" % (" ".join(argv_[1:]), proc.returncode))
+        sections.append("## %s\n\nCommand: `python %s`, on %s.\n\n%s" % (title, " ".join(argv_[1:]), now,
+                                                                         proc.stdout.strip()))
+    text = "# Benchmarks\n\nWritten by `make bench`; each section says when it was measured.\n\nMachine: %s.\n\n%s\n" % (
+        machine(), "\n\n".join(sections))
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)
     print("wrote %s" % out.relative_to(ROOT))

@@ -39,6 +39,16 @@ def test_parameter_count_and_weight_tying():
     assert model.num_params(non_embedding=True) == expected_params(256, 32, 2, 32) - 32 * 32
 
 
+def test_without_bias_only_weights_remain_and_the_optimizer_is_multi_tensor_on_cpu():
+    model = GPT(GPTConfig(vocab_size=256, block_size=32, n_layer=2, n_head=2, n_embd=32, bias=False))
+    names = [name for name, _p in model.named_parameters()]
+    assert not [name for name in names if name.endswith(".bias")]
+    # biases: per block 3 Linear (qkv 3C, proj C, fc 4C, mlp proj C) + 2 LayerNorm (2C), and ln_f (C)
+    assert tiny().num_params() - model.num_params() == 2 * (3 * 32 + 32 + 4 * 32 + 32 + 2 * 32) + 32
+    optimizer = model.configure_optimizer(weight_decay=0.1, lr=1e-3, device_type="cpu")
+    assert all(group["foreach"] and not group["fused"] for group in optimizer.param_groups)
+
+
 def test_gpt2_small_shape_has_124m_parameters():
     with torch.device("meta"):
         model = GPT(GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768))

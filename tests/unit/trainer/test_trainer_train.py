@@ -145,10 +145,11 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_one_before(tmp_path, refer
     assert losses(read_metrics(out)) == losses(read_metrics(reference_run[0]))
 
 
-def test_resuming_with_another_model_shape_is_refused(tmp_path, reference_run, train_args):
+@pytest.mark.parametrize("flag", ["--n-layer=3", "--no-bias"])
+def test_resuming_with_another_model_shape_is_refused(tmp_path, reference_run, train_args, flag):
     out = tmp_path / "run"
     shutil.copytree(reference_run[0], out)
-    result = run_module("train", *train_args, "--out", out, "--steps", "30", "--n-layer", "3")
+    result = run_module("train", *train_args, "--out", out, "--steps", "30", flag)
     assert result.returncode == 2
     assert "use the same model flags or another --out" in result.stderr
     assert read_metrics(out) == read_metrics(reference_run[0])

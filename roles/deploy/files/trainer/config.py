@@ -23,6 +23,8 @@ class TrainConfig:
     n_embd: int = knob(384, "embedding width; a multiple of --n-head")
     block_size: int = knob(256, "context length in tokens")
     dropout: float = knob(0.0, "dropout probability")
+    bias: bool = knob(True, "biases in the Linear and LayerNorm layers (--no-bias: none, as many GPT-2-style "
+                            "trainers; a little faster)")
     # optimisation
     steps: int = knob(0, "total optimizer steps of the run")
     batch_size: int = knob(16, "sequences per rank per micro-step")

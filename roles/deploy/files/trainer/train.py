@@ -289,10 +289,11 @@ class Training:
         self.cfg, self.dist, self.out_dir = cfg, dist, out_dir
         self.start_step = state["step"] if state else 0
         self.model_cfg = GPTConfig(vocab_size=int(meta["vocab_size"]), block_size=cfg.block_size, n_layer=cfg.n_layer,
-                                   n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout)
+                                   n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias)
         if state:
             shape = {k: v for k, v in asdict(self.model_cfg).items() if k != "dropout"}
-            saved_shape = {k: state["model_config"].get(k) for k in shape}
+            # (checkpoints from before --bias existed have biases)
+            saved_shape = {k: state["model_config"].get(k, True if k == "bias" else None) for k in shape}
             if saved_shape != shape:
                 raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} are of a model {saved_shape}, the "
                                   f"config asks for {shape}; use the same model flags or another --out")
@@ -303,7 +304,12 @@ class Training:
         self.tokens_seen, self.prior_elapsed = 0, 0.0
         if state:
             self.raw_model.load_state_dict(state["model"])
+            # the kernel is this run's choice (a checkpoint made on another device, or before
+            # foreach, would bring its own along): the saved state, this optimizer's kernel
+            kernels = [{k: group[k] for k in ("foreach", "fused") if k in group} for group in self.optimizer.param_groups]
             self.optimizer.load_state_dict(state["optimizer"])
+            for group, kernel in zip(self.optimizer.param_groups, kernels):
+                group.update(kernel)
             self.tokens_seen, self.prior_elapsed = state["tokens_seen"], state["elapsed_s"]
             if len(state["rng"]) == dist.world_size:
                 set_rng_state(state["rng"][dist.rank])
@@ -380,7 +386,8 @@ class Training:
                 (loss / A).backward()
             loss_sum += loss.detach().float()
         if cfg.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            # foreach: one kernel for all gradients (torch's default only on CUDA)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.tokens_seen += self.tokens_per_step
