@@ -6,8 +6,10 @@
    (prepare, train, generate) submitted by hand in sequence with `sbatch --wait`;
 2. completion latency: the training job's last log line (its own end time) -> the
    watching task's result line on the terminal, and Slurm queries per second while watching;
-3. a no-op rerun of the finished pipeline: wall time and jobs submitted;
-4. preflight (with the GPU check) + one submission at 1, 3 and 8 local nodes;
+3. a no-op rerun of the finished pipeline: wall time and jobs of any kind it made (none: not
+   even an allocation);
+4. at 1, 3 and 8 local nodes: preflight (it asks Slurm, allocates nothing) and the node check
+   step that every job starts with, in a job the size of the cluster;
 5. orchestration overhead: pipeline wall time minus the jobs' own elapsed time, and the
    number of Ansible tasks it runs.
 
@@ -34,7 +36,6 @@ BIN = Path(sys.executable).parent
 WORKSPACE = Path("/var/tmp/llmtrain-workspace")
 RUN = "bench"
 CLUSTER_DIR = Path("/var/lib/llmtrain-local-cluster")
-SETUP_STEPS = ("llmtrain-preflight", "llmtrain-gpu-check")
 
 
 SHIM_DIR = Path(tempfile.gettempdir()) / ("llmtrain-bench-%d" % os.getpid())  # made by shim(), removed by main()
@@ -42,11 +43,14 @@ QUERY_LOG = SHIM_DIR / "scontrol.log"
 
 
 def shim():
-    """scontrol on the playbooks' PATH that logs each call (time, arguments), then runs Slurm's."""
+    """scontrol on the playbooks' PATH that logs each call (time, who, arguments), then runs Slurm's.
+    The jobs inherit that PATH: their own calls (the node check, the rendezvous address) are
+    logged as `job`, the playbook's as `play`."""
     real = shutil.which("scontrol")
     SHIM_DIR.mkdir(mode=0o700)
     script = SHIM_DIR / "scontrol"
-    script.write_text('#!/bin/sh\necho "$(date +%%s.%%N) $*" >> %s\nexec %s "$@"\n' % (QUERY_LOG, real))
+    script.write_text('#!/bin/sh\necho "$(date +%%s.%%N) ${SLURM_JOB_ID:+job}${SLURM_JOB_ID:-play} $*" >> %s\n'
+                      'exec %s "$@"\n' % (QUERY_LOG, real))
     script.chmod(0o755)
 
 
@@ -147,7 +151,7 @@ def run_pipeline(steps):
     wall, lines, _rc = play("playbooks/pretrain.yml", *pipeline_vars(steps), stamp=True)
     started = lines[0][0] if lines else time.time()
     jobs = jobs_after(first)
-    work = [j for name, js in jobs.items() if name not in SETUP_STEPS for j in js]
+    work = [j for js in jobs.values() for j in js]
     elapsed = sum((j["end"] - j["start"]) for j in work if j["start"] and j["end"])
     recap = re.search(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=\d+\s+failed=\d+\s+skipped=(\d+)",
                       "\n".join(line for _stamp, line in lines))
@@ -187,11 +191,12 @@ def watch_window(lines):
 
 
 def watch_polls(lines):
-    """(Slurm queries, seconds) while the watch task ran: the scontrol calls the shim logged."""
+    """(Slurm queries, seconds) while the watch task ran: the playbook's scontrol calls the shim
+    logged (not those of the job being watched)."""
     first, last = watch_window(lines)
     if not (first and last and QUERY_LOG.exists()):
         return (0, None)
-    calls = [float(line.split()[0]) for line in QUERY_LOG.read_text().splitlines() if line.split()[1:2]]
+    calls = [float(line.split()[0]) for line in QUERY_LOG.read_text().splitlines() if line.split()[1:2] == ["play"]]
     return (sum(1 for t in calls if first <= t <= last), last - first)
 
 
@@ -247,45 +252,52 @@ def task_times(lines, wall):
 def noop_rerun(steps):
     first = next_job_id()
     wall, lines, _rc = play("playbooks/pretrain.yml", *pipeline_vars(steps))
-    submitted = [j for name, js in jobs_after(first).items() if name not in SETUP_STEPS for j in js]
+    submitted = [j for js in jobs_after(first).values() for j in js]  # allocations of any kind
     recap = re.search(r"changed=(\d+)", "\n".join(line for _stamp, line in lines))
     return dict(wall=wall, submitted=len(submitted), changed=int(recap.group(1)), tasks=task_times(lines, wall))
 
 
 # -- 4: scaling with nodes -------------------------------------------------------------------
 
-SUBMIT_PLAY = """---
-- name: Submit one job the size of the cluster, then cancel it
-  hosts: slurm_login
-  gather_facts: false
-  tasks:
-    - name: Submit
-      llmtrain.slurm.sbatch:
-        name: llmtrain-bench-submit
-        content: "#!/bin/bash\\nsrun hostname\\nsleep 30\\n"
-        chdir: /tmp
-        options: {nodes: "{{ n }}", ntasks-per-node: 1, time: 2, output: /dev/null}
-      register: job
-    - name: Cancel
-      llmtrain.slurm.sbatch:
-        name: llmtrain-bench-submit
-        state: absent
+CHECK_SCRIPT = """#!/bin/bash
+# the node check of the bench run, alone, on every node of the job: its cost, by node count
+echo "check-start $(date +%s.%N)"
+bash {scripts}/node_check.sh --require-torch
+rc=$?
+echo "check-end $(date +%s.%N) exit $rc"
 """
+
+
+def check_step(nodes, tmp):
+    """One job of `nodes` nodes that runs the node check only -> the check's seconds (from the
+    job's own clock, so queueing is not counted)."""
+    script = Path(tmp) / "check.sh"
+    script.write_text(CHECK_SCRIPT.format(scripts=WORKSPACE / RUN / "scripts"))
+    log = Path(tmp) / ("check-%d.out" % nodes)
+    subprocess.run(["sbatch", "--wait", "--parsable", "--job-name=llmtrain-bench-check", "--nodes=%d" % nodes,
+                    "--ntasks-per-node=1", "--time=5", "--output=%s" % log, "--chdir=%s" % tmp, str(script)],
+                   check=True, stdout=subprocess.PIPE, timeout=600)
+    text = log.read_text()
+    start = float(re.search(r"check-start (\S+)", text).group(1))
+    end, status = re.search(r"check-end (\S+) exit (\d+)", text).groups()
+    if status != "0":
+        raise SystemExit("the node check failed at %d nodes:\n%s" % (nodes, text[-3000:]))
+    return float(end) - start
 
 
 def scaling(sizes, runs, keep_nodes):
     results = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        submit_play = Path(tmp) / "submit.yml"
-        submit_play.write_text(SUBMIT_PLAY)
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as tmp:
+        os.chmod(tmp, 0o755)
         for nodes in sizes:
             set_cluster(nodes)
-            pre, sub = [], []
+            pre, check = [], []
             for _run in range(runs):
-                wall, lines, _rc = play("playbooks/preflight.yml", "-e", json.dumps({"slurm_nodes": nodes}))
+                wall, lines, _rc = play("playbooks/preflight.yml",
+                                        "-e", json.dumps({"slurm_nodes": nodes, "pretrain_run_name": RUN}))
                 pre.append(wall)
-                sub.append(play(str(submit_play), "-e", "n=%d" % nodes)[0])
-            results[nodes] = dict(preflight=stats(pre), submit=stats(sub), total=stats([a + b for a, b in zip(pre, sub)]),
+                check.append(check_step(nodes, tmp))
+            results[nodes] = dict(preflight=stats(pre), check=stats(check),
                                   tasks=dict((t, d) for d, t in task_times(lines, wall)))
         set_cluster(keep_nodes)
     return results
@@ -338,7 +350,7 @@ def render(args, pipeline, manual, noops, scale):
     changed = max(r["changed"] for r in noops)
     slowest = noops[len(noops) // 2]["tasks"]
     one, most = scale[min(scale)], scale[max(scale)]
-    scale_ratio = most["total"]["median"] / one["total"]["median"]
+    scale_ratio = most["preflight"]["median"] / one["preflight"]["median"]
 
     def verdict(ok, what):
         return "met" if ok else "missed: %s" % what
@@ -357,17 +369,17 @@ def render(args, pipeline, manual, noops, scale):
         "| 2. job end -> watch task returns | %s | <= 1 s: %s |" % (
             fmt(latency, digits=2),
             verdict(latency["median"] is not None and latency["median"] <= 1.0, "by %.2f s" % ((latency["median"] or 0) - 1.0))),
-        "| 2. Slurm queries per second while watching | %s | <= 1 |" % fmt(q_rates, unit="/s", digits=2),
-        "| 3. no-op rerun | %s, %d job(s) submitted, changed=%d | <= 10 s, 0 jobs: %s |" % (
+        "| 2. Slurm queries per second while watching (the watching task's, not the job's own) | %s | <= 1 |" % fmt(q_rates, unit="/s", digits=2),
+        "| 3. no-op rerun | %s, %d job(s) or allocation(s), changed=%d | <= 5 s, 0 allocations: %s |" % (
             fmt(noop), submitted, changed,
-            verdict(noop["median"] <= 10 and submitted == 0, "by %.1f s" % (noop["median"] - 10))),
+            verdict(noop["median"] <= 5 and submitted == 0, "by %.1f s" % (noop["median"] - 5))),
         "| 5. orchestration overhead (wall - jobs' elapsed) | %s | report |" % fmt(overhead),
         "| 5. the same for the jobs by hand (`sbatch --wait` polling) | %s | report |" % fmt(m_overhead),
         "| 5. Ansible tasks per pipeline run | %d ok, %d skipped | report |" % (
             pipeline[0]["tasks_ok"], pipeline[0]["tasks_skipped"]),
         "",
-        "What dominates the pipeline's extra time: everything before its first job starts (preflight with its "
-        "two srun probes, the env files, deploy) takes %s, against nothing by hand; `sbatch --wait` by hand loses "
+        "What dominates the pipeline's extra time: everything before its first job starts (preflight, "
+        "the env files, deploy) takes %s, against nothing by hand; `sbatch --wait` by hand loses "
         "time instead after each job ends (its polling backs off), which the pipeline's once-a-second watch "
         "does not." % fmt(before_first),
         "",
@@ -377,23 +389,21 @@ def render(args, pipeline, manual, noops, scale):
         "|---:|---|",
     ] + ["| %.2f | %s |" % (d, t.replace("|", "/")) for d, t in slowest if d >= 0.3] + [
         "",
-        "4. Preflight (inputs, cluster, node probe, GPU check) + one submission, by local node count:",
+        "4. Preflight (inputs and what Slurm has; no allocation) and the node check step every job starts "
+        "with (one job of that many nodes running only the check, timed by the job itself), by local node count:",
         "",
-        "| nodes | preflight | submit | total |",
-        "|---:|---|---|---|",
+        "| nodes | preflight | node check step |",
+        "|---:|---|---|",
     ]
     for nodes in sorted(scale):
         s = scale[nodes]
-        out.append("| %d | %s | %s | %s |" % (nodes, fmt(s["preflight"]), fmt(s["submit"]), fmt(s["total"])))
-    out += ["", "%d-node / %d-node total: %.2f (target <= 1.3: %s)." % (
-        max(scale), min(scale), scale_ratio, verdict(scale_ratio <= 1.3, "by %.0f%%" % (100 * (scale_ratio - 1.3))))]
-    grown = sorted(((most["tasks"].get(t, 0) - d, t) for t, d in one["tasks"].items()), reverse=True)[:3]
-    out += ["", "What grows with the node count (one preflight at %d nodes against one at %d):" % (max(scale), min(scale)),
-            "", "| task | %d nodes | %d nodes |" % (min(scale), max(scale)), "|---|---:|---:|"]
-    out += ["| %s | %.2f s | %.2f s |" % (t.replace("|", "/"), one["tasks"][t], most["tasks"].get(t, 0)) for _d, t in grown]
-    out += ["", "The local cluster's nodes share this machine's %d cores: each probe step starts one Python (which "
-            "imports torch) per node, so here their cost adds up node by node, where real nodes would run them "
-            "side by side." % os.cpu_count()]
+        out.append("| %d | %s | %s |" % (nodes, fmt(s["preflight"]), fmt(s["check"])))
+    ratio_verdict = verdict(scale_ratio <= 1.3, "by %.0f%%" % (100 * (scale_ratio - 1.3)))
+    out += ["", "Preflight at %d nodes / at %d nodes: %.2f (target <= 1.3: %s): it reads Slurm's node list "
+            "and never waits for a node." % (max(scale), min(scale), scale_ratio, ratio_verdict)]
+    out += ["", "The local cluster's nodes share this machine's %d cores: the check starts one Python (which "
+            "imports torch) per node, so here its cost grows with the node count, where real nodes would run "
+            "it side by side." % os.cpu_count()]
     if args.format == "text":
         return "\n".join(line.replace("|", " ") for line in out)
     return "\n".join(out)
