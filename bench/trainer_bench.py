@@ -168,7 +168,7 @@ def render(result, form):
     in_process = (f"In one process, on one model and optimizer, in alternating blocks of 20 steps: trainer.train's "
                   f"step {fmt(ms['trainer'], 1, ' ms')}, the public loop's {fmt(ms['public'], 1, ' ms')}; "
                   f"speed ratio {fmt(result['step_ratio'], 3)}. The loop's own cost; the runs above add "
-                  f"process start-up, memory layout and the machine's noise")
+                  f"process start-up, memory layout and the machine's noise.")
     if form == "markdown":
         lines = [f"{caption}.", "", "| loop | tokens/s | peak RSS per rank (MiB) |", "|---|---|---:|"]
         lines += [f"| {label} | {fmt(tps[key])} | {rss[key]} |" for label, key in rows]
