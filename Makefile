@@ -47,7 +47,8 @@ test-integration: venv
 # Molecule scenarios on the real local cluster (extensions/molecule, built-in default driver
 # on localhost): default brings the cluster up, runs playbooks/pretrain.yml, runs it again
 # (no change allowed), verifies the artifacts and takes the cluster down; gpu_mismatch
-# registers placeholder GPUs and checks that strict preflight stops, naming every node.
+# registers placeholder GPUs and checks that the first job's node check stops the run,
+# naming every node, before any training job.
 molecule: venv
 	$(BIN)/molecule test --all
 
