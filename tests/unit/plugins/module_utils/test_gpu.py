@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Runner
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nvidia_smi")
 
@@ -13,21 +14,6 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nvid
 def fixture(name):
     with open(os.path.join(FIXTURES, name)) as handle:
         return handle.read()
-
-
-class FakeRunner:
-    """Answers argv prefixes with (rc, stdout, stderr) and records every call."""
-
-    def __init__(self, answers):
-        self.answers = answers
-        self.calls = []
-
-    def __call__(self, argv, timeout=60):
-        self.calls.append(list(argv))
-        for prefix, answer in self.answers:
-            if argv[:len(prefix)] == prefix:
-                return answer
-        raise AssertionError("unexpected command %r" % argv)
 
 
 QUERY = ["/usr/bin/nvidia-smi", "--query-gpu=" + ",".join(gpu.QUERY_FIELDS), "--format=csv,noheader,nounits"]
@@ -51,12 +37,12 @@ def test_one_gpu():
     gpus = gpu.parse_query_csv(fixture("one_gpu.csv"))
     assert gpus == [dict(index=0, name="NVIDIA GeForce RTX 3090",
                          uuid="GPU-2a7d9d4e-5f3c-11ee-8c99-0242ac120002", memory_total_mib=24576,
-                         driver_version="535.129.03", compute_capability="8.6", mig_mode=None,
-                         mig_devices=[])]
+                    driver_version="535.129.03", compute_capability="8.6", mig_mode=None,
+                    mig_devices=[])]
 
 
 def test_eight_h100_detected_by_nvidia_smi_and_torch():
-    runner = FakeRunner([(QUERY, (0, fixture("h100x8.csv"), "")), (["python"], H100_TORCH)])
+    runner = Runner((QUERY, (0, fixture("h100x8.csv"), "")), (["python"], H100_TORCH))
     result = gpu.detect("python", runner, which_found, environ={"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"})
     assert result["count"] == 8 and result["source"] == "nvidia-smi" and result["reason"] is None
     assert [g["index"] for g in result["gpus"]] == list(range(8))
@@ -67,9 +53,9 @@ def test_eight_h100_detected_by_nvidia_smi_and_torch():
 
 
 def test_mig_devices_are_listed_under_their_gpu():
-    runner = FakeRunner([(QUERY, (0, fixture("a100_mig.csv"), "")),
-                         (["/usr/bin/nvidia-smi", "-L"], (0, fixture("a100_mig_list.txt"), "")),
-                         (["python"], CPU_TORCH)])
+    runner = Runner((QUERY, (0, fixture("a100_mig.csv"), "")),
+                    (["/usr/bin/nvidia-smi", "-L"], (0, fixture("a100_mig_list.txt"), "")),
+                    (["python"], CPU_TORCH))
     result = gpu.detect("python", runner, which_found, environ={})
     first, second = result["gpus"]
     assert first["mig_mode"] == "Enabled" and second["mig_mode"] == "Disabled"
@@ -80,7 +66,7 @@ def test_mig_devices_are_listed_under_their_gpu():
 
 
 def test_driver_missing_is_zero_with_a_reason_not_a_failure():
-    runner = FakeRunner([(QUERY, (9, fixture("no_driver.txt"), "")), (["python"], CPU_TORCH)])
+    runner = Runner((QUERY, (9, fixture("no_driver.txt"), "")), (["python"], CPU_TORCH))
     result = gpu.detect("python", runner, which_found, environ={})
     assert result["count"] == 0 and result["source"] == "none"
     assert "exit 9" in result["reason"] and "driver" in result["reason"]
@@ -88,13 +74,13 @@ def test_driver_missing_is_zero_with_a_reason_not_a_failure():
 
 
 def test_nvidia_smi_missing_falls_back_to_torch():
-    runner = FakeRunner([(["python"], H100_TORCH)])
+    runner = Runner((["python"], H100_TORCH))
     result = gpu.detect("python", runner, which_missing, environ={})
     assert result["count"] == 8 and result["source"] == "torch" and result["nvidia_smi_count"] == 0
 
 
 def test_nothing_at_all():
-    runner = FakeRunner([(["python"], NO_TORCH)])
+    runner = Runner((["python"], NO_TORCH))
     result = gpu.detect("python", runner, which_missing, environ={})
     assert result["count"] == 0
     assert result["reason"] == ("nvidia-smi not found (no NVIDIA driver utilities on PATH); "
@@ -102,9 +88,9 @@ def test_nothing_at_all():
 
 
 def test_old_driver_without_compute_cap_is_queried_again():
-    runner = FakeRunner([(QUERY, (2, fixture("old_driver_field_error.txt"), "")),
-                         (QUERY_OLD, (0, fixture("v100_old_driver.csv"), "")),
-                         (["python"], CPU_TORCH)])
+    runner = Runner((QUERY, (2, fixture("old_driver_field_error.txt"), "")),
+                    (QUERY_OLD, (0, fixture("v100_old_driver.csv"), "")),
+                    (["python"], CPU_TORCH))
     result = gpu.detect("python", runner, which_found, environ={})
     assert result["count"] == 1
     assert result["gpus"][0]["compute_capability"] is None
@@ -112,7 +98,7 @@ def test_old_driver_without_compute_cap_is_queried_again():
 
 
 def test_malformed_csv_is_a_reason():
-    runner = FakeRunner([(QUERY, (0, "0, only two\n", "")), (["python"], CPU_TORCH)])
+    runner = Runner((QUERY, (0, "0, only two\n", "")), (["python"], CPU_TORCH))
     result = gpu.detect("python", runner, which_found, environ={})
     assert result["count"] == 0 and "printed 2 fields where 7 were asked" in result["reason"]
 
@@ -136,12 +122,12 @@ def test_runs_as_a_plain_script_on_this_machine():
 
 def test_detect_takes_the_torch_it_is_given_and_probes_nothing():
     given = json.loads(H100_TORCH[1])
-    runner = FakeRunner([(QUERY, (0, fixture("h100x8.csv"), ""))])
+    runner = Runner((QUERY, (0, fixture("h100x8.csv"), "")))
     result = gpu.detect("python", runner, which_found, environ={}, torch=given)
     assert runner.calls == [QUERY]  # no `python -c TORCH_PROBE`
     assert result["torch"] == given and result["torch_count"] == 8 and result["count"] == 8
 
-    runner = FakeRunner([])
+    runner = Runner()
     result = gpu.detect("python", runner, which_missing, environ={}, torch=json.loads(NO_TORCH[1]))
     assert runner.calls == [] and result["count"] == 0 and result["torch_count"] == 0
     assert result["reason"] == ("nvidia-smi not found (no NVIDIA driver utilities on PATH); "
@@ -149,7 +135,7 @@ def test_detect_takes_the_torch_it_is_given_and_probes_nothing():
 
 
 def test_detect_with_torch_none_still_probes():
-    runner = FakeRunner([(["python"], CPU_TORCH)])
+    runner = Runner((["python"], CPU_TORCH))
     result = gpu.detect("python", runner, which_missing, environ={}, torch=None)
     assert runner.calls == [["python", "-c", gpu.TORCH_PROBE]] and result["torch"]["version"] == "2.13.0+cpu"
 

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, node_check
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Runner
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
 MODULE_UTILS = os.path.dirname(os.path.abspath(node_check.__file__))
@@ -38,21 +39,6 @@ def fixture(*path):
 ])
 def test_registered_gpus(gres, count):
     assert node_check.registered_gpus(gres) == count
-
-
-class Runner:
-    """Answers argv prefixes with (rc, stdout, stderr) and records every call."""
-
-    def __init__(self, *answers):
-        self.answers = list(answers)
-        self.calls = []
-
-    def __call__(self, argv, timeout=60):
-        self.calls.append(list(argv))
-        for prefix, answer in self.answers:
-            if argv[:len(prefix)] == prefix:
-                return answer
-        raise AssertionError("unexpected command %r" % (argv,))
 
 
 def test_slurm_registered_reads_the_node_s_gres():

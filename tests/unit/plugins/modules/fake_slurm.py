@@ -26,6 +26,22 @@ def fixture(name):
         return handle.read()
 
 
+class Runner:
+    """A faked gpu.run (the runner module_utils take as an argument): answers argv prefixes
+    with (rc, stdout, stderr), in the order given, and records every call."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.calls = []
+
+    def __call__(self, argv, timeout=60):
+        self.calls.append(list(argv))
+        for prefix, answer in self.answers:
+            if argv[:len(prefix)] == prefix:
+                return answer
+        raise AssertionError("unexpected command %r" % (argv,))
+
+
 def scontrol_job(job_id):
     return ["/usr/bin/scontrol", "show", "job", "-o", str(job_id)]
 
