@@ -11,12 +11,22 @@ when its partition has too few other usable nodes, naming each bad node and its 
 
 from __future__ import annotations
 
+import datetime
 import json
+import time
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
 
 # scontrol's Reason for a job that `scontrol requeuehold` put back in the queue
 HELD_AFTER_CHECK = "job_requeued_in_held_state"
+
+# The requeue revoked the job's launch credentials on its nodes, and slurmd refuses a launch
+# whose credential is not newer, to the second, than that revocation ("Job credential
+# revoked": the job ends FAILED, exit code 1, having run nothing). Slurm keeps a requeued job
+# waiting about two minutes for that reason; starting it this many seconds after the requeue
+# finished (the SubmitTime Slurm gives the requeued job) is enough.
+RELAUNCH_AFTER_S = 2
+SCONTROL_TIME = "%Y-%m-%dT%H:%M:%S"
 
 
 def held_after_check(job):
@@ -56,7 +66,19 @@ def too_few_message(job, bad, left, bad_nodes_path):
     return "\n".join(lines)
 
 
-def settle(client, job, bad_nodes_path):
+def relaunch_time(job, now):
+    """When the held job may start again: RELAUNCH_AFTER_S past its requeue, as scontrol
+    writes times (the local time zone, like `now`), and how long until then; a relative
+    time when scontrol's SubmitTime cannot be read."""
+    try:
+        earliest = datetime.datetime.strptime(job.get("submit_time") or "", SCONTROL_TIME) \
+            + datetime.timedelta(seconds=RELAUNCH_AFTER_S)
+    except ValueError:
+        return "now+%d" % (RELAUNCH_AFTER_S + 1), 0.0
+    return earliest.strftime(SCONTROL_TIME), (earliest - now).total_seconds()
+
+
+def settle(client, job, bad_nodes_path, sleep=time.sleep, now=datetime.datetime.now):
     """For a job held after its node check: exclude and release it -> (event, None), or
     cancel it -> (None, message)."""
     bad = read_bad_nodes(bad_nodes_path)
@@ -66,10 +88,15 @@ def settle(client, job, bad_nodes_path):
         return None, too_few_message(job, bad, left, bad_nodes_path)
     scontrol = client.bin("scontrol")
     client.run([scontrol, "update", "JobId=%s" % job["job_id"], "ExcNodeList=%s" % ",".join(exclude)])
+    # Slurm would hold the requeued job about two minutes; a few seconds keep its relaunch
+    # safe (RELAUNCH_AFTER_S). Waiting them out here, before the release, lets the release
+    # start the job at once; the StartTime keeps it safe where this clock runs ahead of the
+    # controller's. Where a site forbids users to move their StartTime, the job starts later.
+    start, wait = relaunch_time(job, now())
+    if wait > 0:
+        sleep(min(wait, RELAUNCH_AFTER_S + 1))
+    client.run([scontrol, "update", "JobId=%s" % job["job_id"], "StartTime=%s" % start], ok_rcs=(0, 1))
     client.run([scontrol, "release", job["job_id"]])
-    # a requeued job waits about two minutes before Slurm schedules it; nothing gains by that
-    # here. Where a site forbids users to move their StartTime, the job simply starts later.
-    client.run([scontrol, "update", "JobId=%s" % job["job_id"], "StartTime=now"], ok_rcs=(0, 1))
     newly = dict((n, bad[n]) for n in exclude if n in bad and n not in (job.get("excluded_nodes") or []))
     return dict(job_id=job["job_id"], restarts=job.get("restarts"), excluded=exclude, bad=newly,
                 message="job %s: node check excluded %s; requeued without %s" % (

@@ -52,8 +52,9 @@ options:
         node check step of a job adds to before it asks Slurm to requeue the job held
         (C(scontrol requeuehold), Reason C(job_requeued_in_held_state))."
       - A job of RV(jobs) held that way has these nodes excluded (C(ExcNodeList)) and is
-        released, and started without Slurm's requeue delay where the site lets users move a
-        job's StartTime; RV(excluded) says so. When its partition has too few other usable
+        released, and started two seconds after its requeue rather than after Slurm's requeue
+        delay (about two minutes) where the site lets users move a job's StartTime; RV(excluded)
+        says so. When its partition has too few other usable
         nodes the job is cancelled instead and the module fails naming each bad node and its reason.
       - Nothing is changed in check mode.
     type: path

@@ -1,5 +1,6 @@
 """exclusion: a job its node check held is released without its bad nodes, or cancelled."""
 
+import datetime
 import json
 
 import pytest
@@ -15,7 +16,8 @@ BAD_NODES = {"n2": dict(reason="no network interface ib0 on n2 (it has eth0, lo)
 def held(**fields):
     """A job as show_job gives it, held by `scontrol requeuehold` after its node check."""
     job = dict(job_id="42", name="gpt2-pretrain", state="PENDING", reason="job_requeued_in_held_state",
-               partition="gpu", num_nodes=2, excluded_nodes=[], restarts=1, active=True)
+               partition="gpu", num_nodes=2, excluded_nodes=[], restarts=1, active=True,
+               submit_time="2026-11-30T10:00:05")
     job.update(fields)
     return job
 
@@ -95,19 +97,44 @@ def bad_nodes_file(tmp_path, entries=None):
 FOUR = [node("n1"), node("n2"), node("n3"), node("n4")]
 
 
-def test_settle_excludes_releases_and_starts_the_job_now(tmp_path):
+def at(text):
+    """A clock stopped at text (scontrol's local time), and the sleeps settle() asks for."""
+    slept = []
+    return (lambda: datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%f")), slept.append, slept
+
+
+def test_settle_excludes_releases_and_starts_the_job_two_seconds_after_its_requeue(tmp_path):
     client = Client(FOUR)
-    event, message = exclusion.settle(client, held(excluded_nodes=["n9"]), bad_nodes_file(tmp_path))
+    now, sleep, slept = at("2026-11-30T10:00:05.250")  # the watcher saw the held job 0.25 s after the requeue
+    event, message = exclusion.settle(client, held(excluded_nodes=["n9"]), bad_nodes_file(tmp_path),
+                                      sleep=sleep, now=now)
     assert message is None and client.cancelled == []
+    # its nodes refuse a relaunch in the second of the requeue ("Job credential revoked"), so the
+    # watcher waits out the rest of those two seconds before it releases the job
+    assert slept == [1.75]
     assert client.ran == [
         (["/usr/bin/scontrol", "update", "JobId=42", "ExcNodeList=n2,n4,n9"], (0,)),
+        (["/usr/bin/scontrol", "update", "JobId=42", "StartTime=2026-11-30T10:00:07"], (0, 1)),  # a site may forbid it
         (["/usr/bin/scontrol", "release", "42"], (0,)),
-        (["/usr/bin/scontrol", "update", "JobId=42", "StartTime=now"], (0, 1)),  # a site may forbid it
     ]
     assert event == dict(
         job_id="42", restarts=1, excluded=["n2", "n4", "n9"], bad={n: e["reason"] for n, e in BAD_NODES.items()},
         message="job 42: node check excluded n2 (no network interface ib0 on n2 (it has eth0, lo)); "
                 "n4 (n4 did not answer the node check within 60 s); requeued without them")
+
+
+@pytest.mark.parametrize("submit_time, clock, start, slept", [
+    ("2026-11-30T10:00:05", "2026-11-30T10:00:09.000", "2026-11-30T10:00:07", []),  # seen late: no wait
+    ("2026-11-30T10:00:05", "2026-11-30T09:58:00.000", "2026-11-30T10:00:07", [3]),  # this clock behind: 3 s at most
+    ("Unknown", "2026-11-30T10:00:05.000", "now+3", []),
+    (None, "2026-11-30T10:00:05.000", "now+3", []),
+])
+def test_settle_starts_the_job_after_the_requeue_whatever_the_clocks(tmp_path, submit_time, clock, start, slept):
+    client = Client(FOUR)
+    now, sleep, waited = at(clock)
+    exclusion.settle(client, held(submit_time=submit_time), bad_nodes_file(tmp_path), sleep=sleep, now=now)
+    assert client.ran[1] == (["/usr/bin/scontrol", "update", "JobId=42", "StartTime=" + start], (0, 1))
+    assert waited == slept
 
 
 def test_settle_names_only_the_nodes_it_newly_excludes(tmp_path):

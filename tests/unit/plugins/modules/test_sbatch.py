@@ -519,8 +519,9 @@ def test_a_job_its_node_check_held_is_released_without_the_bad_nodes(monkeypatch
         (scontrol_job(16), (0, held_job(16, excluded="slurm-worker-2", num_nodes=1), "")),
         (SCONTROL_NODES, (0, nodes_in("ALLOCATED", "IDLE", "DOWN"), "")),
         ([SCONTROL, "update", "JobId=16", "ExcNodeList=slurm-worker-1,slurm-worker-2"], (0, "", "")),
+        # two seconds past the requeue (the recorded SubmitTime), so that its nodes take the relaunch
+        ([SCONTROL, "update", "JobId=16", "StartTime=2026-11-29T21:44:31"], (1, "", "Access/permission denied")),
         ([SCONTROL, "release", "16"], (0, "", "")),
-        ([SCONTROL, "update", "JobId=16", "StartTime=now"], (1, "", "Access/permission denied")),  # allowed to fail
         (scontrol_job(16), (0, job_text("running", 16), "")),
         (scontrol_job(16), (0, fixture("scontrol_job_completed.txt"), "")),
     ])

@@ -287,8 +287,8 @@ def test_a_held_job_is_released_without_its_bad_nodes(monkeypatch, capsys, tmp_p
         (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "MIXED"]), "")),  # look_up: a requeued job
         (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "MIXED"]), "")),  # settle
         ([SCONTROL, "update", "JobId=21", "ExcNodeList=slurm-worker-1"], (0, "", "")),
+        ([SCONTROL, "update", "JobId=21", "StartTime=2026-11-29T21:44:31"], (0, "", "")),  # SubmitTime + 2 s
         ([SCONTROL, "release", "21"], (0, "", "")),
-        ([SCONTROL, "update", "JobId=21", "StartTime=now"], (0, "", "")),
         (scontrol_job(21), (0, released_job(21, "slurm-worker-1"), "")),
     ])
     result = run(slurm_job_info.main, dict(job_id=["21"], bad_nodes_file=path), capsys)
