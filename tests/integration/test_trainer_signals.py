@@ -105,30 +105,7 @@ def test_scancel_usr2_checkpoints_at_the_current_step(workdir):
     assert 5 <= step < STEPS
 
 
-def test_requeue_checkpoints_then_resumes_from_that_step(workdir):
-    job = submit(workdir, "sig-requeue", extra="#SBATCH --requeue")
-    wait_for(lambda: training_step(workdir) >= 5, 120, "training to reach step 5")
-    slurm("scontrol", "requeue", job)
-    resumed = wait_for(lambda: [r for r in records(workdir) if r.get("event") == "resume"], 240,
-                       "the requeued job to resume")
-    done = wait_for(lambda: [r for r in records(workdir) if r.get("event") == "done"], 240, "the run to finish")
-    preempted = [r for r in records(workdir) if r.get("event") == "preempted"]
-    assert preempted and preempted[0]["signal"] == "SIGTERM"
-    assert resumed[0]["step"] == preempted[0]["step"]
-    assert done[0]["step"] == STEPS
-    assert (workdir / "run" / "checkpoints" / ("step_%06d.pt" % STEPS)).exists()
-    assert not (workdir / "run" / "PREEMPTED").exists()
-    losses = [r["step"] for r in records(workdir) if "loss" in r]
-    assert losses == list(range(1, STEPS + 1))  # every step once: none lost, none repeated
-
-
-def test_time_limit_warning_signal_checkpoints_before_the_kill(workdir):
-    # USR2 45 s before a 2-minute limit. Slurm may send a warning signal up to 30 s early,
-    # and one that lands before the trainer has installed its handler is lost (the step
-    # shell ignores USR2 and its children inherit that), so the lead must leave the
-    # trainer time to start: here it arrives 45-75 s into the job.
-    job = submit(workdir, "sig-timelimit", extra="#SBATCH --time=2\n#SBATCH --signal=USR2@45",
-                 pause=0.5, steps=10000)
-    wait_for(lambda: job_state(job) in ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), 240, "the job to end")
-    step = assert_checkpointed_on_signal(workdir, "SIGUSR2")
-    assert 0 < step < 10000
+# A requeue (SIGTERM, checkpoint, resume at the same step, every step once) and the time
+# limit's warning signal (SIGUSR2, checkpoint before the kill) are tested through the
+# playbook, on this same launch shape, in test_reliability.py (preemption and time-limit
+# tests), which also compare the trajectory and count the requeues.
