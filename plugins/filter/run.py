@@ -5,11 +5,16 @@
   text | llmtrain.slurm.env_file_values -> {NAME: value} of an env file the nccl_env role wrote
   [(path, stat)] | llmtrain.slurm.run_dir_errors(uid) -> [message] for run directories others control
   [(path, real path, stat)] | llmtrain.slurm.fetch_refusals(real run dir, max bytes) -> {path: why not fetched}
+  log text | llmtrain.slurm.log_metrics(patterns) -> metrics JSONL from your script's progress lines
 """
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import node_check
+import json
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, node_check
 
 
 def env_file_values(text):
@@ -55,6 +60,17 @@ def fetch_refusals(files, real_run_dir, max_bytes):
     return refused
 
 
+def log_metrics(text, patterns=None):
+    """The metrics file (JSON lines) of a job's log: one record per progress line."""
+    try:
+        compiled = log_progress.compile_patterns(patterns or log_progress.DEFAULT_PATTERNS)
+    except ValueError as err:
+        raise AnsibleFilterError(str(err))
+    records = log_progress.records(str(text or "").splitlines(), compiled)
+    return "".join(json.dumps(dict(r, source="log"), sort_keys=True) + "\n" for r in records)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"env_file_values": env_file_values, "run_dir_errors": run_dir_errors, "fetch_refusals": fetch_refusals}
+        return {"env_file_values": env_file_values, "run_dir_errors": run_dir_errors, "fetch_refusals": fetch_refusals,
+                "log_metrics": log_metrics}

@@ -65,6 +65,24 @@ options:
         returned as RV(node_check) when it exists.
     type: path
     version_added: 0.1.0
+  progress_from_log:
+    description:
+      - For a script that writes no O(metrics_file) (or before it writes one), read RV(progress)
+        from the last job's output instead - the last line among its last 200 that one of the
+        O(progress_regex) patterns matches.
+    type: bool
+    default: false
+    version_added: 0.1.0
+  progress_regex:
+    description:
+      - Regular expressions of a progress line, tried in order, with named groups C(loss)
+        (required), C(step), C(total_steps), C(val_loss), C(lr), C(tokens_per_s).
+      - "Empty - the built-in ones, which recognise C(iter N: loss X), C(step N[/M] ... loss X
+        [... lr Y]) and the Hugging Face Trainer's C({'loss': X, ...}) lines."
+    type: list
+    elements: str
+    default: []
+    version_added: 0.1.0
   log_lines:
     description:
       - When no job of RV(jobs) is active any more, or one waits for nodes that are out of
@@ -209,7 +227,9 @@ progress:
     - The metrics of the last loss record of O(metrics_file) (the keys listed there, null when
       absent), C(percent) when step and total_steps are known, and C(event)/C(event_step) of the
       file's last record (such as C(checkpoint), C(preempted) or C(done); null for a loss record).
-  returned: when metrics_file is given
+    - From the job's output instead with O(progress_from_log) when the metrics file holds no
+      record; C(source) says which (C(metrics) or C(log)).
+  returned: when metrics_file is given or progress_from_log is true
   type: dict
   sample:
     {step: 120, total_steps: 1000, loss: 3.21, val_loss: null, lr: 0.0003, tokens_per_s: 5230.0,
@@ -223,6 +243,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
+from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import last_json_records, progress_of
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
@@ -261,6 +282,8 @@ def main():
             log_lines=dict(type="int", default=0),
             bad_nodes_file=dict(type="path"),
             node_check_file=dict(type="path"),
+            progress_from_log=dict(type="bool", default=False),
+            progress_regex=dict(type="list", elements="str", default=[]),
         ),
         required_one_of=[("job_id", "name")],
         mutually_exclusive=[("job_id", "name")],
@@ -269,6 +292,10 @@ def main():
     p = module.params
     if p["wait_seconds"] < 0:
         module.fail_json(msg="wait_seconds=%s must be 0 (check once) or more" % p["wait_seconds"])
+    try:
+        patterns = compile_patterns(p["progress_regex"] or DEFAULT_PATTERNS) if p["progress_from_log"] else []
+    except ValueError as err:
+        module.fail_json(msg=str(err))
     client = Slurm(module)
     waiter = Waiter(interval=1.0, unreachable_timeout=p["unreachable_timeout"])
     settler = Settler(client, p["bad_nodes_file"], module.check_mode)
@@ -291,14 +318,23 @@ def main():
                 result["log"] = log_summary(jobs[-1]["stdout_path"], tail=p["log_lines"])
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
-    if p["metrics_file"]:
-        records = []
-        if os.path.exists(p["metrics_file"]):
+    if p["metrics_file"] or patterns:
+        records, source = [], "metrics"
+        if p["metrics_file"] and os.path.exists(p["metrics_file"]):
             try:
                 records = last_json_records(p["metrics_file"])
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (p["metrics_file"], err))
+        if not records and patterns and jobs and jobs[-1]["stdout_path"] and os.path.exists(jobs[-1]["stdout_path"]):
+            try:
+                record = last_record(jobs[-1]["stdout_path"], patterns)
+            except (IOError, OSError) as err:
+                module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
+                record = None
+            records, source = ([record], "log") if record else ([], "log")
         result["progress"] = progress_of(records)
+        if result["progress"] is not None:
+            result["progress"]["source"] = source
     if p["node_check_file"] and os.path.exists(p["node_check_file"]):
         result["node_check"] = read_node_check(module, p["node_check_file"])
     if settler.failure:

@@ -25,6 +25,35 @@ def test_job_info_by_ids_with_metrics(monkeypatch, capsys, tmp_path):
     assert result["progress"]["step"] == 10 and result["progress"]["percent"] == 25.0
 
 
+def test_your_scripts_progress_comes_from_its_log_until_it_writes_metrics(monkeypatch, capsys, tmp_path):
+    log = tmp_path / "llmtrain-mine-18.out"
+    log.write_text("config tiny: world size 3\niter 0: loss 5.68, time 1ms\niter 10: loss 3.02, time 1ms\n")
+    running = re.sub(r"StdOut=\S+", "StdOut=%s" % log, fixture("scontrol_job_running.txt"))
+    metrics = tmp_path / "metrics.jsonl"
+    args = dict(job_id=["18"], metrics_file=str(metrics), progress_from_log=True)
+    Slurm(monkeypatch, [(scontrol_job(18), (0, running, ""))])
+    progress = run(slurm_job_info.main, args, capsys)["progress"]
+    assert (progress["step"], progress["loss"], progress["source"]) == (10, 3.02, "log")
+    # its own pattern
+    Slurm(monkeypatch, [(scontrol_job(18), (0, running, ""))])
+    progress = run(slurm_job_info.main, dict(args, progress_regex=[r"iter (?P<step>\d+): loss (?P<loss>\S+), time"]),
+                   capsys)["progress"]
+    assert (progress["step"], progress["loss"]) == (10, 3.02)
+    # a metrics file that it writes wins
+    metrics.write_text(json.dumps(dict(step=12, total_steps=20, loss=2.9)) + "\n")
+    Slurm(monkeypatch, [(scontrol_job(18), (0, running, ""))])
+    progress = run(slurm_job_info.main, args, capsys)["progress"]
+    assert (progress["step"], progress["percent"], progress["source"]) == (12, 60.0, "metrics")
+    # the reference trainer's watch does not read the log
+    metrics.unlink()
+    Slurm(monkeypatch, [(scontrol_job(18), (0, running, ""))])
+    assert run(slurm_job_info.main, dict(args, progress_from_log=False), capsys)["progress"] is None
+    # a pattern without a loss is refused before Slurm is asked
+    Slurm(monkeypatch, [])
+    result = run(slurm_job_info.main, dict(args, progress_regex=[r"iter (?P<step>\d+)"]), capsys)
+    assert result["failed"] and "has no (?P<loss>...) group" in result["msg"]
+
+
 def test_job_info_by_name_and_forgotten_jobs(monkeypatch, capsys, tmp_path):
     rows = squeue_rows(["19", "CANCELLED", "train", "(null)"], ["5", "COMPLETED", "other", "(null)"])
     s = Slurm(monkeypatch, [
