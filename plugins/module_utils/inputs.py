@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import nccl
+from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, nccl
 
 PARTITION = re.compile(r"^[A-Za-z0-9_.-]+$")
 MEMORY = re.compile(r"^[1-9][0-9]*[KMGT]?$")
@@ -84,6 +84,7 @@ def validate(values):
                           "['module load cuda/12.4']." % (setup,))
     errors.extend(_deploy_errors(values))
     errors.extend(_stage_errors(values))
+    errors.extend(_script_errors(values))
     errors.extend(nccl.build_env({k: v for k, v in values.items() if k.startswith(nccl.PREFIX)})[1])
     return errors
 
@@ -129,6 +130,53 @@ def _deploy_errors(values):
 NODE_ITEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-\[\]]*")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
+
+
+def _one_line(value):
+    return isinstance(value, str) and value.strip() != "" and "\n" not in value and "\0" not in value
+
+
+def _script_errors(values):
+    """pretrain_script, pretrain_source_dir, pretrain_source_exclude, pretrain_script_chdir:
+    their form (that the files exist is checked where they are read, on the controller)."""
+    errors = []
+    script, source = values.get("pretrain_script"), values.get("pretrain_source_dir")
+    for name in ("pretrain_script", "pretrain_source_dir", "pretrain_script_chdir"):
+        if name in values and not _one_line(values[name]):
+            errors.append("%s=%r must be a path on one line, or null." % (name, values[name]))
+    if source and _one_line(source):
+        if not script:
+            errors.append("pretrain_source_dir=%s is set but pretrain_script is not: name your training script inside "
+                          "it, such as pretrain_script: train.py." % source)
+        elif _one_line(script) and (script.startswith("/") or ".." in script.split("/")):
+            errors.append("pretrain_script=%s must be a path inside pretrain_source_dir=%s, relative to it (such as "
+                          "train.py or scripts/train.py), when pretrain_source_dir is set." % (script, source))
+    if "inference_script" in values:
+        if not _one_line(values["inference_script"]):
+            errors.append("inference_script=%r must be a path on one line, or null." % (values["inference_script"],))
+        elif not script:
+            errors.append("inference_script=%s is for a run of your own training script (pretrain_script); the "
+                          "reference trainer samples with inference_prompts: unset inference_script, or set "
+                          "pretrain_script." % values["inference_script"])
+        elif values["inference_script"].startswith("/") or ".." in values["inference_script"].split("/"):
+            errors.append("inference_script=%s must be a path relative to the directory your code is deployed to "
+                          "(inside pretrain_source_dir, or the name of one of deploy_extra_files), such as "
+                          "sample.py." % values["inference_script"])
+    if "pretrain_progress_regex" in values:
+        patterns = values["pretrain_progress_regex"]
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            errors.append("pretrain_progress_regex=%r must be a list of regular expressions, such as "
+                          "['^step (?P<step>\\d+) loss (?P<loss>\\S+)'], or [] for the built-in ones." % (patterns,))
+        else:
+            try:
+                log_progress.compile_patterns(patterns)
+            except ValueError as err:
+                errors.append("%s." % err)
+    if "pretrain_source_exclude" in values:
+        message = _strings(values, "pretrain_source_exclude", "[\"data/*\", \"*.ckpt\"]")
+        if message and values["pretrain_source_exclude"] != []:
+            errors.append(message)
+    return errors
 
 
 def _number(value):

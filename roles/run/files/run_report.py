@@ -8,7 +8,8 @@ RUN/report.md. Whatever is missing is reported as missing: a failed run still ge
 report of what exists. The same inputs give the same report (it holds no time of its own).
 
 Facts (every key optional):
-    run_name, workspace, model {...}, env {NAME: value},
+    run_name, workspace, model {...} (the reference trainer's) or
+    script {path, args, chdir, source_dir, files, digest, checkpoints} (your own), env {NAME: value},
     cluster {partition, slurm_version, nodes: [names], gpus_per_node, procs_per_node},
     node_check_table [lines], node_check_time, node_check_job, gpu_policy,
     excluded_nodes {node: reason},
@@ -263,6 +264,21 @@ def model_lines(facts, events):
     return lines
 
 
+def script_lines(facts):
+    """Your training script as it ran: where, with what, from which source."""
+    script = facts.get("script") if isinstance(facts.get("script"), dict) else {}
+    args = script.get("args") if isinstance(script.get("args"), list) else []
+    lines = ["- Script: `%s`" % text(script.get("path")),
+             "- Arguments: %s" % (" ".join("`%s`" % a for a in args) if args else "none"),
+             "- Working directory: `%s`" % text(script.get("chdir"))]
+    if script.get("source_dir"):
+        lines.append("- Source: `%s` (%s file(s), sha1 %s)"
+                     % (script["source_dir"], text(script.get("files")), text(script.get("digest"))))
+    else:
+        lines.append("- Files deployed: %s (sha1 %s)" % (text(script.get("files")), text(script.get("digest"))))
+    return lines
+
+
 def env_lines(facts):
     env = facts.get("env")
     if not isinstance(env, dict):
@@ -286,6 +302,12 @@ def jobs_lines(facts):
 
 
 def checkpoint_lines(facts):
+    if isinstance(facts.get("script"), dict):
+        names = facts["script"].get("checkpoints") or []
+        where = "%s/checkpoints" % text(facts.get("workspace"))
+        if not names:
+            return ["Your script left nothing in `%s` (LLMTRAIN_CHECKPOINT_DIR)." % where]
+        return ["In `%s` (LLMTRAIN_CHECKPOINT_DIR): %s" % (where, ", ".join("`%s`" % n for n in names))]
     if "checkpoint" not in facts:
         return ["Checkpoint: %s." % NOT_RECORDED]
     checkpoint = facts["checkpoint"]
@@ -322,7 +344,10 @@ def render(run_name, metrics, summary, facts, samples, plot_note):
     out += ["", "## Loss", ""]
     out += ["![loss](%s)" % PLOT_FILE] if plot_note is None else [plot_note]
     out += ["", "## Cluster", ""] + cluster_lines(facts, events)
-    out += ["", "## Model", ""] + model_lines(facts, events)
+    if isinstance(facts.get("script"), dict):
+        out += ["", "## Training script", ""] + script_lines(facts)
+    else:
+        out += ["", "## Model", ""] + model_lines(facts, events)
     out += ["", "## Node check", ""] + node_check_lines(facts)
     out += ["", "## NCCL / UCX / Gloo environment", ""] + env_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)

@@ -242,3 +242,24 @@ def test_command_line(tmp_path):
     report = (run_dir / "report.md").read_text()
     assert "- Partition: gpu" in report and "```\nhello\n```" in report
     assert (run_dir / "loss.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_your_own_script_gets_its_section_not_the_reference_trainers_model(tmp_path):
+    script = dict(path="/home/user/llmtrain/gpt2-124m/src/train.py", args=["config/small.py", "--max_iters=20"],
+                  chdir="/home/user/llmtrain/gpt2-124m/src", source_dir="/home/me/nanolm", files=7,
+                  digest="0a1b", checkpoints=["ckpt.pt"])
+    facts = dict(FACTS, model=None, checkpoint=None, script=script)
+    report = report_of(make_run(tmp_path, metrics_records(), facts))
+    assert "## Model" not in report and "n_layer" not in report
+    section = report[report.index("## Training script"):report.index("## Node check")]
+    assert section.splitlines()[2:] == [
+        "- Script: `/home/user/llmtrain/gpt2-124m/src/train.py`",
+        "- Arguments: `config/small.py` `--max_iters=20`",
+        "- Working directory: `/home/user/llmtrain/gpt2-124m/src`",
+        "- Source: `/home/me/nanolm` (7 file(s), sha1 0a1b)", ""]
+    checkpoint = report[report.index("## Checkpoint"):report.index("## Samples")]
+    assert "In `/home/user/llmtrain/checkpoints` (LLMTRAIN_CHECKPOINT_DIR): `ckpt.pt`" in checkpoint
+    facts["script"] = dict(script, checkpoints=[], source_dir=None, args=[])
+    report = report_of(make_run(tmp_path / "again", metrics_records(), facts))
+    assert "- Arguments: none" in report and "- Files deployed: 7 (sha1 0a1b)" in report
+    assert "Your script left nothing in `/home/user/llmtrain/checkpoints` (LLMTRAIN_CHECKPOINT_DIR)." in report

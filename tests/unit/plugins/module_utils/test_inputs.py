@@ -224,3 +224,50 @@ def test_slurm_node_check_timeout_is_at_least_ten_seconds():
         assert inputs.validate(dict(GOOD, slurm_node_check_timeout=value)) == [
             "slurm_node_check_timeout=%r must be a whole number >= 10: seconds the node check step of a job may take."
             % (value,)]
+
+
+@pytest.mark.parametrize("values, words", [
+    (dict(pretrain_source_dir="/home/me/nanolm"),
+     "pretrain_source_dir=/home/me/nanolm is set but pretrain_script is not: name your training script inside it"),
+    (dict(pretrain_source_dir="/home/me/nanolm", pretrain_script="/home/me/nanolm/train.py"),
+     "pretrain_script=/home/me/nanolm/train.py must be a path inside pretrain_source_dir=/home/me/nanolm, relative"),
+    (dict(pretrain_source_dir="/home/me/nanolm", pretrain_script="../other/train.py"),
+     "pretrain_script=../other/train.py must be a path inside pretrain_source_dir"),
+    (dict(pretrain_script_chdir="run\nrm -rf /"), "pretrain_script_chdir='run\\nrm -rf /' must be a path on one line"),
+    (dict(pretrain_source_exclude="data/*"), "pretrain_source_exclude='data/*' must be a list of one-line strings"),
+])
+def test_your_own_scripts_paths_are_checked_before_anything_runs(values, words):
+    errors = inputs.validate(dict(GOOD, **values))
+    assert len(errors) == 1 and errors[0].startswith(words), errors
+
+
+@pytest.mark.parametrize("values", [
+    dict(pretrain_script="/home/me/train.py"),
+    dict(pretrain_source_dir="/home/me/nanolm", pretrain_script="scripts/train.py", pretrain_script_chdir="scripts",
+         pretrain_source_exclude=["data/*", "*.ckpt"]),
+    dict(pretrain_source_dir="~/nanolm", pretrain_script="train.py", pretrain_source_exclude=[]),
+])
+def test_your_own_script_in_a_source_dir_or_alone_passes(values):
+    assert inputs.validate(dict(GOOD, **values)) == []
+
+
+def test_your_progress_patterns_are_checked_before_anything_runs():
+    assert inputs.validate(dict(GOOD, pretrain_progress_regex=[r"^E(?P<step>\d+) L=(?P<loss>\S+)"])) == []
+    errors = inputs.validate(dict(GOOD, pretrain_progress_regex=[r"step (?P<step>\d+)"]))
+    assert errors == ["pretrain_progress_regex: 'step (?P<step>\\\\d+)' has no (?P<loss>...) group: name the loss "
+                      "(and the step, (?P<step>...)) in it."]
+    assert inputs.validate(dict(GOOD, pretrain_progress_regex="iter"))[0].startswith(
+        "pretrain_progress_regex='iter' must be a list of regular expressions")
+
+
+@pytest.mark.parametrize("values, words", [
+    (dict(inference_script="sample.py"), "inference_script=sample.py is for a run of your own training script"),
+    (dict(pretrain_script="/home/me/train.py", inference_script="/home/me/sample.py"),
+     "inference_script=/home/me/sample.py must be a path relative to the directory your code is deployed to"),
+    (dict(pretrain_script="/home/me/train.py", inference_script=["sample.py"]),
+     "inference_script=['sample.py'] must be a path on one line"),
+])
+def test_your_sampling_script_is_checked_before_anything_runs(values, words):
+    errors = inputs.validate(dict(GOOD, **values))
+    assert len(errors) == 1 and errors[0].startswith(words), errors
+    assert inputs.validate(dict(GOOD, pretrain_script="/home/me/train.py", inference_script="sample.py")) == []
