@@ -110,7 +110,14 @@ while iter_num < max_iters:
 else:
     save()
 if ddp:
-    # no rank leaves while rank 0 still writes; the process group goes with the process (a
-    # rank that tears its group down while a peer on another node is still in its own teardown
-    # can abort in gloo)
+    # No rank leaves while another is still working or tearing down: across nodes, gloo can
+    # abort a rank at exit ("terminate called without an active exception") when a peer has
+    # already closed its sockets, even after a final barrier. Each rank counts itself out on
+    # the launcher's store, which outlives the workers, and waits for the others.
     dist.barrier()
+    store = dist.distributed_c10d._get_default_store()
+    dist.destroy_process_group()
+    closed, deadline = store.add("train-closed", 1), time.time() + 30
+    while closed < world_size and time.time() < deadline:
+        time.sleep(0.05)
+        closed = store.add("train-closed", 0)
