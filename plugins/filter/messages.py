@@ -77,6 +77,13 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
         "What the run left is in %s; checkpoints stay in %s/checkpoints and a rerun resumes from the newest."
         % (local_dir, run_dir),
     ]
+    if job["state"] == "TIMEOUT":
+        limit = " (%s)" % job["time_limit"] if job.get("time_limit") else ""
+        lines.append("Slurm stopped it at its time limit%s: it sent SIGUSR2 pretrain_signal_lead seconds before, and the "
+                     "script did not stop on it. A script that saves a checkpoint, writes LLMTRAIN_PREEMPT_MARKER and "
+                     "exits on SIGUSR2 is requeued and continues instead (README, \"Your own training script\"); the "
+                     "steps after its newest checkpoint are lost. Raise slurm_time_limit, or make the script stop on "
+                     "SIGUSR2." % limit)
     if job.get("exit_code") == NODE_CHECK_FAILED_RC and check.get("bad"):
         lines.append("Its node check found bad node(s) and started nothing (pretrain_bad_node_policy=fail, or "
                      "pretrain_requeue_max requeues used up); they are recorded in %s/bad_nodes.json and later jobs "

@@ -3,8 +3,11 @@
 import os
 import re
 import json
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,6 +34,52 @@ def run_playbook(playbook, *extra, check=True, timeout=900):
     if check and result.rc != 0:
         raise AssertionError("%s failed (rc %d):\n%s" % (" ".join(argv), result.rc, proc.stdout[-6000:]))
     return result
+
+
+class BackgroundPlaybook:
+    """ansible-playbook started in the background with extra vars `values`, in a session of its
+    own (its process group is what a terminal's Ctrl-C reaches); its output goes to a temporary
+    file."""
+
+    def __init__(self, values, playbook="pretrain.yml", tags=None, args=()):
+        self.log = tempfile.TemporaryFile("w+")
+        argv = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-e", json.dumps(values)]
+        argv += ["--tags", tags] if tags else []
+        self.proc = subprocess.Popen(argv + list(args), cwd=ROOT, env=ansible_env(), stdout=self.log,
+                                     stderr=subprocess.STDOUT, universal_newlines=True, start_new_session=True)
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def wait(self, timeout=600):
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError("the playbook did not end within %d s:\n%s" % (timeout, self.output()[-6000:]))
+        proc = subprocess.CompletedProcess([], self.proc.returncode, self.output())
+        self.log.close()
+        return PlaybookResult(proc)
+
+    def interrupt(self):
+        """Ctrl-C: SIGINT to the whole process group."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+
+
+def wait_for(predicate, timeout, what, playbook=None):
+    """The first true value of predicate(), polled every 0.25 s; fails after `timeout` s, or
+    as soon as `playbook` (a BackgroundPlaybook) has ended."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if playbook is not None and playbook.proc.poll() is not None:
+            raise AssertionError("the playbook ended while waiting for %s:\n%s" % (what, playbook.output()[-6000:]))
+        time.sleep(0.25)
+    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
 def slurm(*argv, timeout=120):

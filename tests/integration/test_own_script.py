@@ -1,14 +1,18 @@
 """Your own training script, from a directory of its own, on the local cluster: deployed
 whole (version control, caches and what you exclude left out), run in the directory it was
 deployed to on 3 nodes, its progress read from its plain log lines (watch, metrics, loss
-plot), reported as yours, and a finished run is done."""
+plot), reported as yours, and a finished run is done. Preempted with SIGUSR2, a script that
+follows the contract checkpoints, requeues and finishes; one that knows nothing of SIGUSR2 is
+stopped by Slurm at its time limit, and the play says so."""
 
 import json
 import os
 import re
 import shutil
+import subprocess
+import time
 
-from cluster import ROOT, run_playbook, slurm
+from cluster import BIN, ROOT, BackgroundPlaybook, run_playbook, slurm, wait_for
 
 WORKSPACE = "/var/tmp/llmtrain-workspace"
 RUNS = os.path.join(ROOT, "runs")
@@ -71,3 +75,76 @@ def test_your_script_from_its_directory_trains_on_three_nodes_and_a_rerun_submit
     again = run_playbook("pretrain.yml", "-e", json.dumps(settings))
     assert newest_job(run) == trained and newest_job(run, "generate-") == sampled
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0 ", again.output), again.output[-3000:]
+
+
+# Run names of this session: jobs of an earlier session's runs may still be in the queue.
+SESSION = "%05x" % (int(time.time()) % 0xFFFFF)
+
+
+def own_run(name, tmp_path, *args, **settings):
+    """A fresh run of the test script (nccl_env, deploy and pretrain stages, watched every 2 s)
+    started in the background: (run name, the playbook)."""
+    run = "own-%s-%s" % (name, SESSION)
+    for base in (WORKSPACE, RUNS):
+        shutil.rmtree(os.path.join(base, run), ignore_errors=True)
+    source = tmp_path / "nanolm"
+    shutil.copytree(SCRIPT, str(source))
+    settings.update(pretrain_run_name=run, pretrain_source_dir=str(source), pretrain_script="train.py",
+                    pretrain_script_args=["config/tiny.py"] + list(args), pretrain_poll_interval=2)
+    return run, BackgroundPlaybook(settings, tags="nccl_env,deploy,pretrain")
+
+
+def job_log(run, job):
+    path = os.path.join(WORKSPACE, run, "logs", "llmtrain-%s-%d.out" % (run, job))
+    return open(path).read() if os.path.exists(path) else ""
+
+
+def checkpoint_iter(run):
+    """iter_num of the script's checkpoint, read with torch as the script reads it."""
+    code = "import sys, torch; print(torch.load(sys.argv[1], map_location='cpu')['iter_num'])"
+    path = os.path.join(WORKSPACE, run, "checkpoints", "ckpt.pt")
+    return int(subprocess.run([os.path.join(BIN, "python"), "-c", code, path], stdout=subprocess.PIPE,
+                              universal_newlines=True, check=True, timeout=120).stdout)
+
+
+def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(local_cluster, tmp_path):
+    run, play = own_run("preempt", tmp_path, "--max_iters=80", "--iter_pause=0.2", "--log_interval=5")
+    job = wait_for(lambda: newest_job(run), 300, "the training job", play)
+    wait_for(lambda: "iter 10: loss" in job_log(run, job), 300, "the script to log iter 10", play)
+    slurm("scancel", "--signal=USR2", str(job))  # to the job's steps, as a preemption notice is sent
+    signalled = time.monotonic()
+    result = play.wait(600)
+    assert result.rc == 0, result.output[-6000:]
+    log = job_log(run, job)
+    stopped = int(re.search(r"^stopped by SIGUSR2 at iter (\d+), checkpoint saved$", log, flags=re.M).group(1))
+    assert 10 < stopped < 80, log[-3000:]
+    print("own-script: preempt: stopped_at=%d, play_end_after_signal_s=%d" % (stopped, time.monotonic() - signalled))
+    # the job requeued itself, ran the script again, which resumed where it stopped and finished
+    assert "llmtrain: stopped with a checkpoint (SIGUSR2 at iter %d); requeue 1 of 3" % stopped in log, log[-3000:]
+    assert "resuming from %s/checkpoints/ckpt.pt at iter %d" % (os.path.join(WORKSPACE, run), stopped) in log
+    assert re.search(r"^iter 75: loss \d", log, flags=re.M) and checkpoint_iter(run) == 80, log[-3000:]
+    assert newest_job(run) == job and "Restarts=1 " in slurm("scontrol", "show", "job", str(job))
+    # the marker was this start's only: the last start, which finished, did not requeue again
+    assert log.count("requeue 1 of 3") == 1 and "requeue 2 of 3" not in log
+    assert not os.path.exists(os.path.join(WORKSPACE, run, "PREEMPTED"))
+    assert "ends with exit code 0" in log
+    metrics = [json.loads(line) for line in open(os.path.join(RUNS, run, "metrics.jsonl"))]
+    assert [m["step"] for m in metrics][-1] == 75 and {m["step"] for m in metrics} >= {5, stopped // 5 * 5 + 5}
+
+
+def test_a_script_that_ignores_sigusr2_is_stopped_at_its_time_limit_and_the_play_says_so(local_cluster, tmp_path):
+    run, play = own_run("time-limit", tmp_path, "--max_iters=100000", "--iter_pause=0.2", "--log_interval=20",
+                        "--ckpt_interval=20", "--stop_on_sigusr2=False",
+                        slurm_time_limit="00:01:00", pretrain_signal_lead=30)
+    result = play.wait(600)
+    assert result.rc != 0
+    job = newest_job(run)
+    assert "Training job %d (llmtrain-%s) ended TIMEOUT" % (job, run) in result.output, result.output[-6000:]
+    assert "Slurm stopped it at its time limit (00:01:00): it sent SIGUSR2" in result.output
+    log = job_log(run, job)
+    assert "stopped by SIGUSR2" not in log and "requeue 1 of" not in log
+    # the signal did not end it: it trained past the moment the signal came, up to the limit;
+    # what it checkpointed is kept
+    last = max(int(i) for i in re.findall(r"^iter (\d+): loss", log, flags=re.M))
+    print("own-script: time-limit: last_logged_iter=%d, checkpoint_iter=%d" % (last, checkpoint_iter(run)))
+    assert last >= 100 and 0 < checkpoint_iter(run) <= last + 20, log[-3000:]

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from cluster import BIN, CLUSTER_DIR, ROOT, PlaybookResult, ansible_env, slurm
+from cluster import BIN, CLUSTER_DIR, ROOT, BackgroundPlaybook, slurm, wait_for
 
 WORKSPACE = "/var/tmp/llmtrain-workspace"
 RUNS = os.path.join(ROOT, "runs")
@@ -53,36 +53,11 @@ def run_vars(run, steps=60, pause=0.2, interval=10, extra_env=None, **more):
     return values
 
 
-class Playbook:
-    """ansible-playbook started in the background, in a session of its own (its process
-    group is what a terminal's Ctrl-C reaches)."""
+class Playbook(BackgroundPlaybook):
+    """The stages a user reruns (nccl_env, deploy, pretrain) unless told otherwise."""
 
     def __init__(self, values, playbook="pretrain.yml", tags=STAGES, args=()):
-        log_name = re.sub(r"[^\w.-]", "_", str(values["pretrain_run_name"]))
-        self.log = open(os.path.join(RUNS, ".reliability-%s.log" % log_name), "w+")
-        argv = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-e", json.dumps(values)]
-        argv += ["--tags", tags] if tags else []
-        self.proc = subprocess.Popen(argv + list(args), cwd=ROOT, env=ansible_env(), stdout=self.log,
-                                     stderr=subprocess.STDOUT, universal_newlines=True, start_new_session=True)
-
-    def output(self):
-        self.log.seek(0)
-        return self.log.read()
-
-    def wait(self, timeout=600):
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            raise AssertionError("the playbook did not end within %d s:\n%s" % (timeout, self.output()[-6000:]))
-        proc = subprocess.CompletedProcess([], self.proc.returncode, self.output())
-        self.log.close()
-        return PlaybookResult(proc)
-
-    def interrupt(self):
-        """Ctrl-C: SIGINT to the whole process group."""
-        os.killpg(self.proc.pid, signal.SIGINT)
+        super().__init__(values, playbook, tags, args)
 
 
 def run_playbook_now(values, tags=STAGES, timeout=600):
@@ -108,7 +83,7 @@ def remove_runs():
         for base in (WORKSPACE, RUNS):
             if os.path.isdir(base):
                 for name in os.listdir(base):
-                    if name.startswith(("rel-", ".reliability-")):
+                    if name.startswith("rel-"):
                         path = os.path.join(base, name)
                         shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
     remove()
@@ -147,18 +122,6 @@ def checkpoints(run):
 def observe(fault, **figures):
     """Print what a fault cost (with pytest -s): the "observed" column of docs/reliability.md."""
     print("reliability: %s: %s" % (fault, ", ".join("%s=%s" % item for item in sorted(figures.items()))))
-
-
-def wait_for(predicate, timeout, what, playbook=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if playbook is not None and playbook.proc.poll() is not None:
-            raise AssertionError("the playbook ended while waiting for %s:\n%s" % (what, playbook.output()[-6000:]))
-        time.sleep(0.25)
-    raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
 def jobs(run):

@@ -3,7 +3,9 @@
 Settings are module globals with defaults, overridden by a config file and by --key=value
 flags (configurator.py, read from the working directory). Under torchrun it trains with DDP
 (gloo on CPU). It logs plain `iter N: loss X` lines, keeps one checkpoint where out_dir says,
-resumes from it, and on SIGUSR2 checkpoints, writes LLMTRAIN_PREEMPT_MARKER and exits.
+resumes from it, and on SIGUSR2 checkpoints, writes LLMTRAIN_PREEMPT_MARKER and exits; with
+--stop_on_sigusr2=False it is a script that knows nothing of SIGUSR2 (the job step's launcher
+leaves the signal ignored, so it trains on).
 """
 import os
 import signal
@@ -27,6 +29,7 @@ n_embd = 32
 learning_rate = 3e-3
 seed = 1337
 iter_pause = 0.0
+stop_on_sigusr2 = True
 config_name = "defaults"
 config_keys = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, str))]
 exec(open("configurator.py").read())  # the working directory must be this one
@@ -42,7 +45,8 @@ master = rank == 0
 torch.manual_seed(seed + rank)
 
 stop = {"signal": None}
-signal.signal(signal.SIGUSR2, lambda signum, frame: stop.update(signal="SIGUSR2"))
+if stop_on_sigusr2:
+    signal.signal(signal.SIGUSR2, lambda signum, frame: stop.update(signal="SIGUSR2"))
 
 data = torch.tensor(list(open(corpus, "rb").read()), dtype=torch.long)
 

@@ -60,7 +60,7 @@ def test_a_traceback_of_no_known_rank_or_node():
 
 
 def test_a_log_that_was_not_read():
-    assert job_failure_message(dict(FAILED, state="TIMEOUT", reason=None), None, *WHERE).split("\n")[2:] == [
+    assert job_failure_message(dict(FAILED, state="CANCELLED", reason=None), None, *WHERE).split("\n")[2:] == [
         "First error lines of /w/demo/logs/llmtrain-demo-42.out:", "(none)", "Last lines:", "(not readable)"]
 
 
@@ -98,3 +98,15 @@ def test_the_node_check_is_left_out_unless_it_explains_this_failure():
     # the job id may come back as a number from JSON
     assert "  slurm-worker-1: no network interface" in job_failure_message(
         dict(CHECK_FAILED, job_id=42), None, *WHERE, node_check=NODE_CHECK)
+
+
+def test_a_job_stopped_at_its_time_limit_says_the_script_did_not_stop_on_sigusr2():
+    job = dict(FAILED, state="TIMEOUT", exit_code=0, signal=None, reason="TimeLimit", time_limit="00:01:00")
+    lines = job_failure_message(job, dict(errors=[], tail=["iter 90: loss 1.2"]), *WHERE).split("\n")
+    assert lines[0] == "Training job 42 (llmtrain-demo) ended TIMEOUT, exit code 0, reason: TimeLimit."
+    assert lines[2] == (
+        "Slurm stopped it at its time limit (00:01:00): it sent SIGUSR2 pretrain_signal_lead seconds before, and the "
+        "script did not stop on it. A script that saves a checkpoint, writes LLMTRAIN_PREEMPT_MARKER and exits on "
+        "SIGUSR2 is requeued and continues instead (README, \"Your own training script\"); the steps after its newest "
+        "checkpoint are lost. Raise slurm_time_limit, or make the script stop on SIGUSR2.")
+    assert not any("time limit" in line for line in job_failure_message(FAILED, {}, *WHERE).split("\n"))
