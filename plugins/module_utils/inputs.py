@@ -115,6 +115,15 @@ def _deploy_errors(values):
         if not isinstance(base, str) or not base.strip() or "\n" in base or "\0" in base:
             errors.append("deploy_venv_base_python=%r must name the interpreter on the nodes that makes the venv, "
                           "such as python3 or /usr/bin/python3.11." % (base,))
+    if "deploy_tokenizer" in values:
+        tokenizer = values["deploy_tokenizer"]
+        if not (tokenizer in ("bytes", "bpe") or (isinstance(tokenizer, str) and tokenizer.startswith("/")
+                                                  and tokenizer.endswith(".json") and _one_line(tokenizer))):
+            errors.append("deploy_tokenizer=%r must be bytes, bpe, or the absolute path of a tokenizer.json on the "
+                          "cluster, such as /shared/tokenizers/gpt2/tokenizer.json." % (tokenizer,))
+        elif tokenizer == "bpe":
+            _count(errors, values, "deploy_vocab_size", 512, "tokens of the BPE to train (the 256 bytes, the merges "
+                   "and <|endoftext|>)")
     if str(values.get("deploy_venv_create")).lower() in ("true", "yes", "on", "1"):
         python = values.get("slurm_python")
         # (a missing or empty slurm_python has its own message)

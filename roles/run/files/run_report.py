@@ -261,6 +261,8 @@ def model_lines(facts, events):
         lines.append("- Parameters: %s" % fmt_int(start["params"]))
     if is_number(start.get("tokens_per_step")):
         lines.append("- Tokens per step: %s" % fmt_int(start["tokens_per_step"]))
+    if start.get("tokenizer") and is_number(start.get("vocab_size")):
+        lines.append("- Tokenizer: %s, vocabulary %s" % (text(start["tokenizer"]), fmt_int(start["vocab_size"])))
     return lines
 
 

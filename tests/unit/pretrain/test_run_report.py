@@ -33,7 +33,7 @@ def loss_record(step, loss, **extra):
 def metrics_records():
     """A run preempted at step 40 and resumed there, with val losses at 50 and 100."""
     records = [{"event": "start", "step": 0, "total_steps": 100, "world_size": 12, "device": "cuda:0",
-                "params": 124439808, "tokens_per_step": 4096}]
+                "params": 124439808, "tokens_per_step": 4096, "tokenizer": "bpe", "vocab_size": 50257}]
     records += [loss_record(step, 5.0 - step / 40) for step in (10, 20, 30, 40)]
     records += [{"event": "checkpoint", "step": 40, "path": "/ws/run/checkpoints/step_40.pt"},
                 {"event": "preempted", "step": 40, "signal": "SIGUSR2"},
@@ -111,6 +111,7 @@ def test_full_report(tmp_path):
         "- GPUs per node: 4",
         "- World size: 12 ranks on cuda:0",
         "- Parameters: 124,439,808",
+        "- Tokenizer: bpe, vocabulary 50,257",
         "- n_embd: 768",
         "## Node check\n\nJob 102 checked its nodes at 2026-01-01T09:58:00Z (GPUs asked/seen by the step/"
         "nvidia-smi/torch/registered by Slurm; GPU policy strict):\n\n```\n"

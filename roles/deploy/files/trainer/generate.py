@@ -3,7 +3,9 @@
     python -m trainer.generate --checkpoint RUN --prompt TEXT [--prompt TEXT ...] [--prompt-file F]
         [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S] [--json]
 
---checkpoint is a run directory, its checkpoints/ directory, or one checkpoint file. Each
+--checkpoint is a run directory, its checkpoints/ directory, or one checkpoint file. Text is
+encoded and decoded with the tokenizer the checkpoint carries (bytes, or the BPE its data was
+prepared with); --tokenizer FILE gives one to a model trained on token files that had none. Each
 prompt is sampled with a generator seeded by --seed, so the same seed gives the same text
 for a prompt whatever the other prompts are. Text goes to stdout (with --json: a list of
 {"prompt", "completion"}); what was loaded goes to stderr.
@@ -18,9 +20,9 @@ import torch
 
 from .checkpoint import CheckpointError, find_checkpoint
 from .model import GPT, GPTConfig
+from .tokenizer import Codec, TokenizerError
 
-BYTE_VOCAB = 256
-EMPTY_PROMPT_TOKEN = ord("\n")  # an empty prompt starts the text as if after a newline
+EMPTY_PROMPT = "\n"  # an empty prompt starts the text as if after a newline
 
 
 def read_prompt_file(path):
@@ -44,6 +46,7 @@ def parse_args(argv):
     p.add_argument("--temperature", type=float, default=0.8, help="0 always takes the most likely token")
     p.add_argument("--top-k", type=int, default=50, help="sample from the k most likely tokens; 0: all")
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--tokenizer", metavar="FILE", help="a tokenizer.json to use instead of the checkpoint's")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: one GPU if there is one")
     p.add_argument("--json", action="store_true", help="print a JSON list of {prompt, completion}")
     args = p.parse_args(argv)
@@ -61,12 +64,13 @@ def parse_args(argv):
     return p, args
 
 
-def generate(model, prompt, max_new_tokens, temperature, top_k, seed, device):
-    ids = list(prompt.encode("utf-8")) or [EMPTY_PROMPT_TOKEN]
+def generate(model, codec, prompt, max_new_tokens, temperature, top_k, seed, device):
+    ids = codec.encode(prompt) or codec.encode(EMPTY_PROMPT)
     generator = torch.Generator(device=device).manual_seed(seed)
     idx = torch.tensor([ids], dtype=torch.long, device=device)
-    out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)
-    return bytes(out[0, len(ids):].tolist()).decode("utf-8", errors="replace")
+    out = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator,
+                         vocab_size=codec.vocab_size)
+    return codec.decode(out[0, len(ids):].tolist())
 
 
 def main(argv=None):
@@ -75,17 +79,21 @@ def main(argv=None):
         path, state = find_checkpoint(args.checkpoint)
     except CheckpointError as e:
         parser.error(str(e))
-    if state["model_config"]["vocab_size"] != BYTE_VOCAB:
-        parser.error(f"--checkpoint {path}: vocabulary of {state['model_config']['vocab_size']} tokens; "
-                     "this script decodes byte-level (256) models only")
+    try:
+        codec = Codec.from_file(args.tokenizer) if args.tokenizer else Codec(state.get("tokenizer"))
+    except (TokenizerError, OSError) as e:
+        parser.error(f"--checkpoint {path}: {e}" if not args.tokenizer else f"--tokenizer {args.tokenizer}: {e}")
+    if codec.vocab_size > state["model_config"]["vocab_size"]:
+        parser.error(f"the tokenizer has {codec.vocab_size} tokens, the model of {path} only "
+                     f"{state['model_config']['vocab_size']}: give the tokenizer its data was prepared with")
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
     model = GPT(GPTConfig(**state["model_config"]))
     model.load_state_dict(state["model"])
     model.to(device).eval()
-    print(f"generate: {path} (step {state['step']}, {model.num_params() / 1e6:.2f}M parameters) on {device}",
-          file=sys.stderr, flush=True)
+    print(f"generate: {path} (step {state['step']}, {model.num_params() / 1e6:.2f}M parameters, tokenizer "
+          f"{codec.describe()}) on {device}", file=sys.stderr, flush=True)
     results = [{"prompt": prompt,
-                "completion": generate(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed, device)}
+                "completion": generate(model, codec, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed, device)}
                for prompt in args.prompt]
     if args.json:
         print(json.dumps(results, indent=2, ensure_ascii=False))

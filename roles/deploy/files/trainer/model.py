@@ -8,6 +8,16 @@ from torch import nn
 import torch.nn.functional as F
 
 
+VOCAB_MULTIPLE = 64
+
+
+def padded_vocab(vocab_size):
+    """The model's vocabulary: the tokenizer's, rounded up to a multiple of 64 (the embedding and
+    output matrices then tile evenly on GPUs). The extra rows are never a target and are masked
+    out when sampling."""
+    return -(-int(vocab_size) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+
 @dataclass
 class GPTConfig:
     vocab_size: int = 256
@@ -127,11 +137,14 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, **kernel)
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
-        """Append max_new_tokens sampled tokens to idx (B, T); temperature 0 picks the most likely."""
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None, vocab_size=None):
+        """Append max_new_tokens sampled tokens to idx (B, T); temperature 0 picks the most likely.
+        vocab_size: the tokenizer's (the model's is padded); tokens past it are never picked."""
         for _token in range(max_new_tokens):
             logits, _loss = self(idx[:, -self.config.block_size:])
             logits = logits[:, -1, :].float()
+            if vocab_size is not None and vocab_size < logits.size(-1):
+                logits[:, vocab_size:] = float("-inf")
             if temperature == 0:
                 next_token = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -36,8 +36,9 @@ from .config import ConfigError, add_config_flags, parse_signal, resolve_config
 from .data import TRAIN_STREAM, VAL_STREAM, open_tokens, window_starts, windows
 from .fsio import atomic_file, remove_temp_files
 from .mfu import mfu, peak_bf16_flops
-from .model import GPT, GPTConfig
+from .model import GPT, GPTConfig, padded_vocab
 from .prepare import DataError, read_meta
+from .tokenizer import tokenizer_record
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; run it again to continue
 PREEMPTED_MARKER = "PREEMPTED"
@@ -288,12 +289,20 @@ class Training:
         metrics file with its start or resume event."""
         self.cfg, self.dist, self.out_dir = cfg, dist, out_dir
         self.start_step = state["step"] if state else 0
-        self.model_cfg = GPTConfig(vocab_size=int(meta["vocab_size"]), block_size=cfg.block_size, n_layer=cfg.n_layer,
+        self.model_cfg = GPTConfig(vocab_size=padded_vocab(int(meta["vocab_size"])), block_size=cfg.block_size, n_layer=cfg.n_layer,
                                    n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias)
+        # what decodes the model's tokens, carried in every checkpoint (generate needs no data dir)
+        self.tokenizer = tokenizer_record(data_dir, meta)
         if state:
             shape = {k: v for k, v in asdict(self.model_cfg).items() if k != "dropout"}
             # (checkpoints from before --bias existed have biases)
             saved_shape = {k: state["model_config"].get(k, True if k == "bias" else None) for k in shape}
+            if saved_shape["vocab_size"] != shape["vocab_size"]:
+                saved_tokenizer = (state.get("tokenizer") or {"kind": "bytes", "vocab_size": 256})
+                raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} were trained on tokens of another "
+                                  f"tokenizer ({saved_tokenizer['kind']}, {saved_tokenizer['vocab_size']} tokens) than "
+                                  f"--data {data_dir} holds ({self.tokenizer['kind']}, {self.tokenizer['vocab_size']} "
+                                  "tokens): prepare the data as before, or train into another --out")
             if saved_shape != shape:
                 raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} are of a model {saved_shape}, the "
                                   f"config asks for {shape}; use the same model flags or another --out")
@@ -344,7 +353,8 @@ class Training:
             (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
             event = {"event": "resume" if self.start_step else "start", "step": self.start_step,
                      "total_steps": cfg.steps, "world_size": dist.world_size, "device": str(device),
-                     "params": self.raw_model.num_params(), "tokens_per_step": self.tokens_per_step}
+                     "params": self.raw_model.num_params(), "tokens_per_step": self.tokens_per_step,
+                     "tokenizer": self.tokenizer["kind"], "vocab_size": self.tokenizer["vocab_size"]}
             if self.start_step:
                 event.update(checkpoint=resume_path, discarded_records=self.metrics.dropped)
             self.metrics.write(event)
@@ -439,6 +449,7 @@ class Training:
                     "elapsed_s": self.elapsed_s(),
                     "model": self.raw_model.state_dict(),
                     "model_config": asdict(self.model_cfg),
+                    "tokenizer": self.tokenizer,
                     "optimizer": self.optimizer.state_dict(),
                     "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
                                   "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},

@@ -13,7 +13,7 @@ GOOD = dict(pretrain_run_name="gpt2-124m", pretrain_steps=20000, pretrain_batch_
             nccl_env_socket_ifname="eth0", nccl_env_ib_hca="mlx5_0:1",
             deploy_venv_create=True, deploy_venv_base_python="python3.11", deploy_venv_packages=["torch==2.13.0", "numpy"],
             deploy_venv_pip_args=["--index-url", "https://download.pytorch.org/whl/cu124"],
-            deploy_venv_system_site_packages=False)
+            deploy_venv_system_site_packages=False, deploy_tokenizer="bpe", deploy_vocab_size=32768)
 
 
 def test_a_good_inventory_passes():
@@ -66,6 +66,10 @@ def test_a_newline_never_reaches_a_job_script(name, value):
     ("deploy_venv_packages", "torch numpy", "list of one-line strings"),
     ("deploy_venv_pip_args", ["--index-url", ""], "list of one-line strings"),
     ("deploy_venv_base_python", "", "makes the venv"),
+    ("deploy_tokenizer", "gpt2", "bytes, bpe, or the absolute path of a tokenizer.json"),
+    ("deploy_tokenizer", "tokenizers/t.json", "absolute path"),
+    ("deploy_tokenizer", "/t.json\nrm -rf /", "absolute path"),
+    ("deploy_vocab_size", 256, "must be a whole number >= 512: tokens of the BPE"),
 ])
 def test_each_bad_value_is_named_with_its_fix(name, value, words):
     errors = inputs.validate(dict(GOOD, **{name: value}))
@@ -271,3 +275,8 @@ def test_your_sampling_script_is_checked_before_anything_runs(values, words):
     errors = inputs.validate(dict(GOOD, **values))
     assert len(errors) == 1 and errors[0].startswith(words), errors
     assert inputs.validate(dict(GOOD, pretrain_script="/home/me/train.py", inference_script="sample.py")) == []
+
+
+def test_a_tokenizer_file_needs_no_vocabulary_size():
+    assert inputs.validate(dict(GOOD, deploy_tokenizer="/shared/tok/tokenizer.json", deploy_vocab_size=0)) == []
+    assert inputs.validate(dict(GOOD, deploy_tokenizer="bytes", deploy_vocab_size=0)) == []
