@@ -35,7 +35,7 @@ def measure(args):
         for name, flags in CASES:
             seconds, training, meta = [], [], None
             for _run in range(args.runs):
-                out = Path(tmp) / name.split(",")[0]
+                out = Path(tmp) / name.split(",", maxsplit=1)[0]
                 started = time.perf_counter()
                 printed = subprocess.run([sys.executable, "-m", "trainer.prepare", "--input", "stdlib", "--out", str(out),
                                           "--max-bytes", str(args.max_bytes), "--force", *flags], cwd=FILES_DIR,
@@ -50,8 +50,8 @@ def measure(args):
                             "corpus_bytes": corpus})
     corpus = results[0]["corpus_bytes"]
     for r in results:
-        r["mb_per_s"] = spread([corpus / 1e6 / s for s in [r["seconds"]["min"], r["seconds"]["median"],
-                                                             r["seconds"]["max"]]])
+        seconds = r["seconds"]
+        r["mb_per_s"] = spread([corpus / 1e6 / seconds[key] for key in ("min", "median", "max")])
         r["bytes_per_token"] = corpus / (r["meta"]["train_tokens"] + r["meta"]["val_tokens"])
     return {"corpus_bytes": corpus, "runs": args.runs, "cpus": os.cpu_count(), "results": results}
 
