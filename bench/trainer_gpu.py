@@ -7,11 +7,21 @@ and MFU from its metrics.jsonl. Without a CUDA device it says so and exits 0.
     python bench/trainer_gpu.py                  # all GPUs of this machine
     python bench/trainer_gpu.py --gpus 1 --format json
     python bench/trainer_gpu.py --smoke          # a tiny model, any device: checks the script itself
+
+MFU is the trainer's own figure: tokens/s x FLOPs per token / (GPUs x the GPU's dense bf16
+peak), FLOPs per token = 6*N + 12*L*H*Q*T (trainer.model.GPT.flops_per_token): N the
+parameters less the position table, L layers, H heads of Q dimensions, T the context, the
+attention counted over the whole T x T, not halved for the causal mask, as nanoGPT and
+torchtitan count it. Without torch.compile (none here, or it fails) the run is eager, and the
+output says so. The data and the run directory are in a temporary directory (TMPDIR), removed
+at the end with the checkpoint the trainer always writes of its last step (about 1.5 GB at 124M).
+The trainer's own output goes to stderr.
 """
 
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,9 +32,14 @@ import numpy as np
 import torch
 
 FILES_DIR = Path(__file__).resolve().parents[1] / "roles" / "deploy" / "files"
+sys.path.insert(0, str(FILES_DIR))
+from trainer.mfu import peak_bf16_flops  # noqa: E402  pylint: disable=wrong-import-position
+from trainer.model import GPT, GPTConfig  # noqa: E402  pylint: disable=wrong-import-position
+
 GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024}
 SMOKE = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64}
 VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 64, as nanoGPT does
+MFU_FORMULA = "6*N + 12*L*H*Q*T"
 
 
 def write_random_tokens(data_dir, n_tokens, vocab):
@@ -36,6 +51,31 @@ def write_random_tokens(data_dir, n_tokens, vocab):
     meta = {"format": 1, "tokenizer": "random", "vocab_size": vocab, "dtype": "uint16",
             "train_tokens": n_tokens, "val_tokens": n_tokens // 10}
     (data_dir / "meta.json").write_text(json.dumps(meta))
+
+
+def flops_per_token(shape, vocab):
+    """(FLOPs per token, N) as the trainer counts them for its MFU, for a model of this shape."""
+    with torch.device("meta"):  # the shapes only: no memory, no initialisation
+        model = GPT(GPTConfig(vocab_size=vocab, dropout=0.0, **shape))
+    return model.flops_per_token(), model.num_params(non_embedding=True)
+
+
+def compile_problem(device):
+    """Why torch.compile does not work here (its error), or None when a small function compiles and runs."""
+    try:
+        double_gelu = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2)
+        double_gelu(torch.ones(64, device=device))
+    except Exception as e:  # any failure of the compiler stack: no Triton, no C compiler, an unsupported Python
+        message = str(e).strip().splitlines()
+        return f"{type(e).__name__}: {message[0] if message else ''}"
+    return None
+
+
+def run_trainer(argv, out_dir, env):
+    """Run the trainer into out_dir (removed first); its exit status. Its output goes to stderr."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return subprocess.run(argv + ["--out", str(out_dir)], cwd=FILES_DIR, env=env, stdout=sys.stderr,
+                          check=False).returncode
 
 
 def main(argv=None):
@@ -52,49 +92,78 @@ def main(argv=None):
         print("trainer_gpu: no CUDA device here; skipped (run it on a GPU node, or with --smoke)")
         return 0
     shape = SMOKE if args.smoke else GPT2_SMALL
+    vocab = 256 if args.smoke else VOCAB
     cuda = torch.cuda.is_available()
     gpus = max(1, args.gpus) if cuda else 1
     dtype = "bfloat16" if cuda else "float32"
     log_interval = 10
 
-    with tempfile.TemporaryDirectory() as tmp:
+    compile_note = None
+    use_compile = args.compile and not args.smoke
+    if use_compile:
+        problem = compile_problem("cuda" if cuda else "cpu")
+        if problem:
+            use_compile, compile_note = False, f"torch.compile does not work here ({problem}); ran eagerly"
+
+    with tempfile.TemporaryDirectory(prefix="trainer_gpu-") as tmp:
         data_dir, out_dir = Path(tmp) / "data", Path(tmp) / "run"
-        write_random_tokens(data_dir, 1 << 22 if args.smoke else 1 << 27, 256 if args.smoke else VOCAB)
+        write_random_tokens(data_dir, 1 << 22 if args.smoke else 1 << 27, vocab)
         launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
                     if gpus > 1 else [sys.executable])
-        argv = launcher + ["-m", "trainer.train", "--data", str(data_dir), "--out", str(out_dir),
-                           "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--warmup", "10",
-                           "--log-interval", str(log_interval), "--eval-interval", "0", "--eval-iters", "1",
-                           "--checkpoint-interval", "0", "--dtype", dtype,
-                           "--compile" if args.compile and not args.smoke else "--no-compile"]
-        argv += [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
+        trainer = launcher + ["-m", "trainer.train", "--data", str(data_dir),
+                              "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--warmup", "10",
+                              "--log-interval", str(log_interval), "--eval-interval", "0", "--eval-iters", "1",
+                              "--checkpoint-interval", "0", "--dtype", dtype]
+        trainer += [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
         env = dict(os.environ, PYTHONPATH=str(FILES_DIR))
-        subprocess.run(argv, cwd=FILES_DIR, env=env, check=True)
+        status = run_trainer(trainer + ["--compile" if use_compile else "--no-compile"], out_dir, env)
+        if status != 0 and use_compile:
+            use_compile, compile_note = False, f"the compiled run failed (exit {status}, its output above); ran eagerly"
+            print(f"trainer_gpu: {compile_note}", file=sys.stderr, flush=True)
+            status = run_trainer(trainer + ["--no-compile"], out_dir, env)
+        if status != 0:
+            print(f"trainer_gpu: the trainer failed with exit status {status} (its output above)", file=sys.stderr)
+            return 1
         records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
     steady = [r for r in records if "loss" in r and r["step"] > args.skip_steps]
     if not steady:
         p.error(f"no metrics after step {args.skip_steps}; raise --steps")
     mfus = [r["mfu"] for r in steady if r.get("mfu") is not None]
+    flops, n_params = flops_per_token(shape, vocab)
+    native_bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)
+    peak = peak_bf16_flops(torch.cuda.get_device_name()) if native_bf16 else None
     result = {
         "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "gpus": gpus, "model": shape, "vocab_size": 256 if args.smoke else VOCAB,
-        "batch_size_per_gpu": args.batch_size, "compile": args.compile and not args.smoke, "dtype": dtype,
+        "gpus": gpus, "model": shape, "vocab_size": vocab,
+        "batch_size_per_gpu": args.batch_size, "compile": use_compile, "compile_note": compile_note,
+        "dtype": dtype if native_bf16 or not cuda else "float32",
         "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady)),
         "mfu": round(statistics.median(mfus), 4) if mfus else None,
+        "mfu_formula": f"tokens_per_s * ({MFU_FORMULA}) / (gpus * peak_flops)",
+        "flops_per_token": flops, "non_embedding_params": n_params, "peak_flops": peak,
         "final_loss": steady[-1]["loss"],
     }
     if args.format == "json":
         print(json.dumps(result, indent=2))
+        return 0
+    mfu = (f"{result['mfu']:.1%}" if result["mfu"] is not None
+           else "n/a (no GPU)" if not cuda
+           else "n/a (no native bfloat16 on this GPU: trained in float32)" if not native_bf16
+           else "n/a (GPU not in the peak-FLOPs table)")
+    L, H, T = shape["n_layer"], shape["n_head"], shape["block_size"]
+    Q = shape["n_embd"] // H
+    formula = (f"{MFU_FORMULA} = {flops / 1e9:.3g} GFLOP per token (N = {n_params / 1e6:.1f}M parameters less the "
+               f"position table, L*H*Q*T = {L}*{H}*{Q}*{T}, attention over the whole T x T)")
+    if peak:
+        formula += f", over {peak / 1e12:g} TFLOP/s dense bf16 per GPU"
+    compiled = f"compile={result['compile']}" + (f" ({compile_note})" if compile_note else "")
+    what = (f"{result['gpus']} x {result['device']}, GPT {', '.join(f'{k}={v}' for k, v in shape.items())}, "
+            f"batch {args.batch_size}/GPU, {compiled}")
+    if args.format == "markdown":
+        print(f"| {what} | {result['tokens_per_s']:,} tokens/s | MFU {mfu}; {formula} |")
     else:
-        mfu = (f"{result['mfu']:.1%}" if result["mfu"] is not None
-               else "n/a (GPU not in the peak-FLOPs table)" if cuda else "n/a (no GPU)")
-        what = (f"{result['gpus']} x {result['device']}, GPT {', '.join(f'{k}={v}' for k, v in shape.items())}, "
-                f"batch {args.batch_size}/GPU, compile={result['compile']}")
-        if args.format == "markdown":
-            print(f"| {what} | {result['tokens_per_s']:,} tokens/s | MFU {mfu} |")
-        else:
-            print(f"{what}\n  {result['tokens_per_s']:,} tokens/s, MFU {mfu}")
+        print(f"{what}\n  {result['tokens_per_s']:,} tokens/s, MFU {mfu}\n  MFU counts {formula}")
     return 0
 
 

@@ -43,7 +43,7 @@ class TrainConfig:
     # runtime
     seed: int = knob(1337, "seed of initialisation, data order and dropout")
     compile: bool = knob(False, "torch.compile the model")
-    dtype: str = knob("auto", "auto (bfloat16 on CUDA when supported, else float32), bfloat16 or float32")
+    dtype: str = knob("auto", "auto (bfloat16 on CUDA GPUs that have it natively, else float32), bfloat16 or float32")
     rendezvous_timeout: int = knob(300, "seconds for the ranks to reach each other at start-up; then every rank "
                                         "stops with a hint about the network interface settings")
     preempt_signal: str = knob("SIGUSR2", "signal that asks for a checkpoint and exit 75 (SIGTERM always does)")

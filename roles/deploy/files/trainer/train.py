@@ -4,10 +4,11 @@
     python -m torch.distributed.run --nproc_per_node 4 -m trainer.train --data DATA --out RUN --steps N
 
 Rank 0 writes RUN/metrics.jsonl (one JSON object per line) and RUN/checkpoints/step_*.pt.
-A run resumes from the newest checkpoint that loads and continues exactly as if it had
-not stopped. Exit status: 0 when all steps are done (also when they were done before),
-75 (EX_TEMPFAIL) after checkpointing on the preemption signal or SIGTERM, with
-RUN/PREEMPTED saying so for launchers that replace the exit status, 2 for bad flags.
+A run resumes from the newest checkpoint that loads and continues as if it had not stopped
+(bit for bit on CPU; on CUDA closely, as its kernels are chosen at run time). Exit status:
+0 when all steps are done (also when they were done before), 75 (EX_TEMPFAIL) after
+checkpointing on the preemption signal or SIGTERM, with RUN/PREEMPTED saying so for
+launchers that replace the exit status, 2 for bad flags.
 """
 
 import argparse
@@ -57,6 +58,7 @@ class Distributed:
         self.rank = int(os.environ.get("RANK", "0"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self._copy_stream = None  # CUDA stream that brings max_int_async's results to the host
         if torch.cuda.is_available():
             torch.cuda.set_device(self.local_rank)
             self.device = torch.device("cuda", self.local_rank)
@@ -91,12 +93,28 @@ class Distributed:
     def is_main(self):
         return self.rank == 0
 
-    def max_int(self, value):
+    def max_int_async(self, value):
+        """Start the all-reduce (MAX) of an int over the ranks; returns a PendingInt whose wait()
+        gives the result. Nothing here waits, and on CUDA neither does wait() for the training
+        work queued meanwhile: the result comes to pinned host memory on a stream of its own,
+        where a .item() would wait for the GPU to finish everything queued before it."""
         if not self.active:
-            return value
-        t = torch.tensor([value], dtype=torch.int64, device=self.device)
-        torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX)
-        return int(t.item())
+            return PendingInt(value)
+        # a fill on the device: torch.tensor([value], device=...) is a host copy, which syncs
+        t = torch.full((1,), value, dtype=torch.int64, device=self.device)
+        work = torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX, async_op=True)
+        if self.device.type != "cuda":
+            return PendingInt(t, work.wait)
+        if self._copy_stream is None:
+            self._copy_stream = torch.cuda.Stream(self.device)
+        host = torch.empty(1, dtype=torch.int64, pin_memory=True)
+        with torch.cuda.stream(self._copy_stream):
+            work.wait()  # this stream waits for the all-reduce; the host and the training stream do not
+            t.record_stream(self._copy_stream)
+            host.copy_(t, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
+        return PendingInt(host, copied.synchronize)
 
     def mean(self, tensor):
         """Mean over ranks of a scalar tensor, as a float."""
@@ -144,6 +162,19 @@ class Distributed:
             pass
 
 
+class PendingInt:
+    """An int on its way: a value, or a one-element tensor that holds it once ready() returns."""
+
+    def __init__(self, value, ready=None):
+        self._value, self._ready = value, ready
+
+    def wait(self):
+        if self._ready is not None:
+            self._ready()
+            self._ready = None
+        return self._value if isinstance(self._value, int) else int(self._value[0])
+
+
 EXIT_RENDEZVOUS = 3
 
 
@@ -163,7 +194,7 @@ CLOSE_WAIT_S = 60.0
 
 
 class StopRequest:
-    """Records a stop signal; the training loop acts on it at the next step boundary."""
+    """Records a stop signal; the training loop acts on it after a step (StopVote says which)."""
 
     def __init__(self, signals):
         self.signum = 0
@@ -181,6 +212,32 @@ class StopRequest:
         that has finished its work."""
         for sig in self.signals:
             signal.signal(sig, signal.SIG_IGN)
+
+
+class StopVote:
+    """Whether the ranks stop after a step, agreed on without holding every step up.
+
+    After each step every rank starts an all-reduce (MAX) of its stop flag, then waits for the
+    one it started after the step before: every rank acts on the same vote after the same
+    step, one step after the flag was raised, and the all-reduce runs during a step instead of
+    between two. A single process needs no vote: it stops after the step the flag was raised in.
+    """
+
+    def __init__(self, dist):
+        self.dist, self.pending = dist, None
+
+    def after_step(self, signum):
+        """The signal to stop on now, 0 for none; the same on every rank."""
+        if not self.dist.active:
+            return signum
+        previous, self.pending = self.pending, self.dist.max_int_async(signum)
+        return previous.wait() if previous else 0
+
+    def settle(self):
+        """Wait for the vote still in flight (the run ends here: it leaves no collective
+        behind); returns its signal, 0 for none."""
+        pending, self.pending = self.pending, None
+        return pending.wait() if pending else 0
 
 
 class MetricsLog:
@@ -281,6 +338,37 @@ def first_os_error(error):
     return error
 
 
+def trains_in_bf16(device, dtype):
+    """Whether to train under bfloat16 autocast: on a CUDA GPU with native bfloat16 (compute
+    capability 8.0 or newer), unless --dtype float32. Plain torch.cuda.is_bf16_supported() also
+    says yes to GPUs that only emulate it (V100, T4), which gains nothing there."""
+    return device.type == "cuda" and dtype != "float32" and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+NOT_OPTIONS = ("params", "param_names", "lr")  # what a param group holds besides options; the lr is set every step
+
+
+def load_optimizer_state(optimizer, saved):
+    """Load a checkpoint's optimizer state (moments, step counts) into optimizer, keeping
+    optimizer's options. load_state_dict alone takes the checkpoint's (its kernel, weight decay,
+    betas, eps): a checkpoint made on a CPU would stay unfused on a GPU, and a changed
+    --weight-decay would be ignored. Returns each option that differs, once, as
+    "name value (the checkpoint had value)"."""
+    differences, groups = {}, []
+    for group, saved_group in zip(optimizer.param_groups, saved["param_groups"]):
+        options = {k: v for k, v in group.items() if k not in NOT_OPTIONS}
+        for name, value in options.items():
+            if name not in saved_group:
+                differences[name, repr(value), None] = f"{name} {value} (the checkpoint did not record it)"
+            elif saved_group[name] != value:
+                differences[name, repr(value), repr(saved_group[name])] = (f"{name} {value} (the checkpoint had "
+                                                                           f"{saved_group[name]})")
+        groups.append({**saved_group, **options})
+    # the state is cast as its groups say: a fused optimizer's step counts go to the GPU as float32
+    optimizer.load_state_dict({**saved, "param_groups": groups})
+    return list(differences.values())
+
+
 class Training:
     """One run's model, optimizer, data, clocks and metrics, and the steps of its loop."""
 
@@ -313,12 +401,9 @@ class Training:
         self.tokens_seen, self.prior_elapsed = 0, 0.0
         if state:
             self.raw_model.load_state_dict(state["model"])
-            # the kernel is this run's choice (a checkpoint made on another device, or before
-            # foreach, would bring its own along): the saved state, this optimizer's kernel
-            kernels = [{k: group[k] for k in ("foreach", "fused") if k in group} for group in self.optimizer.param_groups]
-            self.optimizer.load_state_dict(state["optimizer"])
-            for group, kernel in zip(self.optimizer.param_groups, kernels):
-                group.update(kernel)
+            changed = load_optimizer_state(self.optimizer, state["optimizer"])
+            if changed:
+                self.log(f"train: resuming with {', '.join(changed)}")
             self.tokens_seen, self.prior_elapsed = state["tokens_seen"], state["elapsed_s"]
             if len(state["rng"]) == dist.world_size:
                 set_rng_state(state["rng"][dist.rank])
@@ -329,16 +414,25 @@ class Training:
         else:
             seed_everything(cfg.seed, dist.rank)  # dropout differs between ranks
 
-        use_bf16 = device.type == "cuda" and cfg.dtype != "float32" and torch.cuda.is_bf16_supported()
+        use_bf16 = trains_in_bf16(device, cfg.dtype)
         if cfg.dtype == "bfloat16" and not use_bf16:
-            self.log("warning: --dtype bfloat16 needs a CUDA GPU that supports it; training in float32")
+            self.log("warning: --dtype bfloat16 needs a CUDA GPU with native bfloat16 (compute capability 8.0 or "
+                     "newer: A100, H100, L4, ...); training in float32")
         self.autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16 else nullcontext()
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
-        self.model = self.eval_model = torch.compile(self.raw_model) if cfg.compile else self.raw_model
+        # DDP inside torch.compile: compiled, DDP's gradient buckets split the graph and their
+        # all-reduce overlaps the backward, which DDP around a compiled model cannot do.
+        self.model = self.raw_model
         if dist.active:
             self.model = DDP(self.model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
+        if cfg.compile:
+            self.model = torch.compile(self.model)
+        # Evaluation runs the raw model, eagerly. Through the compiled one, eval mode and no_grad
+        # fail its guards and compile the forward a second time, for a few batches now and then;
+        # the raw model holds the same parameters, and without gradients DDP has nothing to do.
+        self.eval_model = self.raw_model
 
         self.train_tokens = open_tokens(data_dir, meta, "train")
         self.val_tokens = open_tokens(data_dir, meta, "val")
@@ -519,17 +613,20 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
     run = Training(cfg, data_dir, out_dir, meta, dist, state, resume_path)
     del state  # the checkpoint's tensors are copied into the model and optimizer
 
+    vote = StopVote(dist)
     for step in range(run.start_step, cfg.steps):
         loss_sum = run.step(step)
         done = step + 1
-        stop_signal = dist.max_int(stop.signum)  # a signal on any rank stops every rank here
+        stop_signal = vote.after_step(stop.signum)  # a signal on any rank stops every rank after the same step
         finished = done == cfg.steps
         evaluate = finished or (cfg.eval_interval and done % cfg.eval_interval == 0)
         if evaluate or done % cfg.log_interval == 0:
             run.record(done, loss_sum, evaluate)
         if finished:
+            vote.settle()  # a stop asked for in the last steps: the run is done anyway
             return run.finish(done)
         if stop_signal:
+            vote.settle()
             return run.stop(done, stop_signal)
         if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
             run.checkpoint(done)
