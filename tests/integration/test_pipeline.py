@@ -11,6 +11,7 @@ import shutil
 import struct
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from cluster import ROOT, run_playbook, slurm
 
@@ -57,6 +58,11 @@ def test_pipeline_trains_reports_and_generates(pipeline):
     assert len(completions) == 3 and all(len(c.strip()) > 50 for c in completions)
     assert "self" in samples or "def " in samples.split("def ", 1)[1]  # it writes Python-ish text
     assert any(name.endswith(".out") for name in os.listdir(os.path.join(local, "logs")))
+    # the trainer's TensorBoard files came along; TensorBoard's own reader shows the same losses
+    accumulator = EventAccumulator(os.path.join(local, "tensorboard"), purge_orphaned_data=True)
+    accumulator.Reload()
+    shown = {e.step: e.value for e in accumulator.Scalars("train/loss")}
+    assert shown == pytest.approx({r["step"]: r["loss"] for r in records if "loss" in r}, rel=1e-6)
 
 
 def test_reruns_submit_nothing_a_controller_without_the_run_gets_it_all_then_nothing_changes(pipeline):

@@ -40,6 +40,8 @@ class TrainConfig:
     checkpoint_interval: int = knob(500, "steps between checkpoints; 0: only at the end or on preemption")
     keep_checkpoints: int = knob(3, "checkpoints kept; older ones are deleted")
     log_interval: int = knob(10, "steps between metrics records")
+    tensorboard: bool = knob(True, "TensorBoard event files of the metrics records in RUN/tensorboard (rank 0; "
+                                   "--no-tensorboard: none)")
     # runtime
     seed: int = knob(1337, "seed of initialisation, data order and dropout")
     compile: bool = knob(False, "torch.compile the model")

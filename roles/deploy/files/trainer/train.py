@@ -35,6 +35,7 @@ from .checkpoint import (CHECKPOINT_DIR, FORMAT, CheckpointError, clean_checkpoi
                          load_latest, save_checkpoint)
 from .config import ConfigError, add_config_flags, parse_signal, resolve_config
 from .data import TRAIN_STREAM, VAL_STREAM, open_tokens, window_starts, windows
+from .events import EventWriter
 from .fsio import atomic_file, remove_temp_files
 from .mfu import mfu, peak_bf16_flops
 from .model import GPT, GPTConfig, padded_vocab
@@ -43,6 +44,7 @@ from .tokenizer import tokenizer_record
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; run it again to continue
 PREEMPTED_MARKER = "PREEMPTED"
+TENSORBOARD_DIR = "tensorboard"
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -441,9 +443,12 @@ class Training:
         self.peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if use_bf16 else None
         self.flops_per_token = self.raw_model.flops_per_token()
 
-        self.metrics = None
+        self.metrics = self.events = None
+        self.grad_norm = torch.zeros((), device=device)
         if dist.is_main:
             self.metrics = MetricsLog(out_dir / METRICS_FILE, self.start_step)
+            if cfg.tensorboard:
+                self.events = EventWriter(out_dir / TENSORBOARD_DIR, self.start_step)
             (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
             event = {"event": "resume" if self.start_step else "start", "step": self.start_step,
                      "total_steps": cfg.steps, "world_size": dist.world_size, "device": str(device),
@@ -489,9 +494,10 @@ class Training:
                     _logits, loss = self.model(x, y)
                 (loss / A).backward()
             loss_sum += loss.detach().float()
-        if cfg.grad_clip:
-            # foreach: one kernel for all gradients (torch's default only on CUDA)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip, foreach=True)
+        # the global gradient norm, clipped to grad_clip (0: measured only; scaling by 1 changes
+        # nothing); foreach: one kernel for all gradients (torch's default only on CUDA)
+        self.grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip or math.inf,
+                                                        foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.tokens_seen += self.tokens_per_step
@@ -515,6 +521,7 @@ class Training:
         self.last_record_time, self.last_record_step, self.pause_s = now, done, 0.0
         eta_s = (now - self.run_started) / (done - self.start_step) * (cfg.steps - done)
         record = {"step": done, "total_steps": cfg.steps, "loss": loss_value, "lr": lr,
+                  "grad_norm": round(float(self.grad_norm), 4),
                   "tokens_seen": self.tokens_seen, "tokens_per_s": round(tokens_per_s, 1),
                   "elapsed_s": round(self.prior_elapsed + now - self.run_started, 3), "eta_s": round(eta_s, 1)}
         if self.device.type == "cuda":
@@ -523,6 +530,10 @@ class Training:
             record["val_loss"] = self.evaluate()
         if self.dist.is_main:
             self.metrics.write(record)
+            if self.events:
+                self.events.scalars(done, {"train/loss": loss_value, "train/lr": lr, "train/grad_norm": record["grad_norm"],
+                                           "train/tokens_per_s": tokens_per_s, "train/mfu": record.get("mfu"),
+                                           "val/loss": record.get("val_loss")})
             extras = "".join([f" val {record['val_loss']:.4f}" if evaluate else "",
                               f" mfu {record['mfu']:.1%}" if record.get("mfu") else ""])
             print(f"step {done}/{cfg.steps} loss {loss_value:.4f}{extras} lr {lr:.2e} "
