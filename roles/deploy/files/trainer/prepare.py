@@ -193,10 +193,15 @@ class SplitWriter:
             view = view[len(piece):]
 
 
+def corpus_bytes(sizes, max_bytes):
+    """The bytes of the corpus that are read: all the files' sizes, or at most max_bytes of them."""
+    return min(sum(sizes), max_bytes) if max_bytes else sum(sizes)
+
+
 def write_tokens(files, out_dir, val_fraction, max_bytes, chunk_size):
     """Stream files into train.bin / val.bin; return (train_tokens, val_tokens, bytes_read)."""
     sizes = [path.stat().st_size for path in files]
-    total = min(sum(sizes), max_bytes) if max_bytes else sum(sizes)
+    total = corpus_bytes(sizes, max_bytes)
     with atomic_file(token_file(out_dir, "train")) as train_f, atomic_file(token_file(out_dir, "val")) as val_f:
         writer = SplitWriter(train_f, val_f, split_boundaries(total, val_fraction))
         remaining = total
@@ -258,12 +263,9 @@ def text_pieces(files, total, bounds):
             yield bisect.bisect_right(bounds, max(0, offset - 1)), tail
 
 
-def write_bpe_tokens(files, out_dir, val_fraction, max_bytes, tokenizer, dtype):
-    """Tokenize files with tokenizer into train.bin / val.bin of dtype, split as the bytes are;
-    return (train_tokens, val_tokens, bytes_read)."""
-    total = sum(path.stat().st_size for path in files)
-    total = min(total, max_bytes) if max_bytes else total
-    bounds = split_boundaries(total, val_fraction)
+def write_bpe_tokens(files, out_dir, total, bounds, tokenizer, dtype):
+    """Tokenize the first `total` bytes of files with tokenizer into train.bin / val.bin of dtype,
+    split at bounds (split_boundaries) as the bytes are; return (train_tokens, val_tokens, bytes_read)."""
     counts = [0, 0]
     with atomic_file(token_file(out_dir, "train")) as train_f, atomic_file(token_file(out_dir, "val")) as val_f:
         outputs, batch = (train_f, val_f), []
@@ -397,18 +399,16 @@ def main(argv=None):
             vocab_size, dtype = VOCAB_SIZE, DTYPE
             meta.update(tokenizer="bytes")
         else:
+            total = corpus_bytes([f.stat().st_size for f in files], args.max_bytes)
+            bounds = split_boundaries(total, args.val_fraction)
             if tokenizer is None:
-                total = sum(f.stat().st_size for f in files)
-                total = min(total, args.max_bytes) if args.max_bytes else total
-                bounds = split_boundaries(total, args.val_fraction)
                 trained_s = time.time()
                 tokenizer = train_bpe((text for region, text in text_pieces(files, total, bounds) if region % 2 == 0),
                                       args.vocab_size)
                 trained_s = time.time() - trained_s
             vocab_size = tokenizer.get_vocab_size()
             dtype = token_dtype(vocab_size)
-            train_tokens, val_tokens, bytes_read = write_bpe_tokens(files, out_dir, args.val_fraction, args.max_bytes,
-                                                                    tokenizer, dtype)
+            train_tokens, val_tokens, bytes_read = write_bpe_tokens(files, out_dir, total, bounds, tokenizer, dtype)
             meta.update(tokenizer="file" if tokenizer_path else "bpe")
         if tokenizer is not None:
             with atomic_file(out_dir / TOKENIZER_FILE, "w") as f:
