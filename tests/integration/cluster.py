@@ -25,9 +25,14 @@ class PlaybookResult:
             [int(x) for x in recap.groups()] if recap else [None] * 4)
 
 
+def playbook_argv(playbook, *extra):
+    """ansible-playbook playbooks/<playbook> EXTRA..., as a user runs it from the repository root."""
+    return [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook)] + list(extra)
+
+
 def run_playbook(playbook, *extra, check=True, timeout=900):
     """ansible-playbook from the repository root, as a user runs it."""
-    argv = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook)] + list(extra)
+    argv = playbook_argv(playbook, *extra)
     proc = subprocess.run(argv, cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, timeout=timeout, check=False)
     result = PlaybookResult(proc)
@@ -43,9 +48,8 @@ class BackgroundPlaybook:
 
     def __init__(self, values, playbook="pretrain.yml", tags=None, args=()):
         self.log = tempfile.TemporaryFile("w+")
-        argv = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-e", json.dumps(values)]
-        argv += ["--tags", tags] if tags else []
-        self.proc = subprocess.Popen(argv + list(args), cwd=ROOT, env=ansible_env(), stdout=self.log,
+        argv = playbook_argv(playbook, "-e", json.dumps(values), *(["--tags", tags] if tags else []), *args)
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=ansible_env(), stdout=self.log,
                                      stderr=subprocess.STDOUT, universal_newlines=True, start_new_session=True)
 
     def output(self):
