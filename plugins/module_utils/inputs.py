@@ -188,6 +188,10 @@ def _script_errors(values):
     return errors
 
 
+# characters W&B refuses in a project name
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
+
+
 def _number(value):
     if isinstance(value, bool):
         return None
@@ -239,6 +243,14 @@ def _stage_errors(values):
                                                 all(isinstance(a, str) for a in values["pretrain_extra_args"])):
         errors.append("pretrain_extra_args=%r must be a list of strings, such as [\"--warmup\", \"100\"]."
                       % (values["pretrain_extra_args"],))
+    project = values.get("pretrain_wandb_project")
+    if project is not None and (not isinstance(project, str) or not project or len(project) > 128
+                                or set(project) & set(WANDB_PROJECT_FORBIDDEN)):
+        errors.append("pretrain_wandb_project=%r must be a W&B project name: 1-128 characters, none of %s (the "
+                      "entity goes in pretrain_wandb_entity)." % (project, " ".join(WANDB_PROJECT_FORBIDDEN)))
+    if values.get("pretrain_wandb_mode", "online") not in ("online", "offline"):
+        errors.append("pretrain_wandb_mode=%r must be online (the nodes reach W&B) or offline (wandb sync later)."
+                      % (values["pretrain_wandb_mode"],))
     if "inference_prompts" in values:
         prompts = values["inference_prompts"]
         if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):

@@ -13,6 +13,7 @@ import subprocess
 import time
 
 from cluster import BIN, ROOT, BackgroundPlaybook, run_playbook, slurm, wait_for
+from wandb_records import wandb_history, wandb_test_env
 
 WORKSPACE = "/var/tmp/llmtrain-workspace"
 RUNS = os.path.join(ROOT, "runs")
@@ -108,7 +109,10 @@ def checkpoint_iter(run):
 
 
 def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(local_cluster, tmp_path):
-    run, play = own_run("preempt", tmp_path, "--max_iters=80", "--iter_pause=0.2", "--log_interval=5")
+    # its W&B logging (offline) as a public trainer does it, with the job's WANDB_* environment
+    run, play = own_run("preempt", tmp_path, "--max_iters=80", "--iter_pause=0.2", "--log_interval=5", "--wandb_log=True",
+                        pretrain_wandb_project="llmtrain-tests", pretrain_wandb_mode="offline",
+                        nccl_env_extra=wandb_test_env(tmp_path))
     job = wait_for(lambda: newest_job(run), 300, "the training job", play)
     wait_for(lambda: "iter 10: loss" in job_log(run, job), 300, "the script to log iter 10", play)
     slurm("scancel", "--signal=USR2", str(job))  # to the job's steps, as a preemption notice is sent
@@ -130,6 +134,13 @@ def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(lo
     assert "ends with exit code 0" in log
     metrics = [json.loads(line) for line in open(os.path.join(RUNS, run, "metrics.jsonl"))]
     assert [m["step"] for m in metrics][-1] == 75 and {m["step"] for m in metrics} >= {5, stopped // 5 * 5 + 5}
+    # both starts logged to one W&B run, whose records came to the controller for 'wandb sync'
+    run_id = open(os.path.join(WORKSPACE, run, "wandb", "run_id")).read().strip()
+    starts = sorted(os.listdir(os.path.join(RUNS, run, "wandb")))
+    assert run_id.startswith(run + "-") and len(starts) == 2 and all(s.endswith("-" + run_id) for s in starts), starts
+    history = wandb_history(os.path.join(RUNS, run))
+    assert sorted(history) == list(range(0, 80, 5))
+    assert all(abs(history[m["step"]]["loss"] - m["loss"]) <= 5e-5 for m in metrics)  # the log has 4 decimals
 
 
 def test_a_script_that_ignores_sigusr2_is_stopped_at_its_time_limit_and_the_play_says_so(local_cluster, tmp_path):

@@ -19,6 +19,7 @@ import time
 import pytest
 
 from cluster import BIN, CLUSTER_DIR, ROOT, BackgroundPlaybook, slurm, wait_for
+from wandb_records import wandb_history, wandb_test_env
 
 WORKSPACE = "/var/tmp/llmtrain-workspace"
 RUNS = os.path.join(ROOT, "runs")
@@ -184,9 +185,11 @@ def reference(local_cluster):
 
 # 1. Preemption ---------------------------------------------------------------------------
 
-def test_preemption_requeue_checkpoints_and_resumes_at_the_same_step(reference):
+def test_preemption_requeue_checkpoints_and_resumes_at_the_same_step(reference, tmp_path):
     run = fresh("preempt")
-    play = Playbook(run_vars(run))
+    # with its metrics also logged to W&B, offline
+    play = Playbook(run_vars(run, extra_env=wandb_test_env(tmp_path), pretrain_wandb_project="llmtrain-tests",
+                             pretrain_wandb_mode="offline"))
     wait_for(lambda: training_step(run) >= 15, 180, "training to pass step 15", play)
     job_id = only_job(run)
     slurm("scontrol", "requeue", job_id)
@@ -206,6 +209,13 @@ def test_preemption_requeue_checkpoints_and_resumes_at_the_same_step(reference):
     losses = {r["step"]: r["loss"] for r in step_records(run)}
     assert losses.keys() == reference.keys()
     assert all(abs(losses[s] - reference[s]) < 1e-5 for s in reference), (losses, reference)
+    # both starts logged to one W&B run, whose records came to the controller for 'wandb sync';
+    # the steps the second start repeated kept the first start's values, the same losses
+    run_id = open(os.path.join(WORKSPACE, run, "wandb", "run_id")).read().strip()
+    starts = sorted(os.listdir(os.path.join(RUNS, run, "wandb")))
+    assert run_id.startswith(run + "-") and len(starts) == 2 and all(s.endswith("-" + run_id) for s in starts), starts
+    logged = {step: values["train/loss"] for step, values in wandb_history(os.path.join(RUNS, run)).items()}
+    assert logged == pytest.approx(losses, rel=1e-12)
 
 
 # 9. Watcher interrupted ------------------------------------------------------------------

@@ -42,6 +42,11 @@ class TrainConfig:
     log_interval: int = knob(10, "steps between metrics records")
     tensorboard: bool = knob(True, "TensorBoard event files of the metrics records in RUN/tensorboard (rank 0; "
                                    "--no-tensorboard: none)")
+    wandb_project: str = knob("", "Weights & Biases project the metrics records also go to (rank 0; needs the "
+                                  "package wandb); empty: none")
+    wandb_entity: str = knob("", "W&B entity (team or user) of the project; empty: the API key's default")
+    wandb_mode: str = knob("online", "online (the nodes reach W&B; WANDB_API_KEY) or offline (RUN/wandb, uploaded "
+                                     "later with 'wandb sync')")
     # runtime
     seed: int = knob(1337, "seed of initialisation, data order and dropout")
     compile: bool = knob(False, "torch.compile the model")
@@ -52,6 +57,8 @@ class TrainConfig:
 
 
 DTYPES = ("auto", "bfloat16", "float32")
+WANDB_MODES = ("online", "offline")
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 UNCATCHABLE_SIGNALS = {"SIGKILL", "SIGSTOP"}
 
 
@@ -99,6 +106,11 @@ def validate(cfg):
         raise ConfigError(f"--min-lr ({cfg.min_lr}) must not exceed --lr ({cfg.lr})")
     if cfg.dtype not in DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)} (got {cfg.dtype!r})")
+    if cfg.wandb_mode not in WANDB_MODES:
+        raise ConfigError(f"--wandb-mode must be one of {', '.join(WANDB_MODES)} (got {cfg.wandb_mode!r})")
+    if set(cfg.wandb_project) & set(WANDB_PROJECT_FORBIDDEN) or len(cfg.wandb_project) > 128:
+        raise ConfigError(f"--wandb-project {cfg.wandb_project!r} is not a W&B project name: at most 128 characters, "
+                          f"none of {' '.join(WANDB_PROJECT_FORBIDDEN)}")
     parse_signal(cfg.preempt_signal)
     return cfg
 

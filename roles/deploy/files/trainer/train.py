@@ -41,6 +41,7 @@ from .mfu import mfu, peak_bf16_flops
 from .model import GPT, GPTConfig, padded_vocab
 from .prepare import DataError, read_meta
 from .tokenizer import tokenizer_record
+from .wandb_log import WandbLog
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; run it again to continue
 PREEMPTED_MARKER = "PREEMPTED"
@@ -443,9 +444,14 @@ class Training:
         self.peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if use_bf16 else None
         self.flops_per_token = self.raw_model.flops_per_token()
 
-        self.metrics = self.events = None
+        self.metrics = self.events = self.wandb = None
         self.grad_norm = torch.zeros((), device=device)
         if dist.is_main:
+            if cfg.wandb_project:  # first: a W&B that does not start stops the run before it writes anything
+                self.wandb = WandbLog(cfg, out_dir, {**asdict(cfg), "world_size": dist.world_size,
+                                                     "params": self.raw_model.num_params(),
+                                                     "tokenizer": self.tokenizer["kind"],
+                                                     "vocab_size": self.tokenizer["vocab_size"]})
             self.metrics = MetricsLog(out_dir / METRICS_FILE, self.start_step)
             if cfg.tensorboard:
                 self.events = EventWriter(out_dir / TENSORBOARD_DIR, self.start_step)
@@ -530,10 +536,12 @@ class Training:
             record["val_loss"] = self.evaluate()
         if self.dist.is_main:
             self.metrics.write(record)
-            if self.events:
-                self.events.scalars(done, {"train/loss": loss_value, "train/lr": lr, "train/grad_norm": record["grad_norm"],
-                                           "train/tokens_per_s": tokens_per_s, "train/mfu": record.get("mfu"),
-                                           "val/loss": record.get("val_loss")})
+            scalars = {"train/loss": loss_value, "train/lr": lr, "train/grad_norm": record["grad_norm"],
+                       "train/tokens_per_s": tokens_per_s, "train/mfu": record.get("mfu"),
+                       "val/loss": record.get("val_loss")}
+            for sink in (self.events, self.wandb):
+                if sink:
+                    sink.scalars(done, scalars)
             extras = "".join([f" val {record['val_loss']:.4f}" if evaluate else "",
                               f" mfu {record['mfu']:.1%}" if record.get("mfu") else ""])
             print(f"step {done}/{cfg.steps} loss {loss_value:.4f}{extras} lr {lr:.2e} "
@@ -623,8 +631,18 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
         return 0
     run = Training(cfg, data_dir, out_dir, meta, dist, state, resume_path)
     del state  # the checkpoint's tensors are copied into the model and optimizer
+    status = 1
+    try:
+        status = run_steps(run, cfg, stop)
+        return status
+    finally:
+        if run.wandb:
+            run.wandb.close(status, preempted=status == EXIT_PREEMPTED)
 
-    vote = StopVote(dist)
+
+def run_steps(run, cfg, stop):
+    """The loop of train(): steps from the run's start until done or stopped; the exit status."""
+    vote = StopVote(run.dist)
     for step in range(run.start_step, cfg.steps):
         loss_sum = run.step(step)
         done = step + 1

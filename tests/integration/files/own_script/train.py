@@ -2,7 +2,7 @@
 
 Settings are module globals with defaults, overridden by a config file and by --key=value
 flags (configurator.py, read from the working directory). Under torchrun it trains with DDP
-(gloo on CPU). It logs plain `iter N: loss X` lines, keeps one checkpoint where out_dir says,
+(gloo on CPU). It logs plain `iter N: loss X` lines (and to W&B with --wandb_log=True), keeps one checkpoint where out_dir says,
 resumes from it, and on SIGUSR2 checkpoints, writes LLMTRAIN_PREEMPT_MARKER and exits; with
 --stop_on_sigusr2=False it is a script that knows nothing of SIGUSR2 (the job step's launcher
 leaves the signal ignored, so it trains on).
@@ -30,6 +30,7 @@ learning_rate = 3e-3
 seed = 1337
 iter_pause = 0.0
 stop_on_sigusr2 = True
+wandb_log = False  # W&B: project, run id, mode and directory from the WANDB_* environment
 config_name = "defaults"
 config_keys = [k for k, v in globals().items() if not k.startswith("_") and isinstance(v, (int, float, str))]
 exec(open("configurator.py").read())  # the working directory must be this one
@@ -84,6 +85,10 @@ def save():
 
 if master:
     print(f"config {config_name}: world size {world_size}, cwd {os.getcwd()}")
+if master and wandb_log:
+    import wandb
+
+    wandb_run = wandb.init(config=config)
 t0 = time.time()
 while iter_num < max_iters:
     x, y = get_batch()
@@ -94,6 +99,8 @@ while iter_num < max_iters:
     if master and iter_num % log_interval == 0:
         t1 = time.time()
         print(f"iter {iter_num}: loss {loss.item():.4f}, time {(t1 - t0) * 1000:.2f}ms")
+        if wandb_log:
+            wandb_run.log({"loss": loss.item()}, step=iter_num)
         t0 = t1
     iter_num += 1
     if ckpt_interval and iter_num % ckpt_interval == 0:
@@ -113,6 +120,8 @@ while iter_num < max_iters:
         break
 else:
     save()
+if master and wandb_log:
+    wandb_run.finish()
 if ddp:
     # No rank leaves while another is still working or tearing down: across nodes, gloo can
     # abort a rank at exit ("terminate called without an active exception") when a peer has
