@@ -12,7 +12,8 @@ description:
   - When a task that watches a Slurm job is retried (C(until)/C(retries)), prints one line
     per retry with the job id, state, nodes, step/total, loss, tokens per second and ETA.
   - Before it, the per-node table of the job's node check (once per check, from C(node_check))
-    and a line for each release of the job without bad nodes (from C(excluded)).
+    and a line for each release of the job without bad nodes (from C(excluded)), and a line
+    naming each node that holds the others back (once per job and node, from C(stragglers)).
   - A task watches a job when its result carries C(job_id) or C(jobs) and C(state), as the
     results of M(llmtrain.slurm.slurm_job_info) and M(llmtrain.slurm.sbatch) do; the
     progress fields come from C(progress) (O(llmtrain.slurm.slurm_job_info#module:metrics_file)).
@@ -30,6 +31,8 @@ requirements:
 
 from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import straggler_line
 
 # The stdout callback that prints the progress line itself (plugins/callback/default.py).
 PRINTED_BY_STDOUT_CALLBACK = "llmtrain.slurm.default"
@@ -92,6 +95,14 @@ def event_lines(host, result, seen):
             seen.add(key)
             lines.append("[%s] node check of job %s (start %s):" % (host, check.get("job_id"), (check.get("restart") or 0) + 1))
             lines += ["    " + str(line) for line in check["table"]]
+    job_id = result.get("job_id")
+    for found in result.get("stragglers") or []:
+        if not isinstance(found, dict):
+            continue
+        key = ("straggler", host, job_id, found.get("node"))
+        if key not in seen:
+            seen.add(key)
+            lines.append("[%s] job %s: %s" % (host, job_id, straggler_line(found)))
     for event in result.get("excluded") or []:
         if not isinstance(event, dict):
             continue

@@ -243,6 +243,16 @@ def _stage_errors(values):
                                                 all(isinstance(a, str) for a in values["pretrain_extra_args"])):
         errors.append("pretrain_extra_args=%r must be a list of strings, such as [\"--warmup\", \"100\"]."
                       % (values["pretrain_extra_args"],))
+    if "pretrain_straggler_threshold" in values:
+        threshold = _number(values["pretrain_straggler_threshold"])
+        if threshold is None or not 0 < threshold <= 10:
+            errors.append("pretrain_straggler_threshold=%r must be a number above 0 (0.5: a node 50 %% slower than the "
+                          "median node is a straggler), at most 10." % (values["pretrain_straggler_threshold"],))
+    if "pretrain_straggler_intervals" in values:
+        intervals = _int(values["pretrain_straggler_intervals"])
+        if intervals is None or not 0 <= intervals <= 10:
+            errors.append("pretrain_straggler_intervals=%r must be a whole number from 0 (no straggler lines) to 10: "
+                          "loss records in a row a node must be slow." % (values["pretrain_straggler_intervals"],))
     project = values.get("pretrain_wandb_project")
     if project is not None and (not isinstance(project, str) or not project or len(project) > 128
                                 or set(project) & set(WANDB_PROJECT_FORBIDDEN)):

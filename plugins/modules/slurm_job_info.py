@@ -83,6 +83,20 @@ options:
     elements: str
     default: []
     version_added: 0.1.0
+  straggler_threshold:
+    description:
+      - A node whose work per step (the C(nodes) of the loss records in O(metrics_file)) is more than
+        (1 + this) times the median node's in each of the last O(straggler_intervals) records is
+        returned in RV(stragglers).
+    type: float
+    default: 0.2
+    version_added: 0.1.0
+  straggler_intervals:
+    description:
+      - How many records in a row a node must be that slow; V(0) looks for no stragglers.
+    type: int
+    default: 3
+    version_added: 0.1.0
   log_lines:
     description:
       - When no job of RV(jobs) is active any more, or one waits for nodes that are out of
@@ -222,6 +236,15 @@ log:
     lost_peer: false
     traceback: ["Traceback (most recent call last):", "  File \"train.py\", line 9, in <module>",
                 "RuntimeError: CUDA error: out of memory"]
+stragglers:
+  description:
+    - The nodes slower than the others (O(straggler_threshold), O(straggler_intervals)), slowest
+      first - C(node), C(ratio) (its work per step over the median node's, the least of those
+      records'), C(work_ms) and C(median_ms) of the last record, C(since_step) and C(step).
+  returned: when metrics_file is given
+  type: list
+  elements: dict
+  sample: [{node: slurm-worker-1, ratio: 2.1, work_ms: 412.0, median_ms: 196.0, since_step: 30, step: 40}]
 progress:
   description:
     - The metrics of the last loss record of O(metrics_file) (the keys listed there, null when
@@ -247,6 +270,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import last_json_records, progress_of
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import stragglers
 from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
 
 
@@ -284,6 +308,8 @@ def main():
             node_check_file=dict(type="path"),
             progress_from_log=dict(type="bool", default=False),
             progress_regex=dict(type="list", elements="str", default=[]),
+            straggler_threshold=dict(type="float", default=0.2),
+            straggler_intervals=dict(type="int", default=3),
         ),
         required_one_of=[("job_id", "name")],
         mutually_exclusive=[("job_id", "name")],
@@ -333,6 +359,9 @@ def main():
                 record = None
             records, source = ([record], "log") if record else ([], "log")
         result["progress"] = progress_of(records)
+        if p["metrics_file"]:
+            result["stragglers"] = stragglers(records if source == "metrics" else [], p["straggler_threshold"],
+                                              p["straggler_intervals"])
         if result["progress"] is not None:
             result["progress"]["source"] = source
     if p["node_check_file"] and os.path.exists(p["node_check_file"]):

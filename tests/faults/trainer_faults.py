@@ -2,6 +2,8 @@
 
 TRAINER_FAULT_STEP_PAUSE_S  seconds to sleep before each step, so that a signal lands mid-run
 TRAINER_FAULT_CRASH         RANK:STEP: that rank raises after step STEP, as a bug would
+TRAINER_FAULT_SLOW_NODE     NODE:SECONDS: the ranks on that node sleep that much more before each
+                            step, as on a node that computes slower than the others
 TRAINER_FAULT_CHECKPOINT_WRITE_PAUSE_S  seconds each checkpoint write pauses after its first
                             bytes, half-written on disk, so that a kill lands in it
 
@@ -21,13 +23,16 @@ from pathlib import Path
 FAULTS_DIR = Path(__file__).resolve().parent
 STEP_PAUSE_ENV = "TRAINER_FAULT_STEP_PAUSE_S"
 CRASH_ENV = "TRAINER_FAULT_CRASH"
+SLOW_NODE_ENV = "TRAINER_FAULT_SLOW_NODE"
 WRITE_PAUSE_ENV = "TRAINER_FAULT_CHECKPOINT_WRITE_PAUSE_S"
 
 
-def faulty_step(step, pause_s=0.0, crash=""):
-    """Training.step that sleeps pause_s first, and raises on rank R before the step after
-    STEP when crash is "R:STEP" (so step STEP is logged and checkpointed as usual)."""
+def faulty_step(step, pause_s=0.0, crash="", slow_node=""):
+    """Training.step that sleeps pause_s first (and SECONDS more on node NODE when slow_node is
+    "NODE:SECONDS"), and raises on rank R before the step after STEP when crash is "R:STEP" (so
+    step STEP is logged and checkpointed as usual)."""
     crash_rank, crash_step = (crash + ":").split(":")[:2]
+    slow_name, slow_s = (slow_node.rsplit(":", 1) + ["0"])[:2] if slow_node else ("", "0")
 
     @wraps(step)
     def wrapper(training, index):
@@ -35,6 +40,8 @@ def faulty_step(step, pause_s=0.0, crash=""):
             raise RuntimeError(f"fault injected by {CRASH_ENV}={crash_rank}:{crash_step} on rank {training.dist.rank}")
         if pause_s:
             time.sleep(pause_s)
+        if slow_name and training.node == slow_name:
+            time.sleep(float(slow_s))
         return step(training, index)
 
     return wrapper
@@ -71,9 +78,9 @@ def paused_atomic_file(atomic_file, seconds):
 
 def wrap(module, environ):
     """Wrap what the fault variables in environ ask for in trainer.train or trainer.checkpoint."""
-    if module.__name__ == "trainer.train" and (STEP_PAUSE_ENV in environ or CRASH_ENV in environ):
+    if module.__name__ == "trainer.train" and any(name in environ for name in (STEP_PAUSE_ENV, CRASH_ENV, SLOW_NODE_ENV)):
         module.Training.step = faulty_step(module.Training.step, float(environ.get(STEP_PAUSE_ENV, "0")),
-                                           environ.get(CRASH_ENV, ""))
+                                           environ.get(CRASH_ENV, ""), environ.get(SLOW_NODE_ENV, ""))
     if module.__name__ == "trainer.checkpoint" and float(environ.get(WRITE_PAUSE_ENV, "0")):
         module.atomic_file = paused_atomic_file(module.atomic_file, float(environ[WRITE_PAUSE_ENV]))
 
@@ -102,5 +109,5 @@ class WrapOnImport(importlib.abc.MetaPathFinder):
 
 def install_on_import(environ=None):
     environ = dict(os.environ if environ is None else environ)
-    if any(name in environ for name in (STEP_PAUSE_ENV, CRASH_ENV, WRITE_PAUSE_ENV)):
+    if any(name in environ for name in (STEP_PAUSE_ENV, CRASH_ENV, SLOW_NODE_ENV, WRITE_PAUSE_ENV)):
         sys.meta_path.insert(0, WrapOnImport(environ))

@@ -14,7 +14,7 @@ Facts (every key optional):
     node_check_table [lines], node_check_time, node_check_job, gpu_policy,
     excluded_nodes {node: reason},
     jobs [{kind, job_id, state, exit_code, elapsed, nodelist, start_time, end_time, restarts}],
-    checkpoint {path, step} or null
+    checkpoint {path, step} or null, straggler_threshold
 """
 
 import argparse
@@ -30,6 +30,10 @@ FACTS_FILE = "facts.json"
 PLOT_FILE = "loss.png"
 REPORT_FILE = "report.md"
 NOT_RECORDED = "not recorded"
+# the watch's straggler rules (plugins/module_utils/stragglers.py), from the collection this file is in
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "..", "plugins", "module_utils"))
+from stragglers import node_table  # noqa: E402  pylint: disable=wrong-import-position
+DEFAULT_STRAGGLER_THRESHOLD = 0.2
 
 
 def warn(message):
@@ -337,6 +341,26 @@ def node_check_lines(facts):
     return out
 
 
+def step_time_lines(losses, facts):
+    """Each node's work and wait per step over the run (the loss records' nodes), and which was slow."""
+    threshold = facts.get("straggler_threshold")
+    threshold = float(threshold) if is_number(threshold) and threshold > 0 else DEFAULT_STRAGGLER_THRESHOLD
+    rows = node_table(losses, threshold)
+    if not rows:
+        return ["Step time per node: %s (one node, or a script whose metrics carry no `nodes`)." % NOT_RECORDED]
+    out = ["Per node, medians over the loss records that carry step times: its work per step (its slowest rank's "
+           "time not spent waiting for the others in the gradient all-reduce) and its wait. Every step takes as "
+           "long as the slowest node's work; a node more than %d %% above the median node's work is slow "
+           "(pretrain_straggler_threshold)." % round(100 * threshold), ""]
+    out += table(["Node", "Work ms/step", "Wait ms/step", "Work vs median", "Slow in"],
+                 [[r["node"], "%.1f" % r["work_ms"], "%.1f" % r["wait_ms"],
+                   "%.2fx" % r["ratio"] if r["ratio"] is not None else NOT_RECORDED,
+                   "%d of %d records%s" % (r["slow_records"], r["records"],
+                                           " (straggler)" if r["slow_records"] * 2 > r["records"] else "")]
+                  for r in rows])
+    return out
+
+
 def render(run_name, metrics, summary, facts, samples, plot_note):
     losses, events = (metrics[0], metrics[1]) if metrics else ([], [])
     out = ["# Run %s" % run_name, "", "## Summary", ""]
@@ -351,6 +375,7 @@ def render(run_name, metrics, summary, facts, samples, plot_note):
     else:
         out += ["", "## Model", ""] + model_lines(facts, events)
     out += ["", "## Node check", ""] + node_check_lines(facts)
+    out += ["", "## Step time per node", ""] + step_time_lines(losses, facts)
     out += ["", "## NCCL / UCX / Gloo environment", ""] + env_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)
     out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)

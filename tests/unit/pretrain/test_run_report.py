@@ -25,7 +25,8 @@ run_report = load_script()
 
 def loss_record(step, loss, **extra):
     record = {"step": step, "total_steps": 100, "loss": loss, "lr": 1e-3, "tokens_seen": step * 4096,
-              "tokens_per_s": 1000.0 + step, "elapsed_s": step * 2.0, "eta_s": (100 - step) * 2.0}
+              "tokens_per_s": 1000.0 + step, "elapsed_s": step * 2.0, "eta_s": (100 - step) * 2.0,
+              "nodes": {"slurm-worker-%d" % n: {"work_ms": 180.0 + n, "wait_ms": 20.0 - n} for n in range(3)}}
     record.update(extra)
     return record
 
@@ -120,10 +121,11 @@ def test_full_report(tmp_path):
         "Nodes the run keeps off (remove them from `bad_nodes.json` in the run directory, or from "
         "`slurm_exclude_nodes`, once they are repaired):\n\n| Node | Why |\n|---|---|\n"
         "| slurm-worker-3 | no network interface ib0 on slurm-worker-3 (it has eth0, lo) (node check of job 99, "
-        "2026-01-01T09:00:00Z) |\n| slurm-worker-7 | named in slurm_exclude_nodes |\n\n## NCCL",
+        "2026-01-01T09:00:00Z) |\n| slurm-worker-7 | named in slurm_exclude_nodes |\n\n## Step time",
         "| Variable | Value |",
         "| NCCL_IB_HCA | ib7s |",
         "| UCX_NET_DEVICES | ib7s400p0:1,ib7s400p1:1 |",
+        "| slurm-worker-2 | 182.0 | 18.0 | 1.01x | 0 of 10 records |\n\n## NCCL",
         "| Job | Kind | State | Exit | Elapsed | Nodes | Restarts |",
         "| 102 | train | COMPLETED | 0 | 01:02:03 | slurm-worker-[0-2] | 1 |",
         "- Path: `/home/user/llmtrain/gpt2-124m/checkpoints/step_100.pt`",
@@ -138,7 +140,7 @@ def test_full_report(tmp_path):
 def test_a_node_check_without_excluded_nodes(tmp_path):
     facts = dict(FACTS, excluded_nodes={}, node_check_job=None, node_check_time=None, gpu_policy=None)
     report = report_of(make_run(tmp_path, metrics_records(), facts))
-    section = report[report.index("## Node check"):report.index("## NCCL")]
+    section = report[report.index("## Node check"):report.index("## Step time per node")]
     assert section.startswith("## Node check\n\nJob ") and "slurm-worker-0  4/4/4/4/4" in section
     assert "keeps off" not in section
 
@@ -146,7 +148,7 @@ def test_a_node_check_without_excluded_nodes(tmp_path):
 def test_excluded_nodes_without_a_node_check(tmp_path):
     facts = dict(FACTS, node_check_table=[], excluded_nodes={"slurm-worker-7": "named in slurm_exclude_nodes"})
     report = report_of(make_run(tmp_path, metrics_records(), facts))
-    section = report[report.index("## Node check"):report.index("## NCCL")]
+    section = report[report.index("## Node check"):report.index("## Step time per node")]
     assert section.startswith("## Node check\n\nNode check: not recorded.\n\nNodes the run keeps off")
     assert "| slurm-worker-7 | named in slurm_exclude_nodes |" in section
 
@@ -169,12 +171,14 @@ def test_loss_png_is_a_real_image(tmp_path):
 
 
 def test_missing_facts_say_not_recorded(tmp_path):
-    run_dir = make_run(tmp_path, metrics_records(), {"run_name": "gpt2-124m", "cluster": {"partition": "gpu"},
-                                                     "checkpoint": None})
+    records = [{k: v for k, v in r.items() if k != "nodes"} for r in metrics_records()]  # one node's run
+    run_dir = make_run(tmp_path, records, {"run_name": "gpt2-124m", "cluster": {"partition": "gpu"},
+                                           "checkpoint": None})
     report = report_of(run_dir)
     assert "- Partition: gpu" in report
     assert "- Nodes: not recorded" in report
-    assert "## Node check\n\nNode check: not recorded.\n\n## NCCL" in report  # and no excluded nodes table
+    assert "## Node check\n\nNode check: not recorded.\n\n## Step time" in report  # and no excluded nodes table
+    assert "Step time per node: not recorded (one node, or a script whose metrics carry no `nodes`)." in report
     assert "Environment: not recorded." in report
     assert "Jobs: not recorded." in report
     assert "No checkpoint was written." in report
@@ -264,3 +268,25 @@ def test_your_own_script_gets_its_section_not_the_reference_trainers_model(tmp_p
     report = report_of(make_run(tmp_path / "again", metrics_records(), facts))
     assert "- Arguments: none" in report and "- Files deployed: 7 (sha1 0a1b)" in report
     assert "Your script left nothing in `/home/user/llmtrain/checkpoints` (LLMTRAIN_CHECKPOINT_DIR)." in report
+
+
+def test_step_time_per_node_names_the_slow_node(tmp_path):
+    records = metrics_records()
+    for record in records:
+        if "loss" in record:  # slurm-worker-1 works 2x the others from step 70 on (4 of 10 records)
+            slow = 2.0 if record["step"] >= 70 else 1.05
+            record["nodes"] = {"slurm-worker-0": {"work_ms": 200.0, "wait_ms": 90.0 if slow > 1.5 else 10.0},
+                               "slurm-worker-1": {"work_ms": 200.0 * slow, "wait_ms": 1.0},
+                               "slurm-worker-2": {"work_ms": 190.0, "wait_ms": 100.0 if slow > 1.5 else 15.0}}
+    run_dir = make_run(tmp_path, records, dict(FACTS, straggler_threshold=0.5), "")
+    section = report_of(run_dir).split("## Step time per node\n", 1)[1].split("\n## ", 1)[0]
+    assert "more than 50 % above the median node's work is slow" in section
+    assert "| slurm-worker-0 | 200.0 | 10.0 | 1.00x | 0 of 10 records |" in section, section
+    # medians over the 10 records: 6 at 210 ms, 4 at 400 ms
+    assert "| slurm-worker-1 | 210.0 | 1.0 | 1.05x | 4 of 10 records |" in section, section
+    assert "| slurm-worker-2 | 190.0 | 15.0 | 0.95x | 0 of 10 records |" in section, section
+    for record in records:
+        if "loss" in record:
+            record["nodes"]["slurm-worker-1"]["work_ms"] = 500.0
+    run_dir = make_run(tmp_path / "again", records, FACTS, "")
+    assert "| slurm-worker-1 | 500.0 | 1.0 | 2.50x | 10 of 10 records (straggler) |" in report_of(run_dir)

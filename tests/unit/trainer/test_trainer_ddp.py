@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from trainer.checkpoint import list_checkpoints
-from trainer_faults import STEP_PAUSE_ENV
+from trainer_faults import SLOW_NODE_ENV, STEP_PAUSE_ENV
 from trainer_testing import FILES_DIR, free_port, losses, read_metrics, run_module, trainer_env
 
 STEPS = 12
@@ -94,3 +94,36 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_step_and_resume_matches(tmp
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert not (out / "PREEMPTED").exists()
     assert losses(read_metrics(out)) == losses(read_metrics(two_rank_run))  # exactly
+
+
+def test_each_node_s_work_and_wait_per_step_are_in_the_loss_records(tmp_path, train_args):
+    """Two one-rank nodes on this machine (two launchers, as srun starts one per node); the ranks
+    on n1 sleep 0.1 s more before each step: n1 works longer, and n0 waits for it."""
+    port, out = free_port(), tmp_path / "run"
+    launchers = []
+    for node_rank, node in enumerate(("n0", "n1")):
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node_rank),
+                "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                "-m", "trainer.train", *map(str, train_args), "--batch-size", "2", "--out", str(out), "--steps", "8",
+                "--log-interval", "2", "--eval-interval", "0"]
+        env = trainer_env(SLURMD_NODENAME=node, **{SLOW_NODE_ENV: "n1:0.1"})
+        launchers.append(subprocess.Popen(argv, cwd=FILES_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+    outputs = [launcher.communicate(timeout=120)[0] for launcher in launchers]
+    assert [launcher.returncode for launcher in launchers] == [0, 0], outputs
+    records = [r for r in read_metrics(out) if "loss" in r]
+    assert [r["step"] for r in records] == [2, 4, 6, 8]
+    for r in records[1:]:  # (the first interval holds the start-up)
+        n0, n1 = r["nodes"]["n0"], r["nodes"]["n1"]
+        assert n1["work_ms"] >= n0["work_ms"] + 80, r["nodes"]  # its 100 ms more a step
+        assert n0["wait_ms"] >= n1["wait_ms"] + 80, r["nodes"]  # spent waiting for n1
+        # what a node does not wait for, it works: the two add up to the step time on both
+        assert n0["work_ms"] + n0["wait_ms"] == pytest.approx(n1["work_ms"] + n1["wait_ms"], rel=0.1)
+
+
+def test_one_node_s_ranks_are_one_entry_and_a_single_process_records_none(two_rank_run, train_args, tmp_path):
+    records = [r for r in read_metrics(two_rank_run) if "loss" in r]
+    assert all(len(r["nodes"]) == 1 for r in records)
+    single = tmp_path / "single"
+    assert run_module("train", *train_args, "--out", single, "--steps", 2).returncode == 0
+    assert not any("nodes" in r for r in read_metrics(single))

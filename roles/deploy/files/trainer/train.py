@@ -243,6 +243,66 @@ class StopVote:
         return pending.wait() if pending else 0
 
 
+class WaitClock:
+    """How long this rank waits for the others in each step's gradient all-reduce: from the moment
+    its last gradient is computed (a hook on every parameter, armed for the step's last backward,
+    where DDP reduces; the last call wins) to the moment that backward returns with the reduced
+    gradients. The rest of a rank's time is its own work: a slow node's ranks work longer and wait
+    less, and the others wait for them. On CUDA the two moments are events on the stream, read at
+    the log interval (when the loss record syncs anyway)."""
+
+    def __init__(self, params, device):
+        self.cuda = device.type == "cuda"
+        self.armed, self.ready, self.spans, self.wait_s = False, None, [], 0.0
+        for p in params:
+            if p.requires_grad:
+                p.register_hook(self._gradient_computed)
+
+    def _gradient_computed(self, _grad):
+        if self.armed:
+            if self.cuda:
+                self.ready.record()
+            else:
+                self.ready = time.perf_counter()
+
+    def arm(self):
+        """Called before the backward that reduces the gradients."""
+        self.armed = True
+        if self.cuda:
+            self.ready = torch.cuda.Event(enable_timing=True)
+
+    def reduced(self):
+        """Called when that backward has returned."""
+        self.armed = False
+        if self.cuda:
+            done = torch.cuda.Event(enable_timing=True)
+            done.record()
+            self.spans.append((self.ready, done))
+        elif self.ready is not None:
+            self.wait_s += time.perf_counter() - self.ready
+        self.ready = None
+
+    def take(self):
+        """Seconds waited since the last take()."""
+        if self.spans:
+            self.spans[-1][1].synchronize()
+            self.wait_s += sum(ready.elapsed_time(done) for ready, done in self.spans) / 1000.0
+            self.spans = []
+        waited, self.wait_s = self.wait_s, 0.0
+        return waited
+
+
+def node_step_times(samples, steps):
+    """{node: {"work_ms", "wait_ms"}} per step over the last `steps` steps, from every rank's
+    (node, work_s, wait_s): a node's slowest rank (the most work) stands for it."""
+    nodes = {}
+    for node, work_s, wait_s in samples:
+        if node not in nodes or work_s > nodes[node][0]:
+            nodes[node] = (work_s, wait_s)
+    return {node: {"work_ms": round(1000.0 * work / steps, 2), "wait_ms": round(1000.0 * wait / steps, 2)}
+            for node, (work, wait) in sorted(nodes.items())}
+
+
 class MetricsLog:
     """RUN/metrics.jsonl. Records after the step a run resumes from are dropped first,
     so the file always tells one trajectory (and never holds a line cut short by a kill)."""
@@ -436,6 +496,9 @@ class Training:
         # fail its guards and compile the forward a second time, for a few batches now and then;
         # the raw model holds the same parameters, and without gradients DDP has nothing to do.
         self.eval_model = self.raw_model
+        # each rank's own work and wait per step, gathered into the loss records by node
+        self.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        self.wait_clock = WaitClock(self.raw_model.parameters(), device) if dist.active else None
 
         self.train_tokens = open_tokens(data_dir, meta, "train")
         self.val_tokens = open_tokens(data_dir, meta, "val")
@@ -494,11 +557,16 @@ class Training:
             if device.type == "cuda":
                 x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
             # gradients are all-reduced once per step, on the last micro-step
-            sync = self.model.no_sync() if self.dist.active and micro < A - 1 else nullcontext()
+            reduces = micro == A - 1
+            sync = self.model.no_sync() if self.dist.active and not reduces else nullcontext()
             with sync:
                 with self.autocast:
                     _logits, loss = self.model(x, y)
+                if self.wait_clock and reduces:
+                    self.wait_clock.arm()
                 (loss / A).backward()
+                if self.wait_clock and reduces:
+                    self.wait_clock.reduced()
             loss_sum += loss.detach().float()
         # the global gradient norm, clipped to grad_clip (0: measured only; scaling by 1 changes
         # nothing); foreach: one kernel for all gradients (torch's default only on CUDA)
@@ -524,12 +592,19 @@ class Training:
         now = time.perf_counter()
         tokens_per_s = ((done - self.last_record_step) * self.tokens_per_step
                         / max(1e-9, now - self.last_record_time - self.pause_s))
+        nodes = None
+        if self.wait_clock:
+            waited = self.wait_clock.take()
+            work_s = now - self.last_record_time - self.pause_s - waited
+            nodes = node_step_times(self.dist.gather((self.node, work_s, waited)), done - self.last_record_step)
         self.last_record_time, self.last_record_step, self.pause_s = now, done, 0.0
         eta_s = (now - self.run_started) / (done - self.start_step) * (cfg.steps - done)
         record = {"step": done, "total_steps": cfg.steps, "loss": loss_value, "lr": lr,
                   "grad_norm": round(float(self.grad_norm), 4),
                   "tokens_seen": self.tokens_seen, "tokens_per_s": round(tokens_per_s, 1),
                   "elapsed_s": round(self.prior_elapsed + now - self.run_started, 3), "eta_s": round(eta_s, 1)}
+        if nodes:
+            record["nodes"] = nodes
         if self.device.type == "cuda":
             record["mfu"] = mfu(self.flops_per_token, tokens_per_s, W, self.peak_flops) if self.peak_flops else None
         if evaluate:

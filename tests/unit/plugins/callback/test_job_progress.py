@@ -74,3 +74,14 @@ def test_results_without_a_node_check_or_exclusion_print_nothing():
     assert event_lines("h", dict(node_check=None, excluded=None), seen) == []
     assert event_lines("h", dict(node_check=dict(job_id="1", table="not a list")), seen) == []
     assert event_lines("h", dict(rc=1, stdout=""), seen) == [] and seen == set()
+
+
+def test_a_straggler_is_named_once_per_job_and_node():
+    seen = set()
+    found = dict(node="slurm-worker-1", ratio=2.1, work_ms=412.0, median_ms=196.0, since_step=30, step=40)
+    line = ("[login] job 42: straggler: slurm-worker-1 took 2.1x the median work per step (412 ms against 196 ms) "
+            "in every record from step 30 to 40; every rank waits for it at each step")
+    assert event_lines("login", dict(job_id="42", stragglers=[found]), seen) == [line]
+    assert event_lines("login", dict(job_id="42", stragglers=[dict(found, step=45)]), seen) == []
+    assert event_lines("login", dict(job_id="43", stragglers=[found]), seen) == [line.replace("job 42", "job 43")]
+    assert event_lines("login", dict(job_id="43", stragglers=["not a record"]), seen) == []
