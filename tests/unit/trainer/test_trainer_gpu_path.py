@@ -276,3 +276,41 @@ def test_a_stop_voted_for_before_the_last_step_lets_every_rank_finish(rank_scrip
     run = tmp_path / "run"
     assert not (run / "PREEMPTED").exists() and checkpoint_steps(run) == [DDP_STEPS]
     assert read_metrics(run)[-1]["event"] == "done"
+
+
+class FakeEvent:
+    """torch.cuda.Event on the CPU: record() notes a clock that advances 5 ms per record."""
+    clock = 0.0
+    made = []
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.at = None
+        FakeEvent.made.append(self)
+
+    def record(self):
+        FakeEvent.clock += 5.0
+        self.at = FakeEvent.clock
+
+    def elapsed_time(self, other):
+        return other.at - self.at
+
+    def synchronize(self):
+        assert self.at is not None
+
+
+def test_the_wait_clock_on_cuda_times_from_the_last_gradient_to_the_reduced_gradients(monkeypatch):
+    """On CUDA the two moments are events on the stream: the last hook's record wins, a span per
+    step is read at take(), and a backward that reaches no parameter adds nothing."""
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
+    clock = train.WaitClock(model.parameters(), torch.device("cuda", 0))
+    for _step in range(2):
+        clock.arm()
+        model(torch.ones(2, 3)).sum().backward()  # four parameters: four records of the ready event
+        clock.reduced()  # one more record: 5 ms after the last gradient
+    model(torch.ones(2, 3)).sum().backward()  # not armed: the hooks record nothing
+    clock.arm()
+    clock.reduced()  # armed, but no gradient was computed: no span
+    assert len(clock.spans) == 2
+    assert clock.take() == pytest.approx(0.010) and clock.take() == 0.0

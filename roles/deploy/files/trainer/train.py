@@ -253,13 +253,14 @@ class WaitClock:
 
     def __init__(self, params, device):
         self.cuda = device.type == "cuda"
-        self.armed, self.ready, self.spans, self.wait_s = False, None, [], 0.0
+        self.armed, self.fired, self.ready, self.spans, self.wait_s = False, False, None, [], 0.0
         for p in params:
             if p.requires_grad:
                 p.register_hook(self._gradient_computed)
 
     def _gradient_computed(self, _grad):
         if self.armed:
+            self.fired = True
             if self.cuda:
                 self.ready.record()
             else:
@@ -267,18 +268,20 @@ class WaitClock:
 
     def arm(self):
         """Called before the backward that reduces the gradients."""
-        self.armed = True
+        self.armed, self.fired = True, False
         if self.cuda:
             self.ready = torch.cuda.Event(enable_timing=True)
 
     def reduced(self):
         """Called when that backward has returned."""
         self.armed = False
-        if self.cuda:
+        if not self.fired:  # no hook ran (parameters the backward does not reach as leaves): nothing measured
+            pass
+        elif self.cuda:
             done = torch.cuda.Event(enable_timing=True)
             done.record()
             self.spans.append((self.ready, done))
-        elif self.ready is not None:
+        else:
             self.wait_s += time.perf_counter() - self.ready
         self.ready = None
 
