@@ -45,6 +45,9 @@ class TrainConfig:
     # runtime
     seed: int = knob(1337, "seed of initialisation, data order and dropout")
     compile: bool = knob(False, "torch.compile the model")
+    parallel: str = knob("ddp", "ddp: every rank holds the whole model and optimizer, gradients are all-reduced; "
+                                "fsdp: parameters, gradients and optimizer state sharded over the ranks (FSDP2, "
+                                "fully_shard per block), sharded checkpoints (step_NNNNNN/ directories)")
     dtype: str = knob("auto", "auto (bfloat16 on CUDA GPUs that have it natively, else float32), bfloat16 or float32")
     rendezvous_timeout: int = knob(300, "seconds for the ranks to reach each other at start-up; then every rank "
                                         "stops with a hint about the network interface settings")
@@ -52,6 +55,7 @@ class TrainConfig:
 
 
 DTYPES = ("auto", "bfloat16", "float32")
+PARALLEL = ("ddp", "fsdp")
 UNCATCHABLE_SIGNALS = {"SIGKILL", "SIGSTOP"}
 
 
@@ -99,6 +103,8 @@ def validate(cfg):
         raise ConfigError(f"--min-lr ({cfg.min_lr}) must not exceed --lr ({cfg.lr})")
     if cfg.dtype not in DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)} (got {cfg.dtype!r})")
+    if cfg.parallel not in PARALLEL:
+        raise ConfigError(f"--parallel must be one of {', '.join(PARALLEL)} (got {cfg.parallel!r})")
     parse_signal(cfg.preempt_signal)
     return cfg
 
