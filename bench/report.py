@@ -22,6 +22,7 @@ BENCHMARKS = [
     ("Pipeline on the local cluster", [sys.executable, "bench/pipeline_bench.py", "--format", "markdown"]),
     ("Data preparation (bytes, BPE)", [sys.executable, "bench/prepare_bench.py", "--format", "markdown"]),
     ("Trainer overhead on CPU", [sys.executable, "bench/trainer_bench.py", "--format", "markdown"]),
+    ("FSDP against DDP on CPU (memory per rank, tokens/s)", [sys.executable, "bench/fsdp_bench.py", "--format", "markdown"]),
     ("Trainer on GPU (GPT-2 124M, bf16, compile)", [sys.executable, "bench/trainer_gpu.py", "--format", "markdown"]),
 ]
 

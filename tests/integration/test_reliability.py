@@ -67,6 +67,7 @@ def run_playbook_now(values, tags=STAGES, timeout=600):
 
 # Run names of this session: jobs of an earlier session's runs may still be in the queue.
 SESSION = "%05x" % (int(time.time()) % 0xFFFFF)
+STALE_RUN_S = 3600
 
 
 def fresh(name):
@@ -79,13 +80,16 @@ def fresh(name):
 
 @pytest.fixture(scope="module", autouse=True)
 def remove_runs():
-    """The runs these tests make (workspace and controller side), before and after."""
+    """The runs these tests make (workspace and controller side), before and after: this
+    session's, and those of earlier sessions left for an hour (another session's runs on the
+    same cluster may be in the middle of a test)."""
     def remove():
         for base in (WORKSPACE, RUNS):
             if os.path.isdir(base):
                 for name in os.listdir(base):
-                    if name.startswith("rel-"):
-                        path = os.path.join(base, name)
+                    path = os.path.join(base, name)
+                    if name.startswith("rel-") and (name.endswith("-" + SESSION) or
+                                                    time.time() - os.path.getmtime(path) > STALE_RUN_S):
                         shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
     remove()
     yield
@@ -114,10 +118,11 @@ def events(run, name):
 
 
 def checkpoints(run):
+    """The steps of the run's checkpoints: step_N.pt files and sharded step_N/ directories."""
     directory = os.path.join(WORKSPACE, run, "checkpoints")
     if not os.path.isdir(directory):
         return []
-    return sorted(int(m.group(1)) for m in map(re.compile(r"^step_(\d+)\.pt$").match, os.listdir(directory)) if m)
+    return sorted(int(m.group(1)) for m in map(re.compile(r"^step_(\d+)(\.pt)?$").match, os.listdir(directory)) if m)
 
 
 def observe(fault, **figures):
@@ -158,16 +163,25 @@ def job_runtime_s(job_id):
     return ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + int(seconds)
 
 
+def generate_logs(run):
+    """The text of the run's inference job logs."""
+    texts = []
+    for path in sorted(glob.glob(os.path.join(WORKSPACE, run, "logs", "llmtrain-generate-%s-*" % run))):
+        with open(path) as handle:
+            texts.append(handle.read())
+    return "".join(texts)
+
+
 def assert_every_step_once(run, steps):
     seen = sorted(set(r["step"] for r in step_records(run)))
     assert seen == list(range(1, steps + 1)), seen
 
 
-def load_checkpoint(run, step):
+def load_checkpoint(run, step, sharded=False):
     """The checkpoint loads with the trainer's own loader (what resume and inference use)."""
     code = ("import sys; from trainer.checkpoint import load_checkpoint; "
             "print(load_checkpoint(sys.argv[1])['step'])")
-    path = os.path.join(WORKSPACE, run, "checkpoints", "step_%06d.pt" % step)
+    path = os.path.join(WORKSPACE, run, "checkpoints", "step_%06d" % step + ("" if sharded else ".pt"))
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "roles", "deploy", "files"))
     out = subprocess.run([os.path.join(BIN, "python"), "-c", code, path], env=env, stdout=subprocess.PIPE,
                          universal_newlines=True, check=True, timeout=120).stdout
@@ -216,6 +230,47 @@ def test_preemption_requeue_checkpoints_and_resumes_at_the_same_step(reference, 
     assert run_id.startswith(run + "-") and len(starts) == 2 and all(s.endswith("-" + run_id) for s in starts), starts
     logged = {step: values["train/loss"] for step, values in wandb_history(os.path.join(RUNS, run)).items()}
     assert logged == pytest.approx(losses, rel=1e-12)
+
+
+# 11. Sharded (FSDP) run preempted ---------------------------------------------------------
+
+def test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_matches_ddp(reference):
+    run = fresh("fsdp")
+    play = Playbook(run_vars(run, pretrain_parallel="fsdp"))
+    wait_for(lambda: training_step(run) >= 15, 180, "training to pass step 15", play)
+    job_id = only_job(run)
+    slurm("scancel", "--signal=USR2", job_id)  # to the job's steps, as a preemption notice is sent
+    signalled_at = time.monotonic()
+    result = play.wait()
+    assert result.rc == 0, result.output[-6000:]
+    preempted, = events(run, "preempted")
+    resumed, = events(run, "resume")
+    observe("fsdp-preemption", play_end_after_signal_s=round(time.monotonic() - signalled_at),
+            preempted_at=preempted["step"], resumed_at=resumed["step"])
+    assert preempted["signal"] == "SIGUSR2" and resumed["step"] == preempted["step"] >= 15
+    assert (resumed["parallel"], resumed["world_size"]) == ("fsdp", 6)
+    # the checkpoint it resumed from: one shard per rank, written by all six, on three nodes
+    shards = os.listdir(os.path.join(WORKSPACE, run, "checkpoints", "step_%06d" % resumed["step"]))
+    assert sorted(name for name in shards if name.endswith(".distcp")) == ["__%d_0.distcp" % rank for rank in range(6)]
+    assert load_checkpoint(run, resumed["step"], sharded=True) == resumed["step"]
+    assert job_logs(run).count("requeue 1 of") == 1 and "requeue 2 of" not in job_logs(run)
+    assert [job for job, _state_now in jobs(run)] == [job_id]
+    assert checkpoints(run)[-1] == 60 == max(reference)
+    assert_every_step_once(run, 60)
+    # the same trajectory as the ddp run of the same seed, to float32 rounding: FSDP sums the
+    # ranks' gradients in another order
+    losses = {r["step"]: r["loss"] for r in step_records(run)}
+    assert losses.keys() == reference.keys()
+    assert all(abs(losses[s] - reference[s]) <= 1e-5 * abs(reference[s]) for s in reference), (losses, reference)
+    # the collect step found the newest checkpoint, a directory
+    with open(os.path.join(RUNS, run, "facts.json")) as handle:
+        checkpoint = json.load(handle)["checkpoint"]
+    assert checkpoint == {"path": os.path.join(WORKSPACE, run, "checkpoints", "step_000060"), "step": 60}
+    # and the inference stage samples from it
+    sampled = run_playbook_now(run_vars(run, pretrain_parallel="fsdp"), tags="inference")
+    assert sampled.rc == 0, sampled.output[-6000:]
+    assert os.path.getsize(os.path.join(RUNS, run, "samples.txt")) > 0
+    assert "generate: %s/checkpoints/step_000060 (step 60," % os.path.join(WORKSPACE, run) in generate_logs(run)
 
 
 # 9. Watcher interrupted ------------------------------------------------------------------

@@ -1,3 +1,4 @@
+import warnings
 from dataclasses import asdict
 
 import pytest
@@ -10,7 +11,9 @@ from trainer.checkpoint import (
     find_checkpoint,
     list_checkpoints,
     load_latest,
+    load_sharded_model,
     save_checkpoint,
+    save_sharded,
     strip_wrapper_prefixes,
 )
 from trainer.model import GPT, GPTConfig
@@ -114,3 +117,55 @@ def test_find_checkpoint_accepts_run_dir_checkpoints_dir_and_file(tmp_path):
         find_checkpoint(tmp_path)
     with pytest.raises(CheckpointError, match="no such file"):
         find_checkpoint(tmp_path / "nope")
+
+
+def save_sharded_here(step, ckpt_dir, keep, model=None):
+    """A sharded checkpoint written by this one process (no process group: one shard)."""
+    model = model or GPT(TINY)
+    trainer_state = {k: v for k, v in state(step, model).items() if k != "model"}
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        return save_sharded({"model": model.state_dict()}, trainer_state, ckpt_dir, keep, is_main=True)
+
+
+def test_keep_counts_files_and_sharded_directories_alike(tmp_path):
+    save_checkpoint(state(4), tmp_path, keep=2)
+    save_sharded_here(8, tmp_path, keep=2)
+    assert [p.name for _s, p in list_checkpoints(tmp_path)] == ["step_000004.pt", "step_000008"]
+    save_sharded_here(12, tmp_path, keep=2)
+    save_checkpoint(state(16), tmp_path, keep=2)
+    assert [p.name for _s, p in list_checkpoints(tmp_path)] == ["step_000012", "step_000016.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000012", "step_000016.pt"]  # no temp left
+
+
+def test_a_sharded_checkpoint_loads_into_a_plain_model_without_a_process_group(tmp_path):
+    source = GPT(TINY)
+    path = save_sharded_here(3, tmp_path / "run" / "checkpoints", keep=2, model=source)
+    found, loaded = find_checkpoint(tmp_path / "run")
+    assert (found, loaded["step"], "model" in loaded) == (path, 3, False)  # the weights stay in the shards
+    assert find_checkpoint(path)[0] == path
+    target = GPT(TINY)
+    load_sharded_model(path, target)
+    assert all(torch.equal(a, b) for a, b in zip(target.state_dict().values(), source.state_dict().values()))
+
+
+def test_a_sharded_checkpoint_with_a_truncated_shard_is_moved_aside(tmp_path, capsys):
+    save_sharded_here(4, tmp_path, keep=5)
+    save_sharded_here(8, tmp_path, keep=5)
+    shard = tmp_path / "step_000008" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+    path, loaded = load_latest(tmp_path, move_aside=True)
+    assert (path.name, loaded["step"]) == ("step_000004", 4)
+    assert "step_000008: shard __0_0.distcp has 100 bytes of" in capsys.readouterr().err
+    assert (tmp_path / "step_000008.bad" / "__0_0.distcp").exists()
+    assert steps(tmp_path) == [4]
+
+
+def test_a_partial_sharded_directory_is_cleaned_and_never_listed(tmp_path):
+    save_sharded_here(4, tmp_path, keep=5)
+    partial = tmp_path / ".step_000008.tmp-sharded"
+    partial.mkdir()
+    (partial / "__0_0.distcp").write_bytes(b"half")
+    assert steps(tmp_path) == [4]
+    clean_checkpoint_dir(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["step_000004"]

@@ -7,38 +7,15 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from trainer.checkpoint import list_checkpoints
 from trainer_faults import SLOW_NODE_ENV, STEP_PAUSE_ENV
-from trainer_testing import FILES_DIR, free_port, losses, read_metrics, run_module, trainer_env
+from trainer_testing import (FILES_DIR, free_port, losses, read_metrics, run_module, torchrun, torchrun_argv,
+                             trainer_env, worker_pid)
 
 STEPS = 12
 DDP_TRAINING = ["--grad-accum", "2", "--eval-interval", "6", "--checkpoint-interval", "1000"]
-
-
-def torchrun_argv(nproc, *args):
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
-            "--master_port", str(free_port()), "-m", "trainer.train", *map(str, args)]
-
-
-def torchrun(nproc, *args, env=None):
-    return subprocess.run(torchrun_argv(nproc, *args), cwd=FILES_DIR, env=env or trainer_env(), check=False,
-                          capture_output=True, text=True, timeout=120)
-
-
-def worker_pid(launcher_pid, rank):
-    """The pid of the launcher's worker process with this RANK, read from /proc."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            environ = (stat.parent / "environ").read_bytes().split(b"\0") if ppid == launcher_pid else []
-        except (OSError, ValueError, IndexError):
-            continue
-        if f"RANK={rank}".encode() in environ:
-            return int(stat.parent.name)
-    return None
 
 
 @pytest.fixture(scope="module")

@@ -54,3 +54,26 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def torchrun_argv(nproc, *args):
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
+            "--master_port", str(free_port()), "-m", "trainer.train", *map(str, args)]
+
+
+def torchrun(nproc, *args, env=None):
+    return subprocess.run(torchrun_argv(nproc, *args), cwd=FILES_DIR, env=env or trainer_env(), check=False,
+                          capture_output=True, text=True, timeout=120)
+
+
+def worker_pid(launcher_pid, rank):
+    """The pid of the launcher's worker process with this RANK, read from /proc."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            environ = (stat.parent / "environ").read_bytes().split(b"\0") if ppid == launcher_pid else []
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return int(stat.parent.name)
+    return None

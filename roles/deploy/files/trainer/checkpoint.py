@@ -1,26 +1,38 @@
 """Checkpoints: written atomically, the newest K kept, the newest loadable one found.
 
-A checkpoint is ``<run>/checkpoints/step_NNNNNN.pt``, a dict saved with torch.save that
-loads with ``weights_only=True`` (tensors, numbers, strings, lists, dicts only).
+A checkpoint is one of two kinds, and a run resumes from either:
+
+- ``<run>/checkpoints/step_NNNNNN.pt`` (--parallel ddp, one process): a dict saved with
+  torch.save that loads with ``weights_only=True`` (tensors, numbers, strings, lists, dicts);
+- ``<run>/checkpoints/step_NNNNNN/`` (--parallel fsdp): a torch.distributed.checkpoint
+  directory, one shard file per rank of the model and optimizer state (keys ``model.*`` and
+  ``optimizer.*``) and ``trainer_state.pt``, the rest of the dict above, written by rank 0.
+  It is written as a hidden temp directory and renamed into place once complete.
 """
 
 import errno
 import os
 import pickle
 import re
+import shutil
 import sys
 import time
+import warnings
 import zipfile
 from pathlib import Path
 
 import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
 
-from .fsio import atomic_file, remove_temp_files
+from .fsio import atomic_file, fsync_dir, remove_temp_files
 
 CHECKPOINT_DIR = "checkpoints"
 FORMAT = 1
 REQUIRED_KEYS = ("format", "step", "model", "model_config")
-NAME = re.compile(r"^step_(\d+)\.pt$")
+NAME = re.compile(r"^step_(\d+)(\.pt)?$")
+TRAINER_STATE = "trainer_state.pt"  # in a sharded checkpoint: all but the model and optimizer tensors
+SHARDED_KEYS = ("model", "optimizer")  # what a sharded checkpoint holds in its shards
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
 BAD_SUFFIX = ".bad"
 # Seconds between attempts to read a checkpoint: a shared file system's errors (EIO, ESTALE)
@@ -40,17 +52,36 @@ class CorruptCheckpoint(CheckpointError):
     """A checkpoint file that was read but does not deserialize: no retry makes it load."""
 
 
-def checkpoint_path(ckpt_dir, step):
-    return Path(ckpt_dir) / f"step_{step:06d}.pt"
+def checkpoint_path(ckpt_dir, step, sharded=False):
+    return Path(ckpt_dir) / (f"step_{step:06d}" if sharded else f"step_{step:06d}.pt")
+
+
+def is_sharded(path):
+    return Path(path).suffix != ".pt"
 
 
 def list_checkpoints(ckpt_dir):
-    """[(step, path)] of the checkpoints in ckpt_dir, oldest first."""
+    """[(step, path)] of the checkpoints in ckpt_dir (files and sharded directories), oldest first."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         return []
-    found = [(int(m.group(1)), ckpt_dir / m.group(0)) for m in map(NAME.match, os.listdir(ckpt_dir)) if m]
+    found = [(int(m.group(1)), ckpt_dir / m.group(0)) for m in map(NAME.match, os.listdir(ckpt_dir))
+             if m and (ckpt_dir / m.group(0)).is_dir() == (m.group(2) is None)]
     return sorted(found)
+
+
+def remove_checkpoint(path):
+    if is_sharded(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def keep_newest(ckpt_dir, step, keep):
+    """Remove all but the newest `keep` checkpoints up to step, of both kinds."""
+    older = [p for s, p in list_checkpoints(ckpt_dir) if s <= step]
+    for old in older[:-keep]:
+        remove_checkpoint(old)
 
 
 def strip_wrapper_prefixes(state_dict):
@@ -75,9 +106,41 @@ def save_checkpoint(state, ckpt_dir, keep):
     path = checkpoint_path(ckpt_dir, step)
     with atomic_file(path) as f:
         torch.save(state, f)
-    older = [p for s, p in list_checkpoints(ckpt_dir) if s <= step]
-    for old in older[:-keep]:
-        old.unlink(missing_ok=True)
+    keep_newest(ckpt_dir, step, keep)
+    return path
+
+
+def sharded_temp_path(ckpt_dir, step):
+    """Where every rank writes its shard of step's sharded checkpoint: one name for all ranks
+    (rank 0's pid would differ from theirs), hidden, and removed as a partial write at start-up."""
+    return checkpoint_path(ckpt_dir, step, sharded=True).with_name(f".step_{step:06d}.tmp-sharded")
+
+
+def save_sharded(tensors, state, ckpt_dir, keep, is_main):
+    """Write the sharded checkpoint of state["step"]; every rank calls this. tensors: the
+    model and optimizer state of get_state_dict, each rank's shard. Rank 0 then adds state
+    (everything else) and renames the directory into place; returns its final path."""
+    ckpt_dir = Path(ckpt_dir)
+    step = state["step"]
+    path, tmp = checkpoint_path(ckpt_dir, step, sharded=True), sharded_temp_path(ckpt_dir, step)
+    if is_main:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        # returns on every rank once every shard and rank 0's .metadata are written (and fsynced)
+        dcp.save(tensors, checkpoint_id=tmp)
+        if is_main:
+            with atomic_file(tmp / TRAINER_STATE) as f:
+                torch.save(state, f)
+            if path.exists():  # the same step written before, by a run that was stopped later
+                remove_checkpoint(path)
+            os.replace(tmp, path)
+            fsync_dir(ckpt_dir)
+            keep_newest(ckpt_dir, step, keep)
+    except BaseException:
+        if is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return path
 
 
@@ -110,15 +173,64 @@ def read_state(path):
             time.sleep(delay)
 
 
+def check_shards(path):
+    """Raise CorruptCheckpoint unless the sharded checkpoint at path has its metadata and
+    every byte its metadata points to (a shard cut short, or missing, fails here rather than
+    halfway through loading on every rank)."""
+    try:
+        metadata = FileSystemReader(str(path)).read_metadata()
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.EINVAL):
+            raise CorruptCheckpoint(f"{path} has no readable .metadata ({type(e).__name__}: {e})") from e
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, AttributeError) as e:
+        raise CorruptCheckpoint(f"{path} has a corrupt .metadata ({type(e).__name__}: {e})") from e
+    needed = {}
+    for info in metadata.storage_data.values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(needed.items()):
+        shard = Path(path) / name
+        if not shard.is_file() or shard.stat().st_size < size:
+            have = shard.stat().st_size if shard.is_file() else "no"
+            raise CorruptCheckpoint(f"{path}: shard {name} has {have} bytes of {size}")
+
+
 def load_checkpoint(path):
-    """The checkpoint at path, on the CPU; raises CorruptCheckpoint if it is not a checkpoint."""
-    state = read_state(path)
-    if not isinstance(state, dict) or any(key not in state for key in REQUIRED_KEYS):
+    """The checkpoint at path, on the CPU; raises CorruptCheckpoint if it is not a checkpoint.
+
+    Of a sharded checkpoint only its trainer state is read (after its shards are checked):
+    the model and optimizer state are in its shards, which load_sharded reads.
+    """
+    path = Path(path)
+    sharded = is_sharded(path)
+    if sharded:
+        check_shards(path)
+    state = read_state(path / TRAINER_STATE if sharded else path)
+    required = [k for k in REQUIRED_KEYS if not (sharded and k in SHARDED_KEYS)]
+    if not isinstance(state, dict) or any(key not in state for key in required):
         raise CorruptCheckpoint(f"{path} is not a trainer checkpoint")
     if state["format"] != FORMAT:
         raise CheckpointError(f"{path} has format {state['format']}, this trainer reads format {FORMAT}")
-    state["model"] = strip_wrapper_prefixes(state["model"])
+    if not sharded:
+        state["model"] = strip_wrapper_prefixes(state["model"])
     return state
+
+
+def load_sharded(tensors, path):
+    """Fill tensors (get_state_dict's model and optimizer state: DTensor shards, or whole
+    tensors of a plain model) from the sharded checkpoint at path, in place. Every rank of a
+    job calls it; without a process group it reads in this process alone."""
+    dcp.load(tensors, checkpoint_id=str(path))
+
+
+def load_sharded_model(path, model):
+    """Load the model weights of the sharded checkpoint at path into a plain model, in this
+    process alone (no process group, no conversion step)."""
+    weights = {"model": model.state_dict()}
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.load(weights, checkpoint_id=str(path), no_dist=True)
+    model.load_state_dict(weights["model"])
 
 
 def load_latest(ckpt_dir, move_aside=False):
@@ -131,7 +243,7 @@ def load_latest(ckpt_dir, move_aside=False):
     """
     ckpt_dir = Path(ckpt_dir)
     candidates = list_checkpoints(ckpt_dir)
-    moved_before = list(ckpt_dir.glob(f"step_*.pt{BAD_SUFFIX}")) if ckpt_dir.is_dir() else []
+    moved_before = list(ckpt_dir.glob(f"step_*{BAD_SUFFIX}")) if ckpt_dir.is_dir() else []
     for _step, path in reversed(candidates):
         try:
             return path, load_checkpoint(path)
@@ -150,14 +262,14 @@ def load_latest(ckpt_dir, move_aside=False):
 def find_checkpoint(path):
     """(path, state) for a checkpoint file, a checkpoints directory, or a run directory."""
     path = Path(path)
-    if path.is_file():
+    if path.is_file() or (path.is_dir() and NAME.match(path.name)):
         return path, load_checkpoint(path)
     if not path.is_dir():
         raise CheckpointError(f"--checkpoint {path}: no such file or directory")
     ckpt_dir = path / CHECKPOINT_DIR if (path / CHECKPOINT_DIR).is_dir() else path
     found, state = load_latest(ckpt_dir)
     if found is None:
-        raise CheckpointError(f"--checkpoint {path}: no checkpoints (step_*.pt) in {ckpt_dir}")
+        raise CheckpointError(f"--checkpoint {path}: no checkpoints (step_*.pt, step_*/) in {ckpt_dir}")
     return found, state
 
 

@@ -50,6 +50,9 @@ class TrainConfig:
     # runtime
     seed: int = knob(1337, "seed of initialisation, data order and dropout")
     compile: bool = knob(False, "torch.compile the model")
+    parallel: str = knob("ddp", "ddp: every rank holds the whole model and optimizer, gradients are all-reduced; "
+                                "fsdp: parameters, gradients and optimizer state sharded over the ranks (FSDP2, "
+                                "fully_shard per block), sharded checkpoints (step_NNNNNN/ directories)")
     dtype: str = knob("auto", "auto (bfloat16 on CUDA GPUs that have it natively, else float32), bfloat16 or float32")
     rendezvous_timeout: int = knob(300, "seconds for the ranks to reach each other at start-up; then every rank "
                                         "stops with a hint about the network interface settings")
@@ -59,6 +62,7 @@ class TrainConfig:
 DTYPES = ("auto", "bfloat16", "float32")
 WANDB_MODES = ("online", "offline")
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
+PARALLEL = ("ddp", "fsdp")
 UNCATCHABLE_SIGNALS = {"SIGKILL", "SIGSTOP"}
 
 
@@ -111,6 +115,8 @@ def validate(cfg):
     if set(cfg.wandb_project) & set(WANDB_PROJECT_FORBIDDEN) or len(cfg.wandb_project) > 128:
         raise ConfigError(f"--wandb-project {cfg.wandb_project!r} is not a W&B project name: at most 128 characters, "
                           f"none of {' '.join(WANDB_PROJECT_FORBIDDEN)}")
+    if cfg.parallel not in PARALLEL:
+        raise ConfigError(f"--parallel must be one of {', '.join(PARALLEL)} (got {cfg.parallel!r})")
     parse_signal(cfg.preempt_signal)
     return cfg
 

@@ -1,6 +1,7 @@
 """Crash-safe file writes: a file appears under its final name complete, or not at all."""
 
 import os
+import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,9 +41,13 @@ def atomic_file(path, mode="wb"):
 
 
 def remove_temp_files(directory):
-    """Delete temp files left in directory by writers that were killed; return their names."""
+    """Delete temp files (and temp directories of sharded checkpoints) left in directory by
+    writers that were killed; return their names."""
     removed = []
     for tmp in Path(directory).glob(f".*{TEMP_MARK}*"):
-        tmp.unlink(missing_ok=True)
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
         removed.append(tmp.name)
     return sorted(removed)

@@ -3,7 +3,8 @@
     python -m trainer.generate --checkpoint RUN --prompt TEXT [--prompt TEXT ...] [--prompt-file F]
         [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S] [--json]
 
---checkpoint is a run directory, its checkpoints/ directory, or one checkpoint file. Text is
+--checkpoint is a run directory, its checkpoints/ directory, or one checkpoint (a step_*.pt file
+or a sharded step_*/ directory, read in this one process). Text is
 encoded and decoded with the tokenizer the checkpoint carries (bytes, or the BPE its data was
 prepared with); --tokenizer FILE gives one to a model trained on token files that had none. Each
 prompt is sampled with a generator seeded by --seed, so the same seed gives the same text
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointError, find_checkpoint
+from .checkpoint import CheckpointError, find_checkpoint, is_sharded, load_sharded_model
 from .model import GPT, GPTConfig
 from .tokenizer import Codec, TokenizerError
 
@@ -39,7 +40,7 @@ def read_prompt_file(path):
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m trainer.generate", description=__doc__.split("\n\n", maxsplit=1)[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--checkpoint", required=True, metavar="PATH", help="run dir, checkpoints dir or checkpoint file")
+    p.add_argument("--checkpoint", required=True, metavar="PATH", help="run dir, checkpoints dir, checkpoint file or sharded checkpoint dir")
     p.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a prompt; repeat for more")
     p.add_argument("--prompt-file", metavar="FILE", help="more prompts: one per line, or a JSON list in a .json file")
     p.add_argument("--max-new-tokens", type=int, default=200)
@@ -88,7 +89,10 @@ def main(argv=None):
                      f"{state['model_config']['vocab_size']}: give the tokenizer its data was prepared with")
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
     model = GPT(GPTConfig(**state["model_config"]))
-    model.load_state_dict(state["model"])
+    if is_sharded(path):
+        load_sharded_model(path, model)
+    else:
+        model.load_state_dict(state["model"])
     model.to(device).eval()
     print(f"generate: {path} (step {state['step']}, {model.num_params() / 1e6:.2f}M parameters, tokenizer "
           f"{codec.describe()}) on {device}", file=sys.stderr, flush=True)

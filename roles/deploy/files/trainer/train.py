@@ -1,9 +1,11 @@
-"""Pretrain a GPT on prepared tokens, in one process or under torch.distributed.run (DDP).
+"""Pretrain a GPT on prepared tokens, in one process or under torch.distributed.run (DDP or FSDP2).
 
     python -m trainer.train --data DATA --out RUN --steps N [--config FILE] [--batch-size B ...]
     python -m torch.distributed.run --nproc_per_node 4 -m trainer.train --data DATA --out RUN --steps N
+        [--parallel fsdp]
 
-Rank 0 writes RUN/metrics.jsonl (one JSON object per line) and RUN/checkpoints/step_*.pt.
+Rank 0 writes RUN/metrics.jsonl (one JSON object per line) and RUN/checkpoints/step_*.pt
+(--parallel ddp) or, with every rank, the sharded RUN/checkpoints/step_*/ (--parallel fsdp).
 A run resumes from the newest checkpoint that loads and continues as if it had not stopped
 (bit for bit on CPU; on CUDA closely, as its kernels are chosen at run time). Exit status:
 0 when all steps are done (also when they were done before), 75 (EX_TEMPFAIL) after
@@ -29,10 +31,14 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as torch_dist
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
+                                                     set_optimizer_state_dict, set_state_dict)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .checkpoint import (CHECKPOINT_DIR, FORMAT, CheckpointError, clean_checkpoint_dir, list_checkpoints, load_checkpoint,
-                         load_latest, save_checkpoint)
+from .checkpoint import (CHECKPOINT_DIR, FORMAT, CheckpointError, clean_checkpoint_dir, is_sharded, list_checkpoints,
+                         load_checkpoint, load_latest, load_sharded, save_checkpoint, save_sharded)
 from .config import ConfigError, add_config_flags, parse_signal, resolve_config
 from .data import TRAIN_STREAM, VAL_STREAM, open_tokens, window_starts, windows
 from .events import EventWriter
@@ -414,14 +420,11 @@ def trains_in_bf16(device, dtype):
 NOT_OPTIONS = ("params", "param_names", "lr")  # what a param group holds besides options; the lr is set every step
 
 
-def load_optimizer_state(optimizer, saved):
-    """Load a checkpoint's optimizer state (moments, step counts) into optimizer, keeping
-    optimizer's options. load_state_dict alone takes the checkpoint's (its kernel, weight decay,
-    betas, eps): a checkpoint made on a CPU would stay unfused on a GPU, and a changed
-    --weight-decay would be ignored. Returns each option that differs, once, as
-    "name value (the checkpoint had value)"."""
+def kept_options(optimizer, saved_groups):
+    """saved_groups (a checkpoint's param groups) with optimizer's options, and each option
+    that differs, once, as "name value (the checkpoint had value)"."""
     differences, groups = {}, []
-    for group, saved_group in zip(optimizer.param_groups, saved["param_groups"]):
+    for group, saved_group in zip(optimizer.param_groups, saved_groups):
         options = {k: v for k, v in group.items() if k not in NOT_OPTIONS}
         for name, value in options.items():
             if name not in saved_group:
@@ -430,9 +433,43 @@ def load_optimizer_state(optimizer, saved):
                 differences[name, repr(value), repr(saved_group[name])] = (f"{name} {value} (the checkpoint had "
                                                                            f"{saved_group[name]})")
         groups.append({**saved_group, **options})
+    return groups, list(differences.values())
+
+
+def load_optimizer_state(optimizer, saved):
+    """Load a checkpoint's optimizer state (moments, step counts) into optimizer, keeping
+    optimizer's options. load_state_dict alone takes the checkpoint's (its kernel, weight decay,
+    betas, eps): a checkpoint made on a CPU would stay unfused on a GPU, and a changed
+    --weight-decay would be ignored. Returns the options that differ (kept_options)."""
+    groups, differences = kept_options(optimizer, saved["param_groups"])
     # the state is cast as its groups say: a fused optimizer's step counts go to the GPU as float32
     optimizer.load_state_dict({**saved, "param_groups": groups})
-    return list(differences.values())
+    return differences
+
+
+def shard_model(model, bf16):
+    """FSDP2 in place: each block its own unit (its parameters gathered for its forward and
+    backward only), then the root (embeddings, final norm, the tied head). Parameters stay
+    float32; with bf16 they are gathered and computed in bfloat16, gradients reduced in float32."""
+    mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else \
+        MixedPrecisionPolicy()
+    for block in model.transformer.h:
+        fully_shard(block, mp_policy=mp_policy)
+    fully_shard(model, mp_policy=mp_policy)
+    return model
+
+
+def load_sharded_state(model, optimizer, path):
+    """Load the sharded checkpoint at path into model and optimizer (sharded or plain, on any
+    number of ranks: each reads the parts of the tensors it holds), keeping optimizer's options;
+    returns the options that differ. Every rank calls it."""
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    tensors = {"model": model_state, "optimizer": optimizer_state}
+    load_sharded(tensors, path)
+    groups, differences = kept_options(optimizer, tensors["optimizer"]["param_groups"])
+    set_state_dict(model, optimizer, model_state_dict=tensors["model"],
+                   optim_state_dict={**tensors["optimizer"], "param_groups": groups})
+    return differences
 
 
 class Training:
@@ -461,13 +498,33 @@ class Training:
                 raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} are of a model {saved_shape}, the "
                                   f"config asks for {shape}; use the same model flags or another --out")
         device = self.device = dist.device
+        use_bf16 = trains_in_bf16(device, cfg.dtype)
+        sharded_from = resume_path if state and is_sharded(resume_path) else None
         seed_everything(cfg.seed)  # the same initial weights on every rank
         self.raw_model = GPT(self.model_cfg).to(device)
-        self.optimizer = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr, device.type)
         self.tokens_seen, self.prior_elapsed = 0, 0.0
-        if state:
+        full_optimizer_state, changed = None, []
+        if state and not sharded_from:
             self.raw_model.load_state_dict(state["model"])
-            changed = load_optimizer_state(self.optimizer, state["optimizer"])
+            if cfg.parallel == "fsdp":
+                # a checkpoint of whole tensors, from a ddp run: loaded as ddp would, then handed
+                # to the sharded optimizer by name, each rank keeping its shard
+                whole = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr, device.type)
+                changed = load_optimizer_state(whole, state["optimizer"])
+                full_optimizer_state = get_optimizer_state_dict(self.raw_model, whole)
+                del whole
+        if cfg.parallel == "fsdp":
+            shard_model(self.raw_model, use_bf16)  # the model and the optimizer made after it hold only shards
+        self.optimizer = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr, device.type)
+        if state:
+            if sharded_from:
+                changed = load_sharded_state(self.raw_model, self.optimizer, sharded_from)
+            elif full_optimizer_state is not None:
+                set_optimizer_state_dict(self.raw_model, self.optimizer, full_optimizer_state,
+                                         options=StateDictOptions(full_state_dict=True))
+                del full_optimizer_state
+            else:
+                changed = load_optimizer_state(self.optimizer, state["optimizer"])
             if changed:
                 self.log(f"train: resuming with {', '.join(changed)}")
             self.tokens_seen, self.prior_elapsed = state["tokens_seen"], state["elapsed_s"]
@@ -480,7 +537,6 @@ class Training:
         else:
             seed_everything(cfg.seed, dist.rank)  # dropout differs between ranks
 
-        use_bf16 = trains_in_bf16(device, cfg.dtype)
         if cfg.dtype == "bfloat16" and not use_bf16:
             self.log("warning: --dtype bfloat16 needs a CUDA GPU with native bfloat16 (compute capability 8.0 or "
                      "newer: A100, H100, L4, ...); training in float32")
@@ -490,18 +546,21 @@ class Training:
             torch.backends.cudnn.allow_tf32 = True
         # DDP inside torch.compile: compiled, DDP's gradient buckets split the graph and their
         # all-reduce overlaps the backward, which DDP around a compiled model cannot do.
+        # With fsdp the raw model is the sharded one (fully_shard works in place).
         self.model = self.raw_model
-        if dist.active:
+        if dist.active and cfg.parallel == "ddp":
             self.model = DDP(self.model, device_ids=[dist.local_rank] if device.type == "cuda" else None)
         if cfg.compile:
             self.model = torch.compile(self.model)
         # Evaluation runs the raw model, eagerly. Through the compiled one, eval mode and no_grad
         # fail its guards and compile the forward a second time, for a few batches now and then;
-        # the raw model holds the same parameters, and without gradients DDP has nothing to do.
+        # the raw model holds the same parameters, and without gradients DDP has nothing to do
+        # (with fsdp it is the sharded model itself, which every rank runs).
         self.eval_model = self.raw_model
         # each rank's own work and wait per step, gathered into the loss records by node
         self.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-        self.wait_clock = WaitClock(self.raw_model.parameters(), device) if dist.active else None
+        # (ddp: its parameters are the leaves the backward reaches; fsdp's sharded ones are not)
+        self.wait_clock = WaitClock(self.raw_model.parameters(), device) if dist.active and cfg.parallel == "ddp" else None
 
         self.train_tokens = open_tokens(data_dir, meta, "train")
         self.val_tokens = open_tokens(data_dir, meta, "val")
@@ -523,7 +582,8 @@ class Training:
                 self.events = EventWriter(out_dir / TENSORBOARD_DIR, self.start_step)
             (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
             event = {"event": "resume" if self.start_step else "start", "step": self.start_step,
-                     "total_steps": cfg.steps, "world_size": dist.world_size, "device": str(device),
+                     "total_steps": cfg.steps, "world_size": dist.world_size, "parallel": cfg.parallel,
+                     "device": str(device),
                      "params": self.raw_model.num_params(), "tokens_per_step": self.tokens_per_step,
                      "tokenizer": self.tokenizer["kind"], "vocab_size": self.tokenizer["vocab_size"]}
             if self.start_step:
@@ -531,7 +591,8 @@ class Training:
             self.metrics.write(event)
             start_note = (f"resuming at step {self.start_step} from {resume_path}" if self.start_step
                           else "starting at step 0")
-            self.log(f"train: {self.raw_model.num_params() / 1e6:.2f}M parameters, {dist.world_size} rank(s) on "
+            self.log(f"train: {self.raw_model.num_params() / 1e6:.2f}M parameters, {dist.world_size} rank(s) "
+                     f"({cfg.parallel if dist.active else 'one process'}) on "
                      f"{device.type}, {self.tokens_per_step:,} tokens per step, {start_note}")
 
         self.run_started = time.perf_counter()
@@ -559,9 +620,11 @@ class Training:
             x, y = windows(self.train_tokens, starts[micro, self.rank_slice], T)
             if device.type == "cuda":
                 x, y = x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-            # gradients are all-reduced once per step, on the last micro-step
+            # ddp: gradients are all-reduced once per step, on the last micro-step; fsdp reduces
+            # them into each rank's shard at every micro-step, which holds no whole gradient
             reduces = micro == A - 1
-            sync = self.model.no_sync() if self.dist.active and not reduces else nullcontext()
+            sync = (self.model.no_sync() if self.dist.active and cfg.parallel == "ddp" and not reduces
+                    else nullcontext())
             with sync:
                 with self.autocast:
                     _logits, loss = self.model(x, y)
@@ -626,37 +689,45 @@ class Training:
                   f"{tokens_per_s:,.0f} tok/s eta {format_seconds(eta_s)}", flush=True)
 
     def checkpoint(self, step):
-        """Every rank's random state to rank 0, which writes the checkpoint of `step`."""
+        """Every rank's random state to rank 0, which writes the checkpoint of `step`; with
+        fsdp every rank writes its shard of the model and optimizer state, rank 0 the rest."""
         cfg, W = self.cfg, self.dist.world_size
         started = time.perf_counter()
         rng_states = self.dist.gather(rng_state())
+        ckpt_dir = self.out_dir / CHECKPOINT_DIR
+        state = {
+            "format": FORMAT,
+            "step": step,
+            "tokens_seen": self.tokens_seen,
+            "elapsed_s": self.elapsed_s(),
+            "model_config": asdict(self.model_cfg),
+            "tokenizer": self.tokenizer,
+            "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
+                          "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},
+            "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
+                     "global_batch": cfg.batch_size * W},
+            "rng": rng_states,
+            "world_size": W,
+            "config": asdict(cfg),
+        }
+        path = None
+        try:
+            if cfg.parallel == "fsdp":
+                model_state, optimizer_state = get_state_dict(self.raw_model, self.optimizer)
+                path = save_sharded({"model": model_state, "optimizer": optimizer_state}, state, ckpt_dir,
+                                    cfg.keep_checkpoints, self.dist.is_main)
+            elif self.dist.is_main:
+                path = save_checkpoint({**state, "model": self.raw_model.state_dict(),
+                                        "optimizer": self.optimizer.state_dict()}, ckpt_dir, cfg.keep_checkpoints)
+        # disk full, quota, read-only (torch.save wraps some in RuntimeError, DCP all in CheckpointException)
+        except (OSError, RuntimeError, CheckpointException) as e:
+            newest = list_checkpoints(ckpt_dir)
+            cause = first_os_error(e)
+            raise CheckpointError(
+                f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(cause).__name__}: {cause}); nothing of it is left "
+                f"behind, and {newest[-1][1].name if newest else 'no earlier checkpoint'} is the newest complete one "
+                "(a rerun resumes from it once there is room)") from e
         if self.dist.is_main:
-            ckpt_dir = self.out_dir / CHECKPOINT_DIR
-            try:
-                path = save_checkpoint({
-                    "format": FORMAT,
-                    "step": step,
-                    "tokens_seen": self.tokens_seen,
-                    "elapsed_s": self.elapsed_s(),
-                    "model": self.raw_model.state_dict(),
-                    "model_config": asdict(self.model_cfg),
-                    "tokenizer": self.tokenizer,
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
-                                  "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},
-                    "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
-                             "global_batch": cfg.batch_size * W},
-                    "rng": rng_states,
-                    "world_size": W,
-                    "config": asdict(cfg),
-                }, ckpt_dir, cfg.keep_checkpoints)
-            except (OSError, RuntimeError) as e:  # disk full, quota, read-only (torch.save wraps some in RuntimeError)
-                newest = list_checkpoints(ckpt_dir)
-                cause = first_os_error(e)
-                raise CheckpointError(
-                    f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(cause).__name__}: {cause}); nothing of it is left "
-                    f"behind, and {newest[-1][1].name if newest else 'no earlier checkpoint'} is the newest complete one "
-                    "(a rerun resumes from it once there is room)") from e
             self.metrics.write({"event": "checkpoint", "step": step, "path": str(path)})
         self.pause_s += time.perf_counter() - started
 
@@ -701,6 +772,9 @@ def resume(out_dir, dist):
 def train(cfg, data_dir, out_dir, meta, dist, stop):
     """Run steps until cfg.steps are done or a stop is requested; return the exit status."""
     out_dir = Path(out_dir)
+    if cfg.parallel == "fsdp" and not dist.active:
+        raise ConfigError("--parallel fsdp shards over ranks started by torch.distributed.run (one rank too: "
+                          "--nproc_per_node 1); run it so, or use --parallel ddp")
     resume_path, state = resume(out_dir, dist)
     if state and state["step"] >= cfg.steps:
         if dist.is_main:

@@ -287,3 +287,35 @@ def test_your_sampling_script_is_checked_before_anything_runs(values, words):
 def test_a_tokenizer_file_needs_no_vocabulary_size():
     assert inputs.validate(dict(GOOD, deploy_tokenizer="/shared/tok/tokenizer.json", deploy_vocab_size=0)) == []
     assert inputs.validate(dict(GOOD, deploy_tokenizer="bytes", deploy_vocab_size=0)) == []
+
+
+def test_pretrain_parallel_is_ddp_or_fsdp_and_for_the_reference_trainer_only():
+    assert inputs.validate(dict(GOOD, pretrain_parallel="fsdp")) == []
+    assert inputs.validate(dict(GOOD, pretrain_parallel="zero3")) == [
+        "pretrain_parallel='zero3' must be ddp (every process holds the whole model and optimizer) or fsdp "
+        "(parameters, gradients and optimizer state sharded over the processes)."]
+    assert inputs.validate(dict(GOOD, pretrain_parallel="fsdp", pretrain_script="train.py")) == [
+        "pretrain_parallel=fsdp is for the reference trainer; your script (pretrain_script=train.py) parallelises as "
+        "it does itself: remove pretrain_parallel, or pass your script its own flag in pretrain_script_args."]
+    assert inputs.validate(dict(GOOD, pretrain_parallel="ddp", pretrain_script="train.py")) == []  # the default
+
+
+# Sharded checkpoints (pretrain_parallel: fsdp) as the reference trainer wrote them, measured:
+# (n_layer, n_embd, block_size, ranks) -> (parameters, bytes of the step directory's files).
+MEASURED_SHARDED = {
+    (2, 64, 64, 6): (120576, 2583792),       # the local run
+    (48, 64, 64, 3): (2419840, 39694723),    # many small tensors
+    (4, 256, 256, 2): (3290624, 40492638),
+    (1, 16, 16, 3): (7664, 483218),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(MEASURED_SHARDED))
+def test_workspace_need_covers_a_measured_sharded_checkpoint(shape):
+    layers, width, block, ranks = shape
+    params, measured = MEASURED_SHARDED[shape]
+    values = dict(pretrain_model=dict(n_layer=layers, n_embd=width, block_size=block), slurm_nodes=ranks,
+                  pretrain_parallel="fsdp")
+    assert "(%d parameters," % params in inputs.workspace_need(values)[1]
+    assert measured <= one_checkpoint(values) < max(measured * 1.25, measured + 200000)
+    assert one_checkpoint(values) > one_checkpoint(dict(values, pretrain_parallel="ddp"))
