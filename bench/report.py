@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = [
     ("Pipeline on the local cluster", [sys.executable, "bench/pipeline_bench.py", "--format", "markdown"]),
+    ("Network check on the local cluster", [sys.executable, "bench/network_bench.py", "--format", "markdown"]),
     ("Data preparation (bytes, BPE)", [sys.executable, "bench/prepare_bench.py", "--format", "markdown"]),
     ("Trainer overhead on CPU", [sys.executable, "bench/trainer_bench.py", "--format", "markdown"]),
     ("FSDP against DDP on CPU (memory per rank, tokens/s)", [sys.executable, "bench/fsdp_bench.py", "--format", "markdown"]),

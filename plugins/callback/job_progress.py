@@ -11,9 +11,10 @@ short_description: One line of Slurm job progress per retry of a task that watch
 description:
   - When a task that watches a Slurm job is retried (C(until)/C(retries)), prints one line
     per retry with the job id, state, nodes, step/total, loss, tokens per second and ETA.
-  - Before it, the per-node table of the job's node check (once per check, from C(node_check))
-    and a line for each release of the job without bad nodes (from C(excluded)), and a line
-    naming each node that holds the others back (once per job and node, from C(stragglers)).
+  - Before it, the per-node table of the job's node check (once per check, from C(node_check)),
+    the fabric its network check measured and the slow node it names (once per check, from
+    C(network_check)), a line for each release of the job without bad nodes (from C(excluded)),
+    and a line naming each node that holds the others back (once per job and node, from C(stragglers)).
   - A task watches a job when its result carries C(job_id) or C(jobs) and C(state), as the
     results of M(llmtrain.slurm.slurm_job_info) and M(llmtrain.slurm.sbatch) do; the
     progress fields come from C(progress) (O(llmtrain.slurm.slurm_job_info#module:metrics_file)).
@@ -84,6 +85,23 @@ def progress_line(host, result):
     return line
 
 
+def network_lines(host, check):
+    """The network check's summary, its per-node table and the slow node(s) it names."""
+    busbw, latency = check.get("busbw"), check.get("latency_us")
+    head = "[%s] network check of job %s (start %s): all-reduce bus bandwidth %s GB/s" % (
+        host, check.get("job_id"), (check.get("restart") or 0) + 1, "?" if busbw is None else "%.3g" % busbw)
+    if check.get("fraction") is not None:
+        head += " (%.0f%% of the slowest link's %.3g GB/s)" % (100 * check["fraction"], check.get("limit") or 0)
+    if latency is not None:
+        head += ", latency %.0f us" % latency
+    lines = [head + ":"] + ["    " + str(line) for line in check["table"]]
+    for node, reason in sorted((check.get("slow") or {}).items()):
+        lines.append("[%s] network check: %s is slow: %s" % (host, node, reason))
+    if check.get("slow_fabric"):
+        lines.append("[%s] network check: the fabric is slow: %s" % (host, check["slow_fabric"]))
+    return lines
+
+
 def event_lines(host, result, seen):
     """Lines for what happened to the job since the last retry: a node check's table (once per
     check) and each exclusion of bad nodes. seen: a set this function keeps up to date."""
@@ -103,6 +121,12 @@ def event_lines(host, result, seen):
         if key not in seen:
             seen.add(key)
             lines.append("[%s] job %s: %s" % (host, job_id, straggler_line(found)))
+    network = result.get("network_check")
+    if isinstance(network, dict) and isinstance(network.get("table"), list):
+        key = ("network_check", host, network.get("job_id"), network.get("restart"), network.get("time"))
+        if key not in seen:
+            seen.add(key)
+            lines += network_lines(host, network)
     for event in result.get("excluded") or []:
         if not isinstance(event, dict):
             continue

@@ -59,14 +59,20 @@ def _traceback_heading(job, log, procs_per_node):
 
 
 NODE_CHECK_FAILED_RC = 78  # roles/run/files/node_check.sh: bad nodes and no requeue
+NETWORK_CHECK_FAILED_RC = 79  # roles/run/files/network_check.sh: slow, and pretrain_network_policy=fail
 
 
-def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, node_check=None):
+def _of_job(record, job):
+    return record if isinstance(record, dict) and str(record.get("job_id")) == str(job["job_id"]) else {}
+
+
+def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, node_check=None, network_check=None):
     """job: as slurm_job_info returns it, ended without success; log: its `log` (tail, errors,
-    traceback, failed_rank, lost_peer), or none when the log was not read; node_check: its
-    `node_check` (the last node check's record), if any."""
+    traceback, failed_rank, lost_peer), or none when the log was not read; node_check,
+    network_check: its `node_check` and `network_check` (the last records of the checks), if any."""
     log = log or {}
-    check = node_check if isinstance(node_check, dict) and str(node_check.get("job_id")) == str(job["job_id"]) else {}
+    check = _of_job(node_check, job)
+    network = _of_job(network_check, job)
     ended = "ended %s, exit code %s" % (job["state"], job.get("exit_code"))
     if job.get("signal"):
         ended += ", signal %s" % job["signal"]
@@ -90,6 +96,18 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
                      "of the run keep off them:" % run_dir)
         lines += ["  %s: %s" % (node, reason) for node, reason in sorted(check["bad"].items())]
         lines += ["Node check:"] + ["  " + line for line in check.get("table") or []]
+    if job.get("exit_code") == NETWORK_CHECK_FAILED_RC and (network.get("slow") or network.get("slow_fabric")):
+        measured = "all-reduce bus bandwidth %s GB/s" % ("?" if network.get("busbw") is None else "%.3g" % network["busbw"])
+        if network.get("limit"):
+            measured += ", %.0f%% of the slowest link's %.3g GB/s" % (100 * (network.get("fraction") or 0), network["limit"])
+        lines.append("Its network check found the fabric below pretrain_network_min_fraction=%s and started nothing "
+                     "(pretrain_network_policy=fail); %s:" % (network.get("min_fraction"), measured))
+        lines += ["  %s: %s" % (node, reason) for node, reason in sorted((network.get("slow") or {}).items())]
+        if network.get("slow_fabric"):
+            lines.append("  " + network["slow_fabric"])
+        lines += ["Network check:"] + ["  " + line for line in network.get("table") or []]
+        lines.append("Fix: repair or leave out the slow node (slurm_exclude_nodes), check the interface settings "
+                     "(nccl_env_socket_ifname, nccl_env_ib_hca), or set pretrain_network_policy=exclude or warn.")
     if log.get("traceback"):
         lines += _traceback_heading(job, log, procs_per_node) + list(log["traceback"])
     lines += ["First error lines of %s:" % job.get("stdout_path")] + (list(log.get("errors") or []) or ["(none)"])

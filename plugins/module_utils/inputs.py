@@ -190,6 +190,7 @@ def _script_errors(values):
 
 # characters W&B refuses in a project name
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
+NETWORK_POLICIES = ("warn", "exclude", "fail")
 
 
 def _number(value):
@@ -223,6 +224,16 @@ def _stage_errors(values):
     _count(errors, values, "pretrain_poll_interval", 1, "seconds between progress lines while watching")
     _count(errors, values, "pretrain_rendezvous_timeout", 1, "seconds for the nodes to reach each other at start-up")
     _count(errors, values, "pretrain_controller_timeout", 0, "seconds the watch waits for a Slurm controller that does not answer")
+    if "pretrain_network_min_fraction" in values:
+        fraction = _number(values["pretrain_network_min_fraction"])
+        if fraction is None or not 0 < fraction <= 1:
+            errors.append("pretrain_network_min_fraction=%r must be a number above 0 and at most 1, such as 0.5 "
+                          "(the fraction of the slowest link's speed below which the network check calls a node slow)."
+                          % (values["pretrain_network_min_fraction"],))
+    if "pretrain_network_policy" in values and values["pretrain_network_policy"] not in NETWORK_POLICIES:
+        errors.append("pretrain_network_policy=%r must be one of %s: warn names a slow node and trains on, exclude "
+                      "requeues the job without it, fail ends the job." % (values["pretrain_network_policy"],
+                                                                           ", ".join(NETWORK_POLICIES)))
     if "pretrain_learning_rate" in values:
         rate = _number(values["pretrain_learning_rate"])
         if rate is None or not 0 < rate < 1:

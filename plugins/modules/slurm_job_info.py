@@ -65,6 +65,12 @@ options:
         returned as RV(node_check) when it exists.
     type: path
     version_added: 0.1.0
+  network_check_file:
+    description:
+      - The JSON record the network check step of a training job writes (in C(network_check/)
+        in the run directory), returned as RV(network_check) when it exists.
+    type: path
+    version_added: 0.1.0
   progress_from_log:
     description:
       - For a script that writes no O(metrics_file) (or before it writes one), read RV(progress)
@@ -199,6 +205,14 @@ node_check:
       C(table) (aligned lines), C(bad) (node -> reason) and C(nodes) (one record per node).
   returned: when node_check_file exists
   type: dict
+network_check:
+  description:
+    - The network check's last record (O(network_check_file)) - C(job_id), C(restart), C(time),
+      C(busbw) (all-reduce bus bandwidth, GB/s), C(latency_us), C(limit) (the slowest link,
+      GB/s, null where links report no speed), C(fraction), C(table) (aligned lines, one per
+      node), C(slow) (node -> reason), C(slow_fabric) and C(nodes) (one record per node).
+  returned: when network_check_file exists
+  type: dict
 checks:
   description: How many times the jobs were looked up (one per second at most with O(wait_seconds)).
   returned: always
@@ -306,6 +320,7 @@ def main():
             log_lines=dict(type="int", default=0),
             bad_nodes_file=dict(type="path"),
             node_check_file=dict(type="path"),
+            network_check_file=dict(type="path"),
             progress_from_log=dict(type="bool", default=False),
             progress_regex=dict(type="list", elements="str", default=[]),
             straggler_threshold=dict(type="float", default=0.2),
@@ -365,14 +380,16 @@ def main():
         if result["progress"] is not None:
             result["progress"]["source"] = source
     if p["node_check_file"] and os.path.exists(p["node_check_file"]):
-        result["node_check"] = read_node_check(module, p["node_check_file"])
+        result["node_check"] = read_record(module, p["node_check_file"])
+    if p["network_check_file"] and os.path.exists(p["network_check_file"]):
+        result["network_check"] = read_record(module, p["network_check_file"])
     if settler.failure:
         module.fail_json(msg=settler.failure, cancelled=settler.cancelled,
                          bad_nodes=read_bad_nodes(p["bad_nodes_file"]), **result)
     module.exit_json(**result)
 
 
-def read_node_check(module, path):
+def read_record(module, path):
     try:
         with open(path) as handle:
             record = json.load(handle)

@@ -59,13 +59,8 @@ case ${verdict} in
     *) echo "llmtrain: node check: ${python} could not judge the records on the batch node $(hostname) (exit ${verdict})" >&2
        exit 1 ;;
 esac
-if [ "${policy}" = exclude ] && [ "${restart}" -lt "${requeue_max}" ]; then
-    echo "llmtrain: node check: requeue $((restart + 1)) of ${requeue_max} without the bad node(s), held until the watcher excludes them"
-    if scontrol requeuehold "${SLURM_JOB_ID}"; then
-        exit 100
-    fi
-    echo "llmtrain: node check: scontrol requeuehold ${SLURM_JOB_ID} failed" >&2
-elif [ "${policy}" = exclude ]; then
-    echo "llmtrain: node check: bad node(s) and pretrain_requeue_max=${requeue_max} requeues are used up" >&2
-fi
+# shellcheck source=bad_nodes.sh
+. "${scripts}/bad_nodes.sh" || exit 1
+requeue_without_bad_nodes "node check" "${policy}" "${restart}" "${requeue_max}"
+[ $? -eq 100 ] && exit 100
 exit 78

@@ -13,6 +13,9 @@ Facts (every key optional):
     cluster {partition, slurm_version, nodes: [names], gpus_per_node, procs_per_node},
     node_check_table [lines], node_check_time, node_check_job, gpu_policy,
     excluded_nodes {node: reason},
+    network {job_id, time, backend, ranks, busbw, latency_us, limit, fraction, min_fraction,
+             seconds, slow {node: reason}, slow_fabric,
+             nodes [{node, interfaces, gbps, busbw, fraction, latency_us}]} (the network check),
     jobs [{kind, job_id, state, exit_code, elapsed, nodelist, start_time, end_time, restarts}],
     checkpoint {path, step} or null, straggler_threshold
 """
@@ -361,6 +364,51 @@ def step_time_lines(losses, facts):
     return out
 
 
+def gbps(value):
+    return "%g Gb/s" % value if is_number(value) else "unknown (the link reports none)"
+
+
+def gb(value):
+    return "%.3g GB/s" % value if is_number(value) else NOT_RECORDED
+
+
+def microseconds(value):
+    return "%.0f us" % value if is_number(value) else NOT_RECORDED
+
+
+def percent(value):
+    return "%.0f%%" % (100 * value) if is_number(value) else "-"
+
+
+def network_lines(facts):
+    """The training job's measure of its fabric (its network check): the whole, then per node."""
+    network = facts.get("network")
+    if not isinstance(network, dict) or not isinstance(network.get("nodes"), list):
+        return ["Network check: %s (one node, pretrain_network_check=false, or the job stopped before it)."
+                % NOT_RECORDED]
+    whole = "all-reduce bus bandwidth %s" % gb(network.get("busbw"))
+    if is_number(network.get("fraction")):
+        whole += ", %s of the slowest link's %s" % (percent(network["fraction"]), gb(network.get("limit")))
+    else:
+        whole += " (the links report no speed: the nodes are judged against each other)"
+    out = ["Job %s measured its fabric at %s over %s rank(s) with %s: %s; small-message latency %s; the check "
+           "took %s s. Below %s of the link a node is slow." % (
+               text(network.get("job_id")), text(network.get("time")), text(network.get("ranks")),
+               text(network.get("backend")), whole, microseconds(network.get("latency_us")),
+               text(network.get("seconds")), percent(network.get("min_fraction"))), ""]
+    out += table(["Node", "Interface", "Link speed", "Bus bandwidth", "Of the link", "Latency", "Verdict"], [
+        [n.get("node"), n.get("interfaces"), gbps(n.get("gbps")), gb(n.get("busbw")), percent(n.get("fraction")),
+         microseconds(n.get("latency_us")), "SLOW" if n.get("node") in (network.get("slow") or {}) else "ok"]
+        for n in network["nodes"] if isinstance(n, dict)])
+    slow = network.get("slow") or {}
+    if slow:
+        out += ["", "Slow node(s), measured with their ring neighbours:", ""]
+        out += ["- %s: %s" % (node, reason) for node, reason in sorted(slow.items())]
+    if network.get("slow_fabric"):
+        out += ["", "The fabric is slow: %s." % network["slow_fabric"]]
+    return out
+
+
 def render(run_name, metrics, summary, facts, samples, plot_note):
     losses, events = (metrics[0], metrics[1]) if metrics else ([], [])
     out = ["# Run %s" % run_name, "", "## Summary", ""]
@@ -377,6 +425,7 @@ def render(run_name, metrics, summary, facts, samples, plot_note):
     out += ["", "## Node check", ""] + node_check_lines(facts)
     out += ["", "## Step time per node", ""] + step_time_lines(losses, facts)
     out += ["", "## NCCL / UCX / Gloo environment", ""] + env_lines(facts)
+    out += ["", "## Network", ""] + network_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)
     out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)
     out += ["", "## Samples", ""]

@@ -58,6 +58,13 @@ FACTS = {
     "node_check_table": ["NODE            GPUS(ASKED/STEP/SMI/TORCH/SLURM)  VERDICT",
                          "slurm-worker-0  4/4/4/4/4                         ok"],
     "node_check_time": "2026-01-01T09:58:00Z", "node_check_job": "102", "gpu_policy": "strict",
+    "network": {"job_id": "102", "time": "2026-01-01T09:58:20Z", "backend": "nccl", "ranks": 8, "busbw": 42.5,
+                "latency_us": 21.4, "limit": 50.0, "fraction": 0.85, "min_fraction": 0.5, "seconds": 6.1,
+                "slow": {}, "slow_fabric": None,
+                "nodes": [{"node": "slurm-worker-0", "interfaces": ["mlx5_0:1", "mlx5_1:1"], "gbps": 400.0,
+                           "busbw": 42.5, "fraction": 0.85, "latency_us": 21.4},
+                          {"node": "slurm-worker-1", "interfaces": ["mlx5_0:1"], "gbps": 400.0,
+                           "busbw": 42.5, "fraction": 0.85, "latency_us": 21.4}]},
     "excluded_nodes": {"slurm-worker-7": "named in slurm_exclude_nodes",
                        "slurm-worker-3": "no network interface ib0 on slurm-worker-3 (it has eth0, lo) "
                                          "(node check of job 99, 2026-01-01T09:00:00Z)"},
@@ -151,6 +158,38 @@ def test_excluded_nodes_without_a_node_check(tmp_path):
     section = report[report.index("## Node check"):report.index("## Step time per node")]
     assert section.startswith("## Node check\n\nNode check: not recorded.\n\nNodes the run keeps off")
     assert "| slurm-worker-7 | named in slurm_exclude_nodes |" in section
+
+
+def test_the_network_section_per_node_against_the_link(tmp_path):
+    report = report_of(make_run(tmp_path, metrics_records(), FACTS))
+    section = report[report.index("## Network"):report.index("## Jobs")]
+    assert section.split("\n")[2] == (
+        "Job 102 measured its fabric at 2026-01-01T09:58:20Z over 8 rank(s) with nccl: all-reduce bus bandwidth "
+        "42.5 GB/s, 85% of the slowest link's 50 GB/s; small-message latency 21 us; the check took 6.1 s. Below 50% "
+        "of the link a node is slow.")
+    assert "| Node | Interface | Link speed | Bus bandwidth | Of the link | Latency | Verdict |" in section
+    assert "| slurm-worker-0 | mlx5_0:1, mlx5_1:1 | 400 Gb/s | 42.5 GB/s | 85% | 21 us | ok |" in section
+    assert "slow" not in section.split("Below")[1].split("\n", 1)[1].lower()
+
+
+def test_a_slow_node_on_links_with_no_speed(tmp_path):
+    network = {"job_id": "7", "time": "t", "backend": "gloo", "ranks": 3, "busbw": 0.0021, "latency_us": 2600.0,
+               "limit": None, "fraction": None, "min_fraction": 0.5, "seconds": 3.2, "slow_fabric": None,
+               "slow": {"slurm-worker-2": "0.0021 GB/s with its ring neighbours, 0% of the other nodes' 0.61 GB/s"},
+               "nodes": [{"node": "slurm-worker-0", "interfaces": ["eth0"], "gbps": None, "busbw": 0.61,
+                          "fraction": None, "latency_us": 150.0},
+                         {"node": "slurm-worker-2", "interfaces": ["eth0"], "gbps": None, "busbw": 0.0021,
+                          "fraction": None, "latency_us": 4100.0}]}
+    report = report_of(make_run(tmp_path, metrics_records(), dict(FACTS, network=network)))
+    section = report[report.index("## Network"):report.index("## Jobs")]
+    assert "all-reduce bus bandwidth 0.0021 GB/s (the links report no speed: the nodes are judged against each other)" \
+        in section
+    assert "| slurm-worker-2 | eth0 | unknown (the link reports none) | 0.0021 GB/s | - | 4100 us | SLOW |" in section
+    assert section.rstrip().endswith("- slurm-worker-2: 0.0021 GB/s with its ring neighbours, 0% of the other nodes' "
+                                     "0.61 GB/s")
+    # a run without the check says so
+    report = report_of(make_run(tmp_path / "none", metrics_records(), dict(FACTS, network=None)))
+    assert "Network check: not recorded (one node, pretrain_network_check=false" in report
 
 
 def test_same_inputs_same_report(tmp_path):

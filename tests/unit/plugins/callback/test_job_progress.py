@@ -85,3 +85,33 @@ def test_a_straggler_is_named_once_per_job_and_node():
     assert event_lines("login", dict(job_id="42", stragglers=[dict(found, step=45)]), seen) == []
     assert event_lines("login", dict(job_id="43", stragglers=[found]), seen) == [line.replace("job 42", "job 43")]
     assert event_lines("login", dict(job_id="43", stragglers=["not a record"]), seen) == []
+
+
+NETWORK = dict(job_id="42", restart=0, time="2026-11-30T10:00:10Z", busbw=0.0021, latency_us=2600.0, limit=None,
+               fraction=None, slow={"n2": "0.0021 GB/s with its ring neighbours, 0% of the other nodes' 0.61 GB/s"},
+               slow_fabric=None,
+               table=["NODE  INTERFACE  LINK(Gb/s)  BUSBW(GB/s)  OF LINK  LATENCY(us)  VERDICT",
+                      "n1    eth0       unknown     0.61         -        150          ok",
+                      "n2    eth0       unknown     0.0021       -        4100         SLOW"])
+
+
+def test_the_network_check_prints_its_table_and_names_the_slow_node_once():
+    seen = set()
+    result = dict(jobs=[dict(job_id="42", state="RUNNING")], network_check=NETWORK)
+    assert event_lines("login", result, seen) == [
+        "[login] network check of job 42 (start 1): all-reduce bus bandwidth 0.0021 GB/s, latency 2600 us:",
+        "    NODE  INTERFACE  LINK(Gb/s)  BUSBW(GB/s)  OF LINK  LATENCY(us)  VERDICT",
+        "    n1    eth0       unknown     0.61         -        150          ok",
+        "    n2    eth0       unknown     0.0021       -        4100         SLOW",
+        "[login] network check: n2 is slow: 0.0021 GB/s with its ring neighbours, 0% of the other nodes' 0.61 GB/s",
+    ]
+    assert event_lines("login", result, seen) == []
+
+
+def test_a_network_check_against_link_speed_says_the_fraction_and_a_slow_fabric():
+    check = dict(NETWORK, busbw=4.0, limit=50.0, fraction=0.08, slow={}, table=["n1 ok"],
+                 slow_fabric="all-reduce bus bandwidth 4 GB/s, 8% of the slowest link's 50 GB/s")
+    assert event_lines("login", dict(network_check=check), set()) == [
+        "[login] network check of job 42 (start 1): all-reduce bus bandwidth 4 GB/s (8% of the slowest link's "
+        "50 GB/s), latency 2600 us:", "    n1 ok",
+        "[login] network check: the fabric is slow: all-reduce bus bandwidth 4 GB/s, 8% of the slowest link's 50 GB/s"]

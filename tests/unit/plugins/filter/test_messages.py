@@ -110,3 +110,29 @@ def test_a_job_stopped_at_its_time_limit_says_the_script_did_not_stop_on_sigusr2
         "SIGUSR2 is requeued and continues instead (README, \"Your own training script\"); the steps after its newest "
         "checkpoint are lost. Raise slurm_time_limit, or make the script stop on SIGUSR2.")
     assert not any("time limit" in line for line in job_failure_message(FAILED, {}, *WHERE).split("\n"))
+
+
+NETWORK_CHECK = dict(job_id="42", restart=0, time="2026-11-30T10:00:10Z", busbw=3.0, limit=50.0, fraction=0.06,
+                     min_fraction=0.5, slow_fabric=None,
+                     slow={"slurm-worker-2": "3.1 GB/s with its ring neighbours, 6.2% of its 50 GB/s link (expected at "
+                                             "least 50%)"},
+                     table=["NODE            BUSBW(GB/s)  VERDICT", "slurm-worker-2  3.1          SLOW"])
+NETWORK_FAILED = dict(FAILED, exit_code=79, reason="NonZeroExitCode")
+
+
+def test_a_job_whose_network_check_failed_names_the_slow_node_measured_and_expected():
+    lines = job_failure_message(NETWORK_FAILED, None, *WHERE, network_check=NETWORK_CHECK).split("\n")
+    assert lines[2:9] == [
+        "Its network check found the fabric below pretrain_network_min_fraction=0.5 and started nothing "
+        "(pretrain_network_policy=fail); all-reduce bus bandwidth 3 GB/s, 6% of the slowest link's 50 GB/s:",
+        "  slurm-worker-2: 3.1 GB/s with its ring neighbours, 6.2% of its 50 GB/s link (expected at least 50%)",
+        "Network check:",
+        "  NODE            BUSBW(GB/s)  VERDICT",
+        "  slurm-worker-2  3.1          SLOW",
+        "Fix: repair or leave out the slow node (slurm_exclude_nodes), check the interface settings "
+        "(nccl_env_socket_ifname, nccl_env_ib_hca), or set pretrain_network_policy=exclude or warn.",
+        "First error lines of /w/demo/logs/llmtrain-demo-42.out:"]
+    # another job's check, or another exit code: not the explanation
+    for job, check in ((NETWORK_FAILED, dict(NETWORK_CHECK, job_id="41")), (FAILED, NETWORK_CHECK),
+                       (NETWORK_FAILED, dict(NETWORK_CHECK, slow={}))):
+        assert job_failure_message(job, None, *WHERE, network_check=check) == job_failure_message(job, None, *WHERE)

@@ -319,3 +319,23 @@ def test_workspace_need_covers_a_measured_sharded_checkpoint(shape):
     assert "(%d parameters," % params in inputs.workspace_need(values)[1]
     assert measured <= one_checkpoint(values) < max(measured * 1.25, measured + 200000)
     assert one_checkpoint(values) > one_checkpoint(dict(values, pretrain_parallel="ddp"))
+
+
+@pytest.mark.parametrize("value", [0, -0.1, 1.5, "half", True])
+def test_network_min_fraction_is_named_with_its_range(value):
+    assert inputs.validate(dict(GOOD, pretrain_network_min_fraction=value)) == [
+        "pretrain_network_min_fraction=%r must be a number above 0 and at most 1, such as 0.5 (the fraction of the "
+        "slowest link's speed below which the network check calls a node slow)." % (value,)]
+
+
+@pytest.mark.parametrize("value", [0.5, 1, "0.25", 0.01])
+def test_network_min_fraction_accepts_fractions(value):
+    assert inputs.validate(dict(GOOD, pretrain_network_min_fraction=value)) == []
+
+
+def test_network_policy_names_its_choices():
+    assert inputs.validate(dict(GOOD, pretrain_network_policy="ignore")) == [
+        "pretrain_network_policy='ignore' must be one of warn, exclude, fail: warn names a slow node and trains on, "
+        "exclude requeues the job without it, fail ends the job."]
+    for policy in ("warn", "exclude", "fail"):
+        assert inputs.validate(dict(GOOD, pretrain_network_policy=policy)) == []

@@ -1,0 +1,115 @@
+"""The fabric a training job got: its network check (the step after the node check) measures
+all-reduce bus bandwidth and latency with the run's own Gloo settings, and names a node whose
+link is slow. The local cluster's links are veths (no speed): the nodes are judged against
+each other. One node is slowed by a token bucket (tc tbf) on its host-side veth; netem is not
+in this kernel."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from cluster import ROOT, run_playbook
+
+WORKSPACE = "/var/tmp/llmtrain-workspace"
+RUNS = os.path.join(ROOT, "runs")
+# the local cluster's veth of slurm-worker-N on the host side (roles/local_cluster: <prefix>v<N>)
+VETH = "llmtv%d"
+QUICK = dict(pretrain_steps=10, pretrain_checkpoint_interval=0, pretrain_poll_interval=2,
+             pretrain_model={"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}, pretrain_batch_size=4,
+             pretrain_extra_args=["--log-interval", "5", "--eval-interval", "0"], deploy_dataset_max_bytes=200000)
+
+
+def fresh(run):
+    for base in (WORKSPACE, RUNS):
+        shutil.rmtree(os.path.join(base, run), ignore_errors=True)
+    return run
+
+
+def values(run, **more):
+    return ["--skip-tags", "inference", "-e", json.dumps(dict(QUICK, pretrain_run_name=run, **more))]
+
+
+def network_record(run):
+    with open(os.path.join(RUNS, run, "facts.json")) as handle:
+        return json.load(handle)["network"]
+
+
+def job_log(run):
+    logs = sorted(os.listdir(os.path.join(RUNS, run, "logs")))
+    with open(os.path.join(RUNS, run, "logs", logs[-1])) as handle:
+        return handle.read()
+
+
+@pytest.fixture
+def slow_node(local_cluster):
+    """slurm-worker-2's traffic from the bridge held to 20 Mbit/s for the test, removed after it
+    whatever the test did."""
+    node = 2
+    subprocess.run(["tc", "qdisc", "add", "dev", VETH % node, "root", "tbf", "rate", "20mbit", "burst", "32kbit",
+                    "latency", "50ms"], check=True)
+    try:
+        yield "slurm-worker-%d" % node
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", VETH % node, "root"], check=True)
+
+
+def test_every_training_job_measures_its_fabric(local_cluster):
+    run = fresh("fabric-ok")
+    started = time.monotonic()
+    result = run_playbook("pretrain.yml", *values(run))
+    played_s = time.monotonic() - started
+    log = job_log(run)
+    # the step ran between the node check and the training, on the job's three nodes
+    assert log.index("llmtrain: node check of job") < log.index("llmtrain: network check of job") \
+        < log.index("llmtrain: network check: all-reduce over 3 ranks (gloo)")
+    network = network_record(run)
+    assert network["backend"] == "gloo" and network["ranks"] == 3
+    assert [n["node"] for n in network["nodes"]] == ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
+    for node in network["nodes"]:
+        # veths report no speed; a bus bandwidth between 1 MB/s and 100 GB/s, a latency under a second
+        assert node["interfaces"] == ["eth0"] and node["gbps"] is None and node["fraction"] is None
+        assert 0.001 < node["busbw"] < 100 and 0 < node["latency_us"] < 1e6, node
+    assert network["slow"] == {} and network["slow_fabric"] is None, network
+    assert network["seconds"] < 30, network
+    report = open(os.path.join(RUNS, run, "report.md")).read()
+    section = report[report.index("## Network"):report.index("## Jobs")]
+    assert "over 3 rank(s) with gloo: all-reduce bus bandwidth" in section
+    assert len(re.findall(r"\| slurm-worker-\d \| eth0 \| unknown \(the link reports none\) \| [0-9.]+ GB/s \| - \| "
+                          r"\d+ us \| ok \|", section)) == 3, section
+    # the watch printed the table once
+    assert result.output.count("network check of job") == 1, result.output[-4000:]
+    print("network check: %.1f s inside the step (torch import %.1f s); play %.0f s"
+          % (network["seconds"], network["import_seconds"], played_s))
+
+
+def test_a_slow_node_is_named_by_the_watch_and_the_report_and_training_goes_on(slow_node):
+    run = fresh("fabric-slow")
+    result = run_playbook("pretrain.yml", *values(run))  # policy warn: the play succeeds
+    network = network_record(run)
+    assert list(network["slow"]) == [slow_node], network
+    assert "of the other nodes'" in network["slow"][slow_node] and "the link reports no speed" in network["slow"][slow_node]
+    others = [n["busbw"] for n in network["nodes"] if n["node"] != slow_node]
+    mine = [n["busbw"] for n in network["nodes"] if n["node"] == slow_node][0]
+    assert mine < 0.5 * min(others), network["nodes"]
+    assert re.search(r"network check: %s is slow: [0-9.e-]+ GB/s with its ring neighbours" % slow_node, result.output), \
+        result.output[-5000:]
+    assert "llmtrain: network check: training goes on (pretrain_network_policy=warn)" in job_log(run)
+    report = open(os.path.join(RUNS, run, "report.md")).read()
+    assert re.search(r"\| %s \| eth0 \| [^|]+ \| [0-9.e-]+ GB/s \| - \| \d+ us \| SLOW \|" % slow_node, report), report
+    assert "Steps: 10 of 10" in report
+
+
+def test_policy_fail_ends_the_job_naming_the_slow_node(slow_node):
+    run = fresh("fabric-fail")
+    result = run_playbook("pretrain.yml", *values(run, pretrain_network_policy="fail"), check=False)
+    assert result.rc != 0
+    assert "Its network check found the fabric below pretrain_network_min_fraction=0.5 and started nothing " \
+           "(pretrain_network_policy=fail)" in result.output, result.output[-5000:]
+    assert re.search(r"  %s: [0-9.e-]+ GB/s with its ring neighbours, [0-9.]+%% of the other nodes'" % slow_node,
+                     result.output), result.output[-5000:]
+    assert not os.path.exists(os.path.join(WORKSPACE, run, "metrics.jsonl"))  # nothing trained
