@@ -2,7 +2,10 @@
 all-reduce bus bandwidth and latency with the run's own Gloo settings, and names a node whose
 link is slow. The local cluster's links are veths (no speed): the nodes are judged against
 each other. One node is slowed by a token bucket (tc tbf) on its host-side veth; netem is not
-in this kernel."""
+in this kernel. While training, the reference trainer records each node's work and wait per step
+and the watch names a node that computes slower than the others (a straggler), made here by a
+fault hook on the ranks' PYTHONPATH (tests/faults: TRAINER_FAULT_SLOW_NODE sleeps before each
+step on that node)."""
 
 import json
 import os
@@ -58,10 +61,17 @@ def slow_node(local_cluster):
         subprocess.run(["tc", "qdisc", "del", "dev", VETH % node, "root"], check=True)
 
 
-def test_every_training_job_measures_its_fabric(local_cluster):
+STRAGGLER, STRAGGLER_S = "slurm-worker-1", 0.05
+
+
+def test_every_training_job_measures_its_fabric_and_the_watch_names_a_straggler(local_cluster):
     run = fresh("fabric-ok")
     started = time.monotonic()
-    result = run_playbook("pretrain.yml", *values(run))
+    # 24 steps, a loss record every 4: slurm-worker-1's ranks sleep 50 ms before each step
+    straggler = dict(pretrain_steps=24, pretrain_extra_args=["--log-interval", "4", "--eval-interval", "0"],
+                     nccl_env_extra={"PYTHONPATH": os.path.join(ROOT, "tests", "faults"),
+                                     "TRAINER_FAULT_SLOW_NODE": "%s:%s" % (STRAGGLER, STRAGGLER_S)})
+    result = run_playbook("pretrain.yml", *values(run, **straggler))
     played_s = time.monotonic() - started
     log = job_log(run)
     # the step ran between the node check and the training, on the job's three nodes
@@ -85,6 +95,24 @@ def test_every_training_job_measures_its_fabric(local_cluster):
     assert result.output.count("network check of job") == 1, result.output[-4000:]
     print("network check: %.1f s inside the step (torch import %.1f s); play %.0f s"
           % (network["seconds"], network["import_seconds"], played_s))
+
+    # the straggler: named by the watch while the job ran, once, and no other node
+    named = re.findall(r"straggler: (\S+) took ([\d.]+)x the median work per step", result.output)
+    records = [json.loads(line) for line in open(os.path.join(RUNS, run, "metrics.jsonl"))]
+    timed = [r["nodes"] for r in records if "nodes" in r]
+    work = [{node: times["work_ms"] for node, times in nodes.items()} for nodes in timed]
+    print("stragglers: named=%s, work_ms per record=%s" % (named, work))
+    assert [node for node, _ratio in named] == [STRAGGLER], result.output[-4000:]
+    assert len(timed) == 6 and all(sorted(nodes) == ["slurm-worker-%d" % n for n in range(3)] for nodes in timed)
+    # what the others waited for is the slow node's extra work: it waits least, they wait about as long
+    for nodes in timed[1:]:
+        others = [nodes[n] for n in nodes if n != STRAGGLER]
+        assert all(nodes[STRAGGLER]["work_ms"] > o["work_ms"] + 0.6 * STRAGGLER_S * 1000 for o in others), nodes
+        assert all(nodes[STRAGGLER]["wait_ms"] < o["wait_ms"] for o in others), nodes
+    table = report.split("## Step time per node\n", 1)[1].split("\n## ")[0]
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| slurm-worker-")}
+    assert sorted(rows) == ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"], table
+    assert rows[STRAGGLER].endswith("(straggler) |") and not any("straggler" in rows[n] for n in rows if n != STRAGGLER)
 
 
 def test_a_slow_node_is_named_by_the_watch_and_the_report_and_training_goes_on(slow_node):

@@ -15,9 +15,10 @@ from cluster import BIN, ROOT, ansible_env, run_playbook, slurm
 WORKSPACE = "/var/tmp/llmtrain-workspace"
 RUNS = os.path.join(ROOT, "runs")
 INVENTORY = os.path.join(ROOT, "inventories", "local", "hosts.yml")
-# short runs: what is tested here is where the jobs run, not what they learn
+# short runs: what is tested here is where the jobs run, not what they learn (nor the fabric they
+# got: the network check, which test_fabric.py tests, would add about 5 s to each job start)
 QUICK = dict(pretrain_steps=20, pretrain_checkpoint_interval=0, pretrain_extra_args=["--log-interval", "5"],
-             inference_prompts=["def "], inference_max_new_tokens=8)
+             inference_prompts=["def "], inference_max_new_tokens=8, pretrain_network_check=False)
 
 
 def fresh(run):
