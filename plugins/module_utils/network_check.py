@@ -20,26 +20,27 @@ slow_fabric), prints a per-node table and adds the slow nodes to --bad-nodes-fil
 status 0 on every rank when it measured; anything else on a rank that could not (srun then
 ends the others).
 
-This file imports nothing from Ansible: the run role copies it, with link_speed.py, into the
-run's scripts directory; unit tests import its arithmetic and judgement as module_utils.
+This file imports nothing from Ansible: the run role copies it, with link_speed.py and node_check.py
+(its JSON files), into the run's scripts directory; unit tests import its arithmetic and
+judgement as module_utils.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import socket
 import statistics
 import sys
-import tempfile
 import time
 
 try:
     from ansible_collections.llmtrain.slurm.plugins.module_utils import link_speed
-except ImportError:  # run as a script beside link_speed.py
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.node_check import read_json, write_json
+except ImportError:  # run as a script beside link_speed.py and node_check.py
     import link_speed  # type: ignore[no-redef]
+    from node_check import read_json, write_json  # type: ignore[no-redef]
 
 LATENCY_BYTES = 8
 PAIR_PASSES = 3
@@ -156,29 +157,6 @@ def table(nodes, verdict):
                       "SLOW" if n["node"] in verdict["slow"] else "ok"])
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(line)).rstrip() for line in lines]
-
-
-def write_json(path, value):
-    """Atomic: a reader sees the old file or the new one, never half."""
-    handle, temp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(value, stream, indent=1, sort_keys=True)
-            stream.write("\n")
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
-
-
-def read_json(path, default):
-    try:
-        with open(path) as handle:
-            value = json.load(handle)
-    except (OSError, ValueError):
-        return default
-    return value if isinstance(value, type(default)) else default
 
 
 class Measure:
