@@ -2,13 +2,21 @@
 the records W&B saved, read back from its own files, are the metrics records; a resumed run
 continues the same W&B run; without the package, the run stops before its first step."""
 
+import os
 import shutil
+import signal
+import subprocess
+import time
 
 import pytest
-from trainer_testing import losses, read_metrics, run_module, trainer_env
+from trainer_testing import losses, read_metrics, run_module, start_module, trainer_env
 from wandb_records import wandb_history, wandb_test_env
 
 WANDB = ["--wandb-project", "llmtrain-tests", "--wandb-mode", "offline"]
+
+
+def read_metrics_if_any(run_dir):
+    return read_metrics(run_dir) if (run_dir / "metrics.jsonl").exists() else []
 
 
 @pytest.fixture(name="wandb_env")
@@ -84,3 +92,30 @@ def test_bad_wandb_flags_are_refused_naming_the_flag(train_args, tmp_path, flags
     result = run_module("train", *train_args, "--out", tmp_path / "run", "--steps", 2, *flags)
     assert result.returncode == 2 and message in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_a_wandb_whose_own_process_is_gone_stops_logging_and_training_goes_on(train_args, tmp_path, wandb_env):
+    """A SIGTERM to a job's processes (a preemption by scontrol requeue) ends W&B's own process
+    (wandb-core) too: the trainer's stop still checkpoints and says so, without W&B."""
+    out = tmp_path / "run"
+    proc = start_module("train", *train_args, "--out", out, "--steps", 400, "--checkpoint-interval", 0, *WANDB,
+                        env=dict(wandb_env, TRAINER_FAULT_STEP_PAUSE_S="0.05"))
+    try:
+        deadline = time.monotonic() + 120
+        while not [r for r in read_metrics_if_any(out) if r.get("step", 0) >= 3 and "loss" in r]:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=False).stdout.split()
+        assert children, "no wandb-core process under the trainer"
+        for pid in children:
+            os.kill(int(pid), signal.SIGTERM)
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        _stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, stderr
+    assert "train: warning: W&B stopped taking records at step" in stderr
+    events = [r["event"] for r in read_metrics(out) if "event" in r]
+    assert events[-2:] == ["checkpoint", "preempted"]
+    assert list((out / "checkpoints").glob("step_*.pt"))

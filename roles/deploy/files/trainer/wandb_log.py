@@ -11,6 +11,7 @@ same; on CUDA they differ in the last digits).
 
 import re
 import secrets
+import sys
 from pathlib import Path
 
 from .config import ConfigError
@@ -63,12 +64,28 @@ class WandbLog:
     def scalars(self, step, values):
         """values: {tag: number}; None values are left out."""
         values = {tag: float(value) for tag, value in values.items() if value is not None}
-        if values:
-            self.run.log(values, step=step)
+        if values and self.run is not None:
+            try:
+                self.run.log(values, step=step)
+            except Exception as e:  # pylint: disable=broad-exception-caught
+                self._lost(e, step)
 
     def close(self, status=0, preempted=False):
         """Finish the W&B run: preempted (W&B shows it as such and the next start resumes it),
         done, or failed with the exit status."""
-        if preempted:
-            self.run.mark_preempting()
-        self.run.finish(exit_code=0 if preempted else status)
+        if self.run is None:
+            return
+        try:
+            if preempted:
+                self.run.mark_preempting()
+            self.run.finish(exit_code=0 if preempted else status)
+        except Exception as e:  # pylint: disable=broad-exception-caught
+            self._lost(e, "the end")
+
+    def _lost(self, error, step):
+        """W&B's own process is gone (a SIGTERM to the job's processes ends it too, as at a
+        preemption): training goes on, and so does the rest of what a stop does, without it."""
+        self.run = None
+        print(f"train: warning: W&B stopped taking records at step {step} ({type(error).__name__}: {error}); the run "
+              "goes on without it (metrics.jsonl and TensorBoard have every record; the next start resumes the W&B run)",
+              file=sys.stderr, flush=True)
