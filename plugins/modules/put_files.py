@@ -1,0 +1,156 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: put_files
+short_description: Put several text files in one directory with one module call, writing only those that differ
+description:
+  - Writes each file of O(files) into O(dest) unless it is already there with the same content
+    and mode. A file is written to a temporary file beside it and renamed into place, so a job
+    that starts meanwhile reads the old file or the new one, never half of one.
+  - One call for the whole set. M(ansible.builtin.copy) in a loop runs two modules per file;
+    for the dozen files a run's jobs need, that was most of a stage's time on a login node.
+  - The contents travel as module arguments, so this is for small text files (scripts,
+    source code), read on the controller with the P(ansible.builtin.file#lookup) lookup.
+version_added: 0.1.0
+author:
+  - llmtrain.slurm maintainers (!UNKNOWN)
+options:
+  dest:
+    description:
+      - The directory the files go into. Created (with its parents, mode C(0755)) when missing.
+    type: path
+    required: true
+  files:
+    description:
+      - File name relative to O(dest) (no C(..), not absolute; a subdirectory is created) ->
+        the file's text, written as UTF-8.
+    type: dict
+    required: true
+  mode:
+    description:
+      - The mode of every file, as an octal string.
+    type: str
+    default: "0644"
+notes:
+  - Supports check mode (says what it would write) and diff mode (the names written).
+"""
+
+EXAMPLES = r"""
+- name: Put the checks in the run's scripts directory (only those that differ are written)
+  llmtrain.slurm.put_files:
+    dest: /shared/runs/tiny/scripts
+    files: "{{ dict(sources | map('basename') | zip(query('ansible.builtin.file', *sources, rstrip=false))) }}"
+"""
+
+RETURN = r"""
+written:
+  description: The names (relative to O(dest)) written, because they were missing or differed.
+  returned: always
+  type: list
+  elements: str
+  sample: [node_check.sh]
+unchanged:
+  description: The names that were already in place with the same content and mode.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import stat
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def bad_name(name):
+    """Why a file name cannot be used (None when it can)."""
+    if not name or name.startswith("/") or "\0" in name:
+        return "must be a relative path"
+    if any(part in ("", ".", "..") for part in name.split("/")):
+        return "must not contain '..', '.' or an empty part"
+    return None
+
+
+def same(path, data, mode):
+    """Whether path is a regular file (not a link) with this content and mode."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != mode or info.st_size != len(data):
+        return False
+    with open(path, "rb") as handle:
+        return handle.read() == data
+
+
+def write(path, data, mode):
+    """data into path through a temporary file in the same directory, renamed into place."""
+    directory = os.path.dirname(path)
+    fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            dest=dict(type="path", required=True),
+            files=dict(type="dict", required=True),
+            mode=dict(type="str", default="0644"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        mode = int(p["mode"], 8)
+        if not 0 <= mode <= 0o7777:
+            raise ValueError(p["mode"])
+    except ValueError:
+        module.fail_json(msg="mode=%r: give an octal mode such as '0644'" % p["mode"])
+    problems = ["%r %s" % (name, why) for name, why in ((n, bad_name(n)) for n in sorted(p["files"])) if why]
+    if problems:
+        module.fail_json(msg="files: each name is a path inside dest: %s" % "; ".join(problems))
+    if os.path.exists(p["dest"]) and not os.path.isdir(p["dest"]):
+        module.fail_json(msg="dest %s exists and is not a directory" % p["dest"])
+
+    written, unchanged = [], []
+    for name in sorted(p["files"]):
+        text = p["files"][name]
+        data = ("" if text is None else str(text)).encode("utf-8", "surrogateescape")
+        path = os.path.join(p["dest"], name)
+        if same(path, data, mode):
+            unchanged.append(name)
+            continue
+        written.append(name)
+        if module.check_mode:
+            continue
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            write(path, data, mode)
+        except OSError as err:
+            module.fail_json(msg="cannot write %s: %s" % (path, err.strerror or err), written=written[:-1],
+                             unchanged=unchanged)
+    result = dict(changed=bool(written), written=written, unchanged=unchanged)
+    if module._diff and written:
+        result["diff"] = dict(before="", after="".join(name + "\n" for name in written),
+                              after_header="%s (files written)" % p["dest"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
