@@ -335,11 +335,20 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     run_playbook_local_cluster()
     again = run_playbook_now(run_vars(run))
     assert again.rc == 0, again.output[-6000:]
-    assert [job for job, _state_now in jobs(run)] == [job_id]
-    resumed, = events(run, "resume")
-    observe("node-loss", play_failed_after_s=round(noticed_s), killed_at_step=at_kill, resumed_at=resumed["step"],
-            steps_lost=at_kill - resumed["step"])
-    assert resumed["step"] == last_good  # steps lost: those after it, redone
+    states = dict(jobs(run))
+    later = sorted(set(states) - {job_id})
+    resumes = events(run, "resume")
+    observe("node-loss", play_failed_after_s=round(noticed_s), killed_at_step=at_kill, resumed_at=resumes[0]["step"],
+            steps_lost=at_kill - resumes[0]["step"], starts_after_the_loss=len(resumes), jobs=len(states))
+    # The queued job starts again as soon as the node is back. Twice in CI (never when run
+    # alone) that start had its tasks ended by a SIGTERM a second in, sent neither by the job
+    # script nor by the trainer (slurmd's log on the returned node shows it first). The job
+    # then requeued itself from a checkpoint, or it ended before the rerun looked and the rerun
+    # submitted one job. Either way nothing ran twice at once, and the run finished from the
+    # last good checkpoint.
+    if later:
+        assert states[job_id] != "COMPLETED" and len(later) == 1 and states[later[0]] == "COMPLETED", states
+    assert resumes[0]["step"] == last_good  # steps lost: those after it, redone
     assert checkpoints(run)[-1] == 60
     assert_every_step_once(run, 60)
 
@@ -393,25 +402,29 @@ def test_wrong_interface_fails_within_the_rendezvous_timeout_naming_the_interfac
 
 def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cluster):
     # A 2-minute limit and the warning signal 45 s before it (Slurm sends it up to 30 s early):
-    # each start trains for 35-65 s. Slurm holds a requeued job for about 2 minutes.
+    # each start trains for 35-65 s. Slurm holds a requeued job for cred_expire (20 s here).
     run = fresh("time-limit")
-    # 280 steps of about 0.5 s: more than two starts can train (at most ~130 steps each), so the
-    # rerun is stopped by the time limit at least once more before it completes.
+    # 280 steps of about 0.5 s: more than two starts can train (at most ~130 steps each), so
+    # both starts the play allows (the first and one requeue) are stopped by the time limit.
     values = run_vars(run, steps=280, pause=0.5, interval=0, slurm_time_limit="00:02:00", pretrain_signal_lead=45,
-                      pretrain_requeue_max=0)
-    first = run_playbook_now(values, timeout=400)
+                      pretrain_requeue_max=1)
+    first = run_playbook_now(values, timeout=500)
     assert first.rc != 0
-    assert "pretrain_requeue_max=0 requeues are used up" in first.output, first.output[-6000:]
-    stopped, = events(run, "preempted")
-    assert stopped["signal"] == "SIGUSR2" and 0 < stopped["step"] < 280
-    assert checkpoints(run) == [stopped["step"]] and load_checkpoint(run, stopped["step"]) == stopped["step"]
-    values["pretrain_requeue_max"] = 5
-    second = run_playbook_now(values, timeout=1200)
-    assert second.rc == 0, second.output[-6000:]
+    assert "pretrain_requeue_max=1 requeues are used up" in first.output, first.output[-6000:]
+    assert "requeue 1 of 1" in job_logs(run)
     preempted = events(run, "preempted")
+    assert len(preempted) == 2 and all(p["signal"] == "SIGUSR2" for p in preempted)
+    assert 0 < preempted[0]["step"] < preempted[1]["step"] < 280
+    assert [r["step"] for r in events(run, "resume")] == [preempted[0]["step"]]
+    assert checkpoints(run) == [p["step"] for p in preempted]
+    assert load_checkpoint(run, preempted[1]["step"]) == preempted[1]["step"]
+    # The rerun, with more requeues allowed and no time limit, continues from the checkpoint
+    # (unslowed: what is left to train proves nothing more).
+    values.update(pretrain_requeue_max=5, slurm_time_limit=None, nccl_env_extra={})
+    second = run_playbook_now(values, timeout=600)
+    assert second.rc == 0, second.output[-6000:]
     resumes = events(run, "resume")
-    assert len(preempted) >= 2 and [r["step"] for r in resumes] == [p["step"] for p in preempted]
-    assert "requeue 1 of 5" in job_logs(run)
+    assert [r["step"] for r in resumes] == [p["step"] for p in preempted]
     observe("time-limit", stops=len(preempted), steps_lost=sum(p["step"] - r["step"] for p, r in zip(preempted, resumes)))
     assert checkpoints(run)[-1] == 280
     assert_every_step_once(run, 280)  # the signal lands on a step boundary: nothing is lost
