@@ -34,7 +34,8 @@ def fresh(run):
 
 
 def values(run, **more):
-    return ["--skip-tags", "inference", "-e", json.dumps(dict(QUICK, pretrain_run_name=run, **more))]
+    # the stages up to training; the cluster is up (the session's), preflight is test_preflight.py's
+    return ["--skip-tags", "local_cluster,preflight,inference", "-e", json.dumps(dict(QUICK, pretrain_run_name=run, **more))]
 
 
 def network_record(run):

@@ -22,7 +22,8 @@ def test_bpe_prepare_train_and_generate_on_the_cluster(local_cluster):
                     deploy_dataset_max_bytes=400000, pretrain_steps=150, pretrain_checkpoint_interval=0,
                     pretrain_extra_args=["--warmup", "10", "--eval-interval", "0", "--log-interval", "10"],
                     inference_max_new_tokens=40)
-    run_playbook("pretrain.yml", "-e", json.dumps(settings))
+    # every stage but the cluster's (the session's, up already) and preflight (test_preflight.py's)
+    run_playbook("pretrain.yml", "--skip-tags", "local_cluster,preflight", "-e", json.dumps(settings))
 
     data = os.path.join(WORKSPACE, RUN, "data")
     meta = json.load(open(os.path.join(data, "meta.json")))
