@@ -69,7 +69,7 @@ def render(result, form):
         lines.append("| %s | %.1f (%.1f, %.1f) | %s | %.1f (%.1f, %.1f) | %.2f | %s |" % (
             r["tokenizer"], s["median"], s["min"], s["max"],
             "%.1f (%.1f, %.1f)" % (t["median"], t["min"], t["max"]) if t["max"] else "-",
-            m["median"], m["max"], m["min"], r["bytes_per_token"], r["meta"]["dtype"]))
+            m["median"], m["min"], m["max"], r["bytes_per_token"], r["meta"]["dtype"]))
     lines += ["", "The seconds are the whole command, Python's start-up included. Hugging "
               "Face `tokenizers` trains and encodes on every core. A run's corpus is prepared once and skipped "
               "while unchanged."]

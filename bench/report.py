@@ -50,6 +50,15 @@ def kept_sections(path):
     return {part.split("\n", 1)[0]: "## " + part.strip() for part in parts}
 
 
+def kept_machine(path):
+    """The machine an existing benchmarks file names in its header, or None."""
+    try:
+        found = re.search(r"^Machine: (.*)\.$", path.read_text(), flags=re.M)
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--only", action="append", default=[], metavar="TEXT",
@@ -58,6 +67,12 @@ def main(argv=None):
     out = ROOT / "docs" / "benchmarks.md"
     kept = kept_sections(out)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    # the machine of the sections kept from the file stays in its header; a section measured
+    # now on another machine names its own
+    here = machine()
+    header = kept_machine(out) if args.only else None
+    header = header or here
+    where = "" if here == header else ", on %s" % here
     sections = []
     for title, argv_ in BENCHMARKS:
         if args.only and not any(text.lower() in title.lower() for text in args.only):
@@ -70,10 +85,10 @@ def main(argv=None):
         print(proc.stdout, flush=True)
         if proc.returncode != 0:
             sys.exit("%s failed with exit code %d" % (" ".join(argv_[1:]), proc.returncode))
-        sections.append("## %s\n\nCommand: `python %s`, on %s.\n\n%s" % (title, " ".join(argv_[1:]), now,
-                                                                         proc.stdout.strip()))
+        sections.append("## %s\n\nCommand: `python %s`, on %s%s.\n\n%s" % (title, " ".join(argv_[1:]), now, where,
+                                                                           proc.stdout.strip()))
     text = "# Benchmarks\n\nWritten by `make bench`; each section says when it was measured.\n\nMachine: %s.\n\n%s\n" % (
-        machine(), "\n\n".join(sections))
+        header, "\n\n".join(sections))
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)
     print("wrote %s" % out.relative_to(ROOT))
