@@ -12,7 +12,8 @@ description:
   - The output of C(ansible.builtin.default), with two changes.
   - A retry of a task that watches a Slurm job prints one line of progress (job id, state, nodes,
     step/total, loss, tokens per second, ETA) in place of the C(FAILED - RETRYING) line, so
-    watching a job prints exactly one line per poll. Which tasks watch a job, and what the line
+    watching a job prints exactly one line per poll, and one more when the watching task ends
+    (the job's final state and its last progress). Which tasks watch a job, and what the line
     says, is as for the P(llmtrain.slurm.job_progress#callback) callback, which stays silent while
     this one is the stdout callback.
   - A failed task's C(msg) is printed as text with its line breaks (a list of lines, one per
@@ -31,7 +32,7 @@ requirements:
 from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallbackModule
 
-from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import PRINTED_BY_STDOUT_CALLBACK, event_lines, progress_line
+from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import PRINTED_BY_STDOUT_CALLBACK, event_lines, final_line, progress_line
 
 
 def message_text(msg):
@@ -73,6 +74,10 @@ class CallbackModule(DefaultCallbackModule):
     def v2_runner_on_ok(self, result):
         self._display_events(result)
         super().v2_runner_on_ok(result)
+        # the end of a watch: the job's state and its last progress
+        line = final_line(result.host.get_name(), result.result)
+        if line:
+            self._display.display(line)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
         self._display_events(result)

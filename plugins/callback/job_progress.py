@@ -18,6 +18,8 @@ description:
   - A task watches a job when its result carries C(job_id) or C(jobs) and C(state), as the
     results of M(llmtrain.slurm.slurm_job_info) and M(llmtrain.slurm.sbatch) do; the
     progress fields come from C(progress) (O(llmtrain.slurm.slurm_job_info#module:metrics_file)).
+  - When the watching task ends, one more line gives the job's state and its last progress
+    (a job that ends between two retries shows where it got).
   - Works beside any stdout callback. Ansible gives every retry to the stdout callback
     first, and no other callback can withdraw that line, so the C(FAILED - RETRYING) line
     of the default callback stays and this line follows it. The stdout callback
@@ -83,6 +85,15 @@ def progress_line(host, result):
     if retries and attempts:
         line += " (retry %d/%d)" % (attempts, retries - 1)
     return line
+
+
+def final_line(host, result):
+    """The line for the end of a watch (the job ended, or waits for nodes out of service): its
+    last progress, so that a job that ends between two polls still shows where it got. None
+    for a result without RV(progress) (any task but a watch)."""
+    if "progress" not in result:
+        return None
+    return progress_line(host, dict((k, v) for k, v in result.items() if k not in ("retries", "attempts")))
 
 
 def network_lines(host, check):
@@ -156,5 +167,10 @@ class CallbackModule(CallbackBase):
         for event in event_lines(result.host.get_name(), result.result, self._seen):
             self._display.display(event)
         line = progress_line(result.host.get_name(), result.result)
+        if line:
+            self._display.display(line)
+
+    def v2_runner_on_ok(self, result):
+        line = final_line(result.host.get_name(), result.result)
         if line:
             self._display.display(line)

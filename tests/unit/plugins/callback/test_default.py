@@ -145,3 +145,17 @@ def test_a_failed_job_prints_its_node_check_before_the_failure():
     start = lines.index(EVENTS[0])
     assert len(fatal) == 1 and lines[start:start + 4] == EVENTS[:4] and start + 4 <= fatal[0]
     assert lines[-1] == "Job 42 (train) needs 2 node(s)"
+
+
+def test_the_end_of_a_watch_prints_the_final_state_and_the_last_progress():
+    """A job that ends between two polls still shows where it got (here step 15 of a script
+    whose log says no total)."""
+    callback = stdout_callback()
+    ended = dict(WATCH, jobs=[dict(job_id="42", state="COMPLETED", nodelist="slurm-worker-[0-2]")],
+                 progress=dict(step=15, loss=4.7799), changed=False)
+    callback.v2_runner_on_ok(task_result(ended))
+    assert callback._display.lines[-1] == "[login] job 42 COMPLETED on slurm-worker-[0-2]: step 15/?, loss 4.78"
+    # any other task's result, even one naming a job, prints no such line
+    other = stdout_callback()
+    other.v2_runner_on_ok(task_result(dict(jobs=ended["jobs"], changed=False), name="Look for an active job of this run"))
+    assert not any(line.startswith("[login] job 42") for line in other._display.lines)

@@ -115,3 +115,11 @@ def test_a_network_check_against_link_speed_says_the_fraction_and_a_slow_fabric(
         "[login] network check of job 42 (start 1): all-reduce bus bandwidth 4 GB/s (8% of the slowest link's "
         "50 GB/s), latency 2600 us:", "    n1 ok",
         "[login] network check: the fabric is slow: all-reduce bus bandwidth 4 GB/s, 8% of the slowest link's 50 GB/s"]
+
+
+def test_the_final_line_of_a_watch_has_no_retry_count_and_other_results_have_none():
+    from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import final_line
+    watch = dict(jobs=[dict(job_id="42", state="PENDING", reason="ReqNodeNotAvail")], progress=dict(step=16, loss=3.0),
+                 retries=30, attempts=4)
+    assert final_line("login", watch) == "[login] job 42 PENDING (ReqNodeNotAvail): step 16/?, loss 3"
+    assert final_line("login", dict(job_id="42", state="COMPLETED")) is None
