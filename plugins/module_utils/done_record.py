@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
 
 RECORD_FIELDS = ("fingerprint", "name", "job_id", "state", "exit_code", "end_time", "stdout_path")
 
@@ -36,14 +37,5 @@ def of_job(job, fp):
 
 def write(path, record):
     """Replaces path atomically: a reader sees the old record or the new one, never half."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temp = tempfile.mkstemp(dir=directory, prefix=".%s." % os.path.basename(path))
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(record, stream, sort_keys=True)
-            stream.write("\n")
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
+    replace_file(path, (json.dumps(record, sort_keys=True) + "\n").encode("utf-8"),
+                 prefix=".%s." % os.path.basename(path))

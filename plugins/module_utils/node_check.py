@@ -16,7 +16,7 @@ file the job sources on that node (RUN/env/<node>.env, else RUN/env/cluster.env)
 prints the per-node table, writes FILE (every record and the verdict), adds the bad nodes
 to --bad-nodes-file, and exits 0 when every node is good, 3 when one or more is bad.
 
-This file imports nothing from Ansible: the run role copies it, with gpu.py and nccl.py, into
+This file imports nothing from Ansible: the run role copies it, with gpu.py, nccl.py and atomic.py, into
 the run's scripts directory; modules and filters import it as module_utils.
 """
 
@@ -34,9 +34,11 @@ import tempfile
 
 try:
     from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, nccl
-except ImportError:  # run as a script beside gpu.py and nccl.py
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
+except ImportError:  # run as a script beside gpu.py, nccl.py and atomic.py
     import gpu  # type: ignore[no-redef]
     import nccl  # type: ignore[no-redef]
+    from atomic import replace_file  # type: ignore[no-redef]
 
 BAD_NODES_RC = 3
 INTERFACES_FIX = ("set nccl_env_socket_ifname (or nccl_env_gloo_socket_ifname), per node under "
@@ -259,16 +261,7 @@ def read_json(path, default):
 
 def write_json(path, value):
     """Atomic: a reader sees the old file or the new one, never half."""
-    handle, temp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(value, stream, indent=1, sort_keys=True)
-            stream.write("\n")
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
+    replace_file(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def parser():

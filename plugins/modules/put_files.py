@@ -63,9 +63,10 @@ unchanged:
 
 import os
 import stat
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
 
 
 def bad_name(name):
@@ -87,23 +88,6 @@ def same(path, data, mode):
         return False
     with open(path, "rb") as handle:
         return handle.read() == data
-
-
-def write(path, data, mode):
-    """data into path through a temporary file in the same directory, renamed into place."""
-    directory = os.path.dirname(path)
-    fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
 
 
 def main():
@@ -141,7 +125,7 @@ def main():
             continue
         try:
             os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            write(path, data, mode)
+            replace_file(path, data, mode, prefix="." + os.path.basename(path) + ".", fsync=True)
         except OSError as err:
             module.fail_json(msg="cannot write %s: %s" % (path, err.strerror or err), written=written[:-1],
                              unchanged=unchanged)

@@ -398,7 +398,7 @@ def test_main_gather_returns_its_exit_code(tmp_path, capsys):
 def test_it_runs_as_a_script_beside_gpu_and_nccl(tmp_path):
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    for name in ("node_check.py", "gpu.py", "nccl.py"):
+    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py"):
         shutil.copy(os.path.join(MODULE_UTILS, name), str(scripts / name))
     write_record(tmp_path, record(node="n1"))
     env = dict((k, v) for k, v in os.environ.items() if k != "PYTHONPATH")

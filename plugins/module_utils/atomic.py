@@ -1,0 +1,30 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Replace a file atomically: a reader sees the old file or the new one, never half of one.
+
+This file imports nothing from Ansible: the run role copies it beside node_check.py into the
+run's scripts directory; modules import it as module_utils.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def replace_file(path, data, mode=0o644, prefix=".tmp-", fsync=False):
+    """Write data (bytes) to a temporary file beside path (named prefix + random), give it mode,
+    optionally fsync it, and rename it over path. The temporary file is removed on any error."""
+    handle, temp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=prefix)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            if fsync:
+                stream.flush()
+                os.fsync(stream.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.exists(temp):
+            os.unlink(temp)
+        raise
