@@ -130,7 +130,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, nccl, node_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils import atomic, gpu, nccl, node_check
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable
 
@@ -168,7 +168,7 @@ def step_argv(srun, p, partition, nodes, workdir, token):
 
 def place_scripts(workdir, token):
     os.makedirs(workdir, mode=0o755)
-    for source in (node_check, gpu, nccl):
+    for source in (node_check, gpu, nccl, atomic):  # node_check.py imports the others as a script
         with open(os.path.join(workdir, source.__name__.rsplit(".", 1)[-1] + ".py"), "w") as handle:
             handle.write(inspect.getsource(source))
     with open(os.path.join(workdir, "token"), "w") as handle:
