@@ -67,15 +67,7 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
-
-
-def bad_name(name):
-    """Why a file name cannot be used (None when it can)."""
-    if not name or name.startswith("/") or "\0" in name:
-        return "must be a relative path"
-    if any(part in ("", ".", "..") for part in name.split("/")):
-        return "must not contain '..', '.' or an empty part"
-    return None
+from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
 
 
 def same(path, data, mode):
@@ -106,7 +98,8 @@ def main():
             raise ValueError(p["mode"])
     except ValueError:
         module.fail_json(msg="mode=%r: give an octal mode such as '0644'" % p["mode"])
-    problems = ["%r %s" % (name, why) for name, why in ((n, bad_name(n)) for n in sorted(p["files"])) if why]
+    problems = ["%r %s" % (name, why) for name, why in ((n, relative_name_error(n)) for n in sorted(p["files"]))
+                if why]
     if problems:
         module.fail_json(msg="files: each name is a path inside dest: %s" % "; ".join(problems))
     if os.path.exists(p["dest"]) and not os.path.isdir(p["dest"]):

@@ -1,0 +1,40 @@
+import os
+
+from ansible_collections.llmtrain.slurm.plugins.modules import read_files
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import run
+
+
+def test_reads_what_is_there_and_lists_what_is_missing(tmp_path, capsys):
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "cluster.env").write_text("export NCCL_DEBUG=WARN\n")
+    (tmp_path / "facts.json").write_text('{"run_name": "tiny", "note": "\u00e9"}\n')
+    result = run(read_files.main, dict(src=str(tmp_path), names=["facts.json", "bad_nodes.json", "env/cluster.env"]),
+                 capsys)
+    assert result["changed"] is False
+    assert result["files"] == {"facts.json": '{"run_name": "tiny", "note": "\u00e9"}\n',
+                               "env/cluster.env": "export NCCL_DEBUG=WARN\n"}
+    assert result["missing"] == ["bad_nodes.json"] and result["errors"] == {}
+
+
+def test_what_cannot_be_read_is_named_and_does_not_fail_the_task(tmp_path, capsys):
+    (tmp_path / "big.json").write_text("x" * 101)
+    (tmp_path / "binary").write_bytes(b"\xff\xfe\x00")
+    (tmp_path / "a_dir").mkdir()
+    os.mkfifo(str(tmp_path / "a_fifo"))  # never opened: that would wait for a writer
+    (tmp_path / "small").write_text("ok")
+    result = run(read_files.main, dict(src=str(tmp_path), names=["big.json", "binary", "a_dir", "a_fifo", "small"],
+                                       max_bytes=100), capsys)
+    assert result.get("failed") is None
+    assert result["files"] == {"small": "ok"} and result["missing"] == []
+    assert result["errors"] == {"big.json": "101 bytes, more than max_bytes=100", "binary": "not UTF-8 text",
+                                "a_dir": "not a regular file", "a_fifo": "not a regular file"}
+    if os.geteuid() != 0:  # root reads it anyway
+        (tmp_path / "small").chmod(0)
+        again = run(read_files.main, dict(src=str(tmp_path), names=["small"]), capsys)
+        assert again["errors"] == {"small": "permission denied"}
+
+
+def test_a_name_outside_src_is_refused(tmp_path, capsys):
+    result = run(read_files.main, dict(src=str(tmp_path / "run"), names=["../secrets.env", "/etc/passwd"]), capsys)
+    assert result["failed"] is True
+    assert "'../secrets.env' must not contain '..'" in result["msg"] and "'/etc/passwd' must be a relative path" in result["msg"]
