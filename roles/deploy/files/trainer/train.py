@@ -43,6 +43,7 @@ from .config import ConfigError, add_config_flags, parse_signal, resolve_config
 from .data import TRAIN_STREAM, VAL_STREAM, open_tokens, window_starts, windows
 from .events import EventWriter
 from .fsio import atomic_file, remove_temp_files
+from .hostmem import keep_freed_memory
 from .mfu import mfu, peak_bf16_flops
 from .model import GPT, GPTConfig, padded_vocab
 from .prepare import DataError, read_meta
@@ -498,6 +499,8 @@ class Training:
                 raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} are of a model {saved_shape}, the "
                                   f"config asks for {shape}; use the same model flags or another --out")
         device = self.device = dist.device
+        # CPU, ddp: the step's freed buffers stay in the heap for the next step (hostmem.py)
+        self.host_memory = keep_freed_memory() if device.type == "cpu" and cfg.parallel == "ddp" else None
         use_bf16 = trains_in_bf16(device, cfg.dtype)
         sharded_from = resume_path if state and is_sharded(resume_path) else None
         seed_everything(cfg.seed)  # the same initial weights on every rank
@@ -509,13 +512,13 @@ class Training:
             if cfg.parallel == "fsdp":
                 # a checkpoint of whole tensors, from a ddp run: loaded as ddp would, then handed
                 # to the sharded optimizer by name, each rank keeping its shard
-                whole = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr, device.type)
+                whole = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr)
                 changed = load_optimizer_state(whole, state["optimizer"])
                 full_optimizer_state = get_optimizer_state_dict(self.raw_model, whole)
                 del whole
         if cfg.parallel == "fsdp":
             shard_model(self.raw_model, use_bf16)  # the model and the optimizer made after it hold only shards
-        self.optimizer = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr, device.type)
+        self.optimizer = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr)
         if state:
             if sharded_from:
                 changed = load_sharded_state(self.raw_model, self.optimizer, sharded_from)
@@ -583,7 +586,7 @@ class Training:
             (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
             event = {"event": "resume" if self.start_step else "start", "step": self.start_step,
                      "total_steps": cfg.steps, "world_size": dist.world_size, "parallel": cfg.parallel,
-                     "device": str(device),
+                     "device": str(device), **({"host_memory": self.host_memory} if self.host_memory else {}),
                      "params": self.raw_model.num_params(), "tokens_per_step": self.tokens_per_step,
                      "tokenizer": self.tokenizer["kind"], "vocab_size": self.tokenizer["vocab_size"]}
             if self.start_step:
