@@ -1,5 +1,5 @@
-"""A GPT training loop written the way popular public trainers write theirs: globals for the
-config, a get_batch() that opens the token file each call and stacks slices, the cosine
+"""A GPT training loop written the way popular public trainers write theirs: plain variables for
+the config, a get_batch() that opens the token file each call and stacks slices, the cosine
 learning rate set on every step, loss.item() only when logging, AdamW and gradient clipping
 with torch's defaults. It trains the trainer's own model (trainer.model.GPT), so what differs
 from trainer.train is the loop. bench/trainer_bench.py runs it as its reference:
@@ -26,6 +26,15 @@ from trainer.model import GPT, GPTConfig  # noqa: E402  pylint: disable=wrong-im
 MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128}
 
 
+def get_batch(data_dir, dtype, batch_size, block_size):
+    # a new memmap per batch, as these trainers do (it avoids a leak they once saw)
+    data = np.memmap(os.path.join(data_dir, "train.bin"), dtype=dtype, mode="r")
+    ix = torch.randint(len(data) - block_size, (batch_size,))
+    x = torch.stack([torch.from_numpy(data[i:i + block_size].astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block_size].astype(np.int64)) for i in ix])
+    return x, y
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("data_dir")
@@ -39,14 +48,6 @@ def main(argv=None):
     learning_rate, min_lr, warmup_iters, lr_decay_iters = 1e-3, 1e-4, 10, args.steps
     log_interval, grad_clip = args.warmup_steps, 1.0
     meta = json.loads((Path(data_dir) / "meta.json").read_text())
-
-    def get_batch():
-        # a new memmap per batch, as these trainers do (it avoids a leak they once saw)
-        data = np.memmap(os.path.join(data_dir, "train.bin"), dtype=meta["dtype"], mode="r")
-        ix = torch.randint(len(data) - block_size, (batch_size,))
-        x = torch.stack([torch.from_numpy(data[i:i + block_size].astype(np.int64)) for i in ix])
-        y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block_size].astype(np.int64)) for i in ix])
-        return x, y
 
     def get_lr(it):
         if it < warmup_iters:
@@ -64,7 +65,7 @@ def main(argv=None):
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                                   lr=learning_rate, betas=(0.9, 0.95), fused=False)
     model.train()
-    X, Y = get_batch()
+    X, Y = get_batch(data_dir, meta["dtype"], batch_size, block_size)
     started = None
     for iter_num in range(args.steps + 1):
         if iter_num == args.warmup_steps:
@@ -75,7 +76,8 @@ def main(argv=None):
         if iter_num == args.steps:
             break
         _logits, loss = model(X, Y)
-        X, Y = get_batch()  # the next batch while (on a GPU) this one's backward would still run
+        # the next batch while (on a GPU) this one's backward would still run
+        X, Y = get_batch(data_dir, meta["dtype"], batch_size, block_size)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         optimizer.step()

@@ -5,7 +5,9 @@ theirs (its own get_batch that stacks slices of a fresh memmap, loss.item() only
 logging). Both train the same model (trainer.model.GPT) on the same prepared bytes, in
 fresh processes with the same thread count; the difference is the loop and its data path.
 They run in alternating pairs (which of the two goes first alternates too), and the figures
-are medians with their range over the pairs, never the best run.
+are medians with their range over the pairs, never the best run. Then each loop runs again with a
+timer on each part of its step (data, forward, backward, clipping, AdamW, zero_grad, records):
+where a step's time goes, with its page faults and kernel time.
 
     python bench/trainer_bench.py                     # text table
     python bench/trainer_bench.py --format markdown   # a table for docs/benchmarks.md
@@ -13,6 +15,7 @@ are medians with their range over the pairs, never the best run.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -28,55 +31,104 @@ MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128}
 
 # What profiling the trainer's step against the public loop's found, and what changed.
 REMOVED = [
-    "AdamW and gradient clipping a parameter at a time off CUDA (torch's default there): the trainer "
-    "now uses the multi-tensor (foreach) kernels on CPU, the fused AdamW on CUDA, and a resumed run keeps "
-    "this run's kernel instead of the one its checkpoint recorded",
-    "nothing else in the loop: its data path (one seeded draw of window starts, one gather from a memmap "
-    "opened once) costs tens of microseconds a step where the public loop's per-window slicing of a fresh "
-    "memmap costs a few hundred, and the stop check is no collective in one process",
+    "page faults: glibc gave a part of each step's freed buffers back to the kernel (blocks above its mmap "
+    "threshold, free memory above its trim threshold), and the next step faulted them in again, zero-filled: "
+    "200 to 4,000 faults a step, varying from run to run, the trainer's more than the public loop's (which of its "
+    "allocations tip the thresholds is not found; the foreach kernels are not it). On CPU with ddp the trainer now "
+    "raises both thresholds (trainer/hostmem.py) unless the environment sets the allocator, so the step's buffers "
+    "are reused; its start record says so (host_memory). Kernel time falls to about 1 ms a step. The trainer with it "
+    "against the trainer without, 18 alternating pairs (80 steps each, in two batches): a step 1.04 times as "
+    "fast (median; 0.70 to 1.38), 1.00 in the first batch of 8 and 1.10 in the second of 10: this machine's "
+    "noise is as large as the gain",
+    "AdamW's update: the public loop's (a parameter at a time, torch's default off CUDA) takes 4 to 6 ms a step "
+    "here, the multi-tensor one the trainer used about as long; the trainer now uses torch's fused AdamW on the "
+    "CPU too (torch 2.4 and later; CUDA as before), about 1.3 ms. Clipping stays multi-tensor",
+    "nothing else: the data path (one seeded draw of window starts, one gather from a memmap opened once) costs "
+    "about a third of the public loop's get_batch, the loss records and the stop check under a millisecond a step",
 ]
 
 
-def step_pairs(data_dir, blocks, steps):
-    """In one process, on one model and optimizer: trainer.train's Training.step against the
-    public loop's step, in alternating blocks -> ms per step of each block. Process-wide
-    effects (start-up, memory layout) are out, so this is the loop's own cost."""
+PROFILED = ("trainer", "trainer_glibc", "public")
+PARTS = ("data", "forward", "backward", "clip", "optimizer", "zero_grad", "records")
+
+
+def profile(loop, data_dir, args):
+    """Run one loop (trainer.train or the public loop) in this process with a timer on each part
+    of its step, its own code otherwise unchanged; print {"step_ms", "parts_ms", "page_faults",
+    "kernel_ms"}, per step over the timed steps. A step ends where its zero_grad returns; what
+    no part holds is "rest" (the learning rate, the stop vote, the loss sum, the log line)."""
     sys.path.insert(0, str(FILES_DIR))
-    import numpy as np
+    sys.path.insert(0, str(BENCH_DIR))
+    import resource
+
     import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+    import public_loop
+    from trainer import model as trainer_model
     from trainer import train as trainer_train
-    from trainer.config import TrainConfig
-    from trainer.prepare import read_meta
 
-    meta = read_meta(data_dir)
-    cfg = TrainConfig(steps=10 ** 6, batch_size=16, warmup=10, eval_interval=0, checkpoint_interval=0, **MODEL)
-    with tempfile.TemporaryDirectory() as out:
-        run = trainer_train.Training(cfg, data_dir, Path(out), meta, trainer_train.Distributed(), None, None)
-        model, optimizer, data, T = run.raw_model, run.optimizer, run.train_tokens, MODEL["block_size"]
+    spent = dict.fromkeys(PARTS, 0.0)
+    clock = {"steps": 0, "on": False, "marks": []}
 
-        def public_step(_step):
-            ix = torch.randint(len(data) - T, (cfg.batch_size,))
-            x = torch.stack([torch.from_numpy(data[i:i + T].astype(np.int64)) for i in ix])
-            y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + T].astype(np.int64)) for i in ix])
-            for group in optimizer.param_groups:
-                group["lr"] = cfg.lr
-            _logits, loss = model(x, y)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+    def timed(part, fn):
+        def wrapper(*a, **kw):
+            started = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                if clock["on"]:
+                    spent[part] += time.perf_counter() - started
+        return wrapper
 
-        times = {"trainer": [], "public": []}
-        for block in range(blocks):
-            order = [("trainer", run.step), ("public", public_step)]
-            for name, step in (order if block % 2 == 0 else order[::-1]):
-                step(0)  # one untimed step after the switch
-                started = time.perf_counter()
-                for i in range(steps):
-                    step(i)
-                times[name].append((time.perf_counter() - started) / steps * 1e3)
-    print(json.dumps(times))
+    def mark():  # the timed steps run from the end of step warmup_steps to the end of the last
+        clock["marks"].append((time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)))
+
+    def zero_grad(fn):
+        def wrapper(*a, **kw):
+            started = time.perf_counter()
+            fn(*a, **kw)
+            clock["steps"] += 1
+            if clock["on"]:
+                spent["zero_grad"] += time.perf_counter() - started
+            if clock["steps"] in (args.warmup_steps, args.steps):
+                mark()
+                clock["on"] = clock["steps"] == args.warmup_steps
+        return wrapper
+
+    hooks = {"optimizer": 0.0}
+
+    def before_step(*_):
+        hooks["optimizer"] = time.perf_counter()
+
+    def after_step(*_):
+        if clock["on"]:
+            spent["optimizer"] += time.perf_counter() - hooks["optimizer"]
+
+    register_optimizer_step_pre_hook(before_step)
+    register_optimizer_step_post_hook(after_step)
+    torch.optim.Optimizer.zero_grad = zero_grad(torch.optim.Optimizer.zero_grad)
+    trainer_model.GPT.forward = timed("forward", trainer_model.GPT.forward)
+    torch.Tensor.backward = timed("backward", torch.Tensor.backward)
+    torch.nn.utils.clip_grad_norm_ = timed("clip", torch.nn.utils.clip_grad_norm_)
+    with tempfile.TemporaryDirectory() as out, contextlib.redirect_stdout(sys.stderr):
+        if loop == "trainer_glibc":  # the trainer without trainer/hostmem.py
+            trainer_train.keep_freed_memory = lambda: None
+        if loop.startswith("trainer"):
+            trainer_train.window_starts = timed("data", trainer_train.window_starts)
+            trainer_train.windows = timed("data", trainer_train.windows)
+            trainer_train.Training.record = timed("records", trainer_train.Training.record)
+            trainer_train.main(trainer_argv(data_dir, out, args)[3:])
+        else:
+            public_loop.get_batch = timed("data", public_loop.get_batch)
+            public_loop.main(public_argv(data_dir, args)[2:])
+    (started, before), (ended, after) = clock["marks"]
+    n, step_s = args.steps - args.warmup_steps, ended - started
+    parts = {part: s * 1e3 / n for part, s in spent.items()}
+    parts["rest"] = step_s * 1e3 / n - sum(parts.values())
+    print(json.dumps({"step_ms": step_s * 1e3 / n, "parts_ms": parts,
+                      "page_faults": (after.ru_minflt - before.ru_minflt) / n,
+                      "kernel_ms": (after.ru_stime - before.ru_stime) * 1e3 / n}))
 
 
 def run_measured(argv, env):
@@ -91,12 +143,20 @@ def run_measured(argv, env):
         return out.read(), usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
 
 
-def trainer_run(data_dir, out_dir, args, env, extra=()):
-    argv = [sys.executable, "-m", "trainer.train", "--data", str(data_dir), "--out", str(out_dir),
+def trainer_argv(data_dir, out_dir, args, extra=()):
+    return [sys.executable, "-m", "trainer.train", "--data", str(data_dir), "--out", str(out_dir),
             "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--warmup", "10",
             "--log-interval", str(args.warmup_steps), "--eval-interval", "0", "--eval-iters", "1",
             "--checkpoint-interval", "0"] + [f"--{k.replace('_', '-')}={v}" for k, v in MODEL.items()] + list(extra)
-    _stdout, rss = run_measured(argv, env)
+
+
+def public_argv(data_dir, args):
+    return [sys.executable, str(BENCH_DIR / "public_loop.py"), str(data_dir), "--steps", str(args.steps),
+            "--warmup-steps", str(args.warmup_steps), "--batch-size", str(args.batch_size)]
+
+
+def trainer_run(data_dir, out_dir, args, env, extra=()):
+    _stdout, rss = run_measured(trainer_argv(data_dir, out_dir, args, extra), env)
     records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     timed = {r["step"]: r["elapsed_s"] for r in records if "loss" in r}
     tokens_per_step = args.batch_size * MODEL["block_size"]
@@ -106,9 +166,7 @@ def trainer_run(data_dir, out_dir, args, env, extra=()):
 
 
 def public_run(data_dir, args, env):
-    argv = [sys.executable, str(BENCH_DIR / "public_loop.py"), str(data_dir), "--steps", str(args.steps),
-            "--warmup-steps", str(args.warmup_steps), "--batch-size", str(args.batch_size)]
-    out, rss = run_measured(argv, env)
+    out, rss = run_measured(public_argv(data_dir, args), env)
     return json.loads(out)["tokens_per_s"], rss
 
 
@@ -124,17 +182,24 @@ def measure(args):
         subprocess.run([sys.executable, "-m", "trainer.prepare", "--out", str(data_dir), "--max-bytes", "4000000"],
                        cwd=FILES_DIR, env=env, check=True, capture_output=True)
         runs = {"trainer": [], "public": [], "trainer_no_bias": []}
+        # One pair after the other, which loop goes first alternating (public, trainer, trainer,
+        # public, ...): on this kind of machine the second run of two in a row is often the faster.
         for i in range(args.pairs):
             pair = [("public", lambda: public_run(data_dir, args, env)),
                     ("trainer", lambda i=i: trainer_run(data_dir, Path(tmp) / f"run{i}", args, env))]
             for name, run in (pair if i % 2 == 0 else pair[::-1]):
                 runs[name].append(run())
-            runs["trainer_no_bias"].append(trainer_run(data_dir, Path(tmp) / f"nobias{i}", args, env, ["--no-bias"]))
             print(f"pair {i + 1}: trainer {runs['trainer'][-1][0]:,.0f}, public loop {runs['public'][-1][0]:,.0f} "
                   f"tokens/s", file=sys.stderr, flush=True)
-        out, _rss = run_measured([sys.executable, str(Path(__file__).resolve()), "--step-pairs", str(data_dir),
-                                  "--pairs", str(args.pairs)], env)
-        steps = json.loads(out.strip().splitlines()[-1])  # (after the trainer's start line)
+        for i in range(max(3, args.pairs // 2)):
+            runs["trainer_no_bias"].append(trainer_run(data_dir, Path(tmp) / f"nobias{i}", args, env, ["--no-bias"]))
+        profiles = {loop: [] for loop in PROFILED}
+        for i in range(args.profiles):
+            for loop in (PROFILED if i % 2 == 0 else PROFILED[::-1]):
+                out, _rss = run_measured([sys.executable, str(Path(__file__).resolve()), "--profile", loop, str(data_dir),
+                                          "--steps", str(args.steps), "--warmup-steps", str(args.warmup_steps),
+                                          "--batch-size", str(args.batch_size)], env)
+                profiles[loop].append(json.loads(out.strip().splitlines()[-1]))
     ratios = [t[0] / p[0] for t, p in zip(runs["trainer"], runs["public"])]
     return {
         "model": MODEL, "batch_size": args.batch_size, "steps": args.steps, "timed_steps": args.steps - args.warmup_steps,
@@ -142,8 +207,13 @@ def measure(args):
         "tokens_per_s": {name: spread([r[0] for r in rs]) for name, rs in runs.items()},
         "peak_rss_mib": {name: round(max(r[1] for r in rs), 1) for name, rs in runs.items()},
         "ratio": spread(ratios), "min_ratio": args.min_ratio, "removed": REMOVED,
-        "step_ms": {name: spread(ms) for name, ms in steps.items()},
-        "step_ratio": spread([p / t for t, p in zip(steps["trainer"], steps["public"])]),
+        "profiles": args.profiles,
+        "profile": {loop: {"step_ms": spread([r["step_ms"] for r in rs]),
+                           "parts_ms": {part: statistics.median(r["parts_ms"][part] for r in rs)
+                                        for part in PARTS + ("rest",)},
+                           "page_faults": spread([r["page_faults"] for r in rs]),
+                           "kernel_ms": spread([r["kernel_ms"] for r in rs])}
+                    for loop, rs in profiles.items()},
     }
 
 
@@ -164,19 +234,31 @@ def render(result, form):
     ratio = result["ratio"]
     verdict = "met" if ratio["median"] >= result["min_ratio"] else f"missed by {result['min_ratio'] - ratio['median']:.1%}"
     summary = f"trainer / public-style loop, per pair: {fmt(ratio, 3)} (target >= {result['min_ratio']}: {verdict})"
-    ms = result["step_ms"]
-    in_process = (f"In one process, on one model and optimizer, in alternating blocks of 20 steps: trainer.train's "
-                  f"step {fmt(ms['trainer'], 1, ' ms')}, the public loop's {fmt(ms['public'], 1, ' ms')}; "
-                  f"speed ratio {fmt(result['step_ratio'], 3)}. The loop's own cost; the runs above add "
-                  f"process start-up, memory layout and the machine's noise.")
+    profile = result["profile"]
+    columns = [("trainer.train", "trainer"), ("trainer.train, glibc's thresholds", "trainer_glibc"),
+               ("public-style loop", "public")]
+    part_rows = [(f"{part} (ms)", [f"{profile[key]['parts_ms'][part]:.2f}" for _l, key in columns])
+                 for part in PARTS + ("rest",)]
+    part_rows += [("whole step (ms)", [fmt(profile[key]["step_ms"], 1) for _l, key in columns]),
+                  ("page faults", [fmt(profile[key]["page_faults"]) for _l, key in columns]),
+                  ("kernel time (ms)", [fmt(profile[key]["kernel_ms"], 1) for _l, key in columns])]
+    profile_caption = (f"Where a step's time goes: each loop in its own process, a timer on each part of its step "
+                       f"(medians of {result['profiles']} runs, per timed step). data: the trainer's window draw and "
+                       f"gather, the public loop's get_batch; records: the trainer's loss records (every "
+                       f"{result['steps'] - result['timed_steps']} steps); rest: the learning rate, the stop vote, "
+                       f"the loss sum, the log line. glibc's thresholds: the trainer with its host memory "
+                       f"left to glibc's defaults (trainer/hostmem.py not applied)")
     if form == "markdown":
         lines = [f"{caption}.", "", "| loop | tokens/s | peak RSS per rank (MiB) |", "|---|---|---:|"]
         lines += [f"| {label} | {fmt(tps[key])} | {rss[key]} |" for label, key in rows]
-        lines += ["", summary[0].upper() + summary[1:] + ".", "", in_process, "", "Found and changed:", ""]
-        lines += [f"- {item}" for item in result["removed"]]
+        lines += ["", summary[0].upper() + summary[1:] + ".", "", f"{profile_caption}.", "",
+                  "| per step | " + " | ".join(label for label, _k in columns) + " |", "|---|---|---|---|"]
+        lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in part_rows]
+        lines += ["", "Found and changed:", ""] + [f"- {item}" for item in result["removed"]]
         return "\n".join(lines)
     lines = [caption] + [f"  {label:<42} {fmt(tps[key])} tokens/s   peak RSS {rss[key]:>7} MiB" for label, key in rows]
-    lines += ["  " + summary, "  " + in_process]
+    lines += ["  " + summary, "", profile_caption, "  " + f"{'per step':<18}" + "".join(f"{label:<38}" for label, _k in columns)]
+    lines += ["  " + f"{name:<18}" + "".join(f"{cell:<38}" for cell in cells) for name, cells in part_rows]
     return "\n".join(lines)
 
 
@@ -186,15 +268,19 @@ def main(argv=None):
     p.add_argument("--warmup-steps", type=int, default=10, help="steps not timed (allocator and cache warmup)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--pairs", type=int, default=7, help="alternating trainer / public-loop pairs (at least 5)")
+    p.add_argument("--pairs", type=int, default=8,
+                   help="trainer / public-loop pairs, which goes first alternating (at least 5; even: each first as often)")
     p.add_argument("--min-ratio", type=float, default=1.0)
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     p.add_argument("--check", action="store_true", help="exit 1 when the median ratio is below --min-ratio")
-    p.add_argument("--step-pairs", metavar="DATA_DIR", help=argparse.SUPPRESS)
+    p.add_argument("--profiles", type=int, default=3, help="instrumented runs of each loop (alternating)")
+    p.add_argument("--profile", nargs=2, metavar=("LOOP", "DATA_DIR"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.step_pairs:
-        step_pairs(args.step_pairs, 2 * args.pairs, 20)
+    if args.profile:
+        profile(*args.profile, args)
         return 0
+    if args.pairs < 5:
+        p.error("--pairs must be at least 5 (the figures are medians over the pairs)")
     if args.steps % args.warmup_steps or args.steps <= args.warmup_steps:
         p.error("--steps must be a multiple of --warmup-steps and larger (the trainer logs every --warmup-steps)")
     result = measure(args)
