@@ -45,7 +45,7 @@ test-unit: venv
 	$(BIN)/pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)
 
 test-integration: venv
-	$(BIN)/pytest tests/integration --durations=20 $(PYTEST_ARGS)
+	$(BIN)/pytest tests/integration --durations=40 $(PYTEST_ARGS)
 
 # Molecule scenarios on the real local cluster (extensions/molecule, built-in default driver
 # on localhost): default brings the cluster up, runs playbooks/pretrain.yml, runs it again
