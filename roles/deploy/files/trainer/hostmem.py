@@ -3,8 +3,9 @@
 A CPU training step allocates and frees the same activation, gradient and optimizer buffers
 every step, megabytes each. glibc's malloc gives large freed blocks back to the kernel (blocks
 above its mmap threshold, and free memory above its trim threshold at the top of the heap), so
-the next step faults the same memory in again, zero-filled by the kernel: measured at 1,000 to
-4,000 page faults a step, 3 to 11 ms of a 100 ms step (bench/trainer_bench.py). Raising both
+the next step faults the same memory in again, zero-filled by the kernel: measured at 200 to
+4,000 page faults a step, varying from run to run, and up to 12 ms of kernel time in a step of
+about 100 ms (bench/trainer_bench.py). Raising both
 thresholds keeps those blocks in the heap, as the CUDA caching allocator keeps device memory:
 the resident size stays at the step's peak instead of rising and falling with it.
 

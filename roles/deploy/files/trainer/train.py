@@ -500,7 +500,7 @@ class Training:
                                   f"config asks for {shape}; use the same model flags or another --out")
         device = self.device = dist.device
         # CPU, ddp: the step's freed buffers stay in the heap for the next step (hostmem.py)
-        self.host_memory = keep_freed_memory() if device.type == "cpu" and cfg.parallel == "ddp" else None
+        host_memory = keep_freed_memory() if device.type == "cpu" and cfg.parallel == "ddp" else None
         use_bf16 = trains_in_bf16(device, cfg.dtype)
         sharded_from = resume_path if state and is_sharded(resume_path) else None
         seed_everything(cfg.seed)  # the same initial weights on every rank
@@ -586,7 +586,7 @@ class Training:
             (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
             event = {"event": "resume" if self.start_step else "start", "step": self.start_step,
                      "total_steps": cfg.steps, "world_size": dist.world_size, "parallel": cfg.parallel,
-                     "device": str(device), **({"host_memory": self.host_memory} if self.host_memory else {}),
+                     "device": str(device), **({"host_memory": host_memory} if host_memory else {}),
                      "params": self.raw_model.num_params(), "tokens_per_step": self.tokens_per_step,
                      "tokenizer": self.tokenizer["kind"], "vocab_size": self.tokenizer["vocab_size"]}
             if self.start_step:
