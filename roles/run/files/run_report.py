@@ -18,12 +18,19 @@ Facts (every key optional):
              nodes [{node, interfaces, gbps, busbw, fraction, latency_us}]} (the network check),
     jobs [{kind, job_id, state, exit_code, elapsed, nodelist, start_time, end_time, restarts}],
     checkpoint {path, step} or null, straggler_threshold
+
+Every value from those files is untrusted text (a training script may write any record, and
+many facts come from files jobs wrote on the cluster): it reaches report.md only through md()
+(escaped inline text, or a number) or fenced() (a code block it cannot close).
 """
 
 import argparse
 import json
+import math
 import os
+import shlex
 import statistics
+import string
 import sys
 import tempfile
 
@@ -114,13 +121,19 @@ def fmt_loss(value):
     return "%.4f" % value
 
 
+def is_finite(value):
+    return is_number(value) and math.isfinite(value)
+
+
 def fmt_int(value):
-    return "{:,}".format(int(value)) if is_number(value) else NOT_RECORDED
+    if not is_number(value):
+        return NOT_RECORDED
+    return "{:,}".format(int(value)) if math.isfinite(value) else str(value)  # int() of inf or nan raises
 
 
 def fmt_duration(seconds):
-    if not is_number(seconds):
-        return NOT_RECORDED
+    if not is_finite(seconds):
+        return NOT_RECORDED if not is_number(seconds) else str(seconds)
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
@@ -140,19 +153,69 @@ def text(value):
     return str(value)
 
 
-def cell(value):
-    """text() that cannot break a Markdown table row."""
-    return text(value).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+# What md() does to each character of untrusted text. Every value sits after literal text on its line
+# (a prefix such as "- Partition: ", "| " or "# Run ") and can hold no line break, so it never starts a
+# line: the block syntax of CommonMark and GFM (headings, lists, quotes, fences, HTML blocks, thematic
+# breaks, setext underlines, link reference definitions, indented code, table delimiter rows), which only
+# a line's start can open, is out of its reach, and md() has only inline syntax to neutralise:
+LINE_BREAKS = frozenset("\r\n\x0b\x0c\x85\u2028\u2029")  # -> a space
+# bidirectional controls reorder how the text around them is shown: dropped, with the C0/C1 controls
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+HTML_ENTITIES = {"<": "&lt;", ">": "&gt;", "&": "&amp;"}  # raw HTML, autolinks, entity references
+# backslash-escaped (CommonMark lets any ASCII punctuation be): escapes, code spans, emphasis, links and
+# images, GFM table cells and strikethrough, and what other renderers read (GitHub's $ math, {attributes},
+# ^superscript, # references). The ASCII punctuation left alone, - . / : , ; = @ % ' " ? ( ), opens no inline
+# construct: ( ) ' " act only inside a link, which needs a "]" (every "]" is escaped); - . ) = : only at a
+# line's start; at most GFM's extended autolinks (www., http://, a@b.c) show their own target as their text.
+MARKDOWN_ESCAPED = frozenset("\\`*_[]{}!#+|~$^")
+ALNUM = frozenset(string.ascii_letters + string.digits)
+
+
+def is_control(char):
+    code = ord(char)
+    return (code < 0x20 and char != "\t") or 0x7f <= code <= 0x9f or char in BIDI_CONTROLS
+
+
+def md(value):
+    """Untrusted text as inline Markdown that shows it as is, on one line: a number (not a bool) as
+    itself, anything else as text() with line breaks made spaces, control characters dropped, < > &
+    as entities and the Markdown punctuation backslash-escaped. A single _ between two ASCII letters or
+    digits stays (step_100.pt, NCCL_IB_HCA): such a _ is both left- and right-flanking and preceded and
+    followed by no punctuation, so CommonMark lets it neither open nor close emphasis."""
+    if is_number(value):
+        return str(value)  # digits, . - + e, inf, nan: nothing that Markdown reads
+    raw = text(value)
+    out = []
+    for index, char in enumerate(raw):
+        if char in LINE_BREAKS:
+            out.append(" ")
+        elif is_control(char):
+            continue
+        elif char in HTML_ENTITIES:
+            out.append(HTML_ENTITIES[char])
+        elif char == "_" and 0 < index < len(raw) - 1 and raw[index - 1] in ALNUM and raw[index + 1] in ALNUM:
+            out.append(char)
+        elif char in MARKDOWN_ESCAPED:
+            out.append("\\" + char)
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 def table(header, rows):
+    """header (the report's own words) and rows of values, each cell through md(): no cell can hold an
+    unescaped | or a line break, so none can break its row."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _column in header) + "|"]
-    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(md(value) for value in row) + " |" for row in rows]
     return lines
 
 
 def fenced(body):
-    """body in a fence longer than any backtick run inside it, so it is shown as is."""
+    """body in a fence longer than any backtick run inside it, so it is shown as is. A backtick fence is
+    closed only by a line of at least as many backticks (not by tildes, and indenting does not help), so no
+    line of the body can close it; line endings become \\n, other control characters (NUL...) are dropped."""
+    body = body.replace("\r\n", "\n").replace("\r", "\n")
+    body = "".join(char for char in body if char == "\n" or not is_control(char))
     longest, run = 0, 0
     for char in body:
         run = run + 1 if char == "`" else 0
@@ -204,9 +267,10 @@ def summary_lines(metrics, summary, events):
         status = "finished"
     else:
         preempted = [e for e in events if e.get("event") == "preempted"]
-        status = ("stopped before the end (last event: preempted at step %s)" % preempted[-1].get("step")
+        status = ("stopped before the end (last event: preempted at step %s)" % md(preempted[-1].get("step"))
                   if preempted and preempted[-1] is events[-1] else "stopped before the end")
     trend = "fell" if last["loss"] < first["loss"] else "went"
+    # a loss record's step is an int and its loss a number (read_metrics keeps no other): %d and fmt_loss print digits
     lines = [
         "- Status: %s" % status,
         "- Steps: %s of %s" % (fmt_int(summary["steps_done"]), fmt_int(total)),
@@ -222,15 +286,15 @@ def summary_lines(metrics, summary, events):
     lines.append("- Tokens seen: %s" % fmt_int(summary["tokens_seen"]))
     lines.append("- Training time: %s" % fmt_duration(summary["elapsed_s"]))
     rate = summary["median_tokens_per_s"]
-    lines.append("- Median throughput: %s tokens/s" % (fmt_int(round(rate)) if rate is not None else NOT_RECORDED))
+    lines.append("- Median throughput: %s tokens/s" % fmt_int(round(rate) if is_finite(rate) else rate))
     if summary["median_mfu"] is not None:
         lines.append("- Median MFU: %.1f%%" % (100 * summary["median_mfu"]))
     for event in events:
         kind = event.get("event")
         if kind == "preempted":
-            lines.append("- Preempted at step %s (%s)" % (event.get("step"), text(event.get("signal"))))
+            lines.append("- Preempted at step %s (%s)" % (md(event.get("step")), md(event.get("signal"))))
         elif kind == "resume":
-            lines.append("- Resumed at step %s" % event.get("step"))
+            lines.append("- Resumed at step %s" % md(event.get("step")))
     return lines
 
 
@@ -243,16 +307,16 @@ def cluster_lines(facts, events):
         nodes = cluster.get("nodes")
         nodes = nodes if isinstance(nodes, list) else ([nodes] if nodes else [])
         lines = [
-            "- Partition: %s" % text(cluster.get("partition")),
-            "- Slurm version: %s" % text(cluster.get("slurm_version")),
-            "- Nodes: %s%s" % (text(nodes), " (%d)" % len(nodes) if nodes else ""),
-            "- GPUs per node: %s" % text(cluster.get("gpus_per_node")),
-            "- Processes per node: %s" % text(cluster.get("procs_per_node")),
+            "- Partition: %s" % md(cluster.get("partition")),
+            "- Slurm version: %s" % md(cluster.get("slurm_version")),
+            "- Nodes: %s%s" % (md(nodes), " (%d)" % len(nodes) if nodes else ""),
+            "- GPUs per node: %s" % md(cluster.get("gpus_per_node")),
+            "- Processes per node: %s" % md(cluster.get("procs_per_node")),
         ]
     if "workspace" in facts:
-        lines.append("- Workspace: %s" % text(facts.get("workspace")))
+        lines.append("- Workspace: %s" % md(facts.get("workspace")))
     if start:
-        lines.append("- World size: %s ranks on %s" % (text(start.get("world_size")), text(start.get("device"))))
+        lines.append("- World size: %s ranks on %s" % (md(start.get("world_size")), md(start.get("device"))))
     return lines
 
 
@@ -261,7 +325,7 @@ def model_lines(facts, events):
     start = next((e for e in events if e.get("event") in ("start", "resume")), {})
     lines = []
     if isinstance(model, dict) and model:
-        lines += ["- %s: %s" % (key, text(model[key])) for key in sorted(model)]
+        lines += ["- %s: %s" % (md(key), md(model[key])) for key in sorted(model)]
     else:
         lines.append("- Configuration: %s" % NOT_RECORDED)
     if is_number(start.get("params")):
@@ -269,22 +333,24 @@ def model_lines(facts, events):
     if is_number(start.get("tokens_per_step")):
         lines.append("- Tokens per step: %s" % fmt_int(start["tokens_per_step"]))
     if start.get("tokenizer") and is_number(start.get("vocab_size")):
-        lines.append("- Tokenizer: %s, vocabulary %s" % (text(start["tokenizer"]), fmt_int(start["vocab_size"])))
+        lines.append("- Tokenizer: %s, vocabulary %s" % (md(start["tokenizer"]), fmt_int(start["vocab_size"])))
     return lines
 
 
 def script_lines(facts):
-    """Your training script as it ran: where, with what, from which source."""
+    """Your training script as it ran: where, with what, from which source. Paths and arguments are
+    escaped text, not code spans (a code span shows < and & as they are and cannot escape a |): the
+    arguments as a shell would take them, each quoted where it needs to be."""
     script = facts.get("script") if isinstance(facts.get("script"), dict) else {}
     args = script.get("args") if isinstance(script.get("args"), list) else []
-    lines = ["- Script: `%s`" % text(script.get("path")),
-             "- Arguments: %s" % (" ".join("`%s`" % a for a in args) if args else "none"),
-             "- Working directory: `%s`" % text(script.get("chdir"))]
+    lines = ["- Script: %s" % md(script.get("path")),
+             "- Arguments: %s" % (md(" ".join(shlex.quote(str(a)) for a in args)) if args else "none"),
+             "- Working directory: %s" % md(script.get("chdir"))]
     if script.get("source_dir"):
-        lines.append("- Source: `%s` (%s file(s), sha1 %s)"
-                     % (script["source_dir"], text(script.get("files")), text(script.get("digest"))))
+        lines.append("- Source: %s (%s file(s), sha1 %s)"
+                     % (md(script["source_dir"]), md(script.get("files")), md(script.get("digest"))))
     else:
-        lines.append("- Files deployed: %s (sha1 %s)" % (text(script.get("files")), text(script.get("digest"))))
+        lines.append("- Files deployed: %s (sha1 %s)" % (md(script.get("files")), md(script.get("digest"))))
     return lines
 
 
@@ -313,16 +379,17 @@ def jobs_lines(facts):
 def checkpoint_lines(facts):
     if isinstance(facts.get("script"), dict):
         names = facts["script"].get("checkpoints") or []
-        where = "%s/checkpoints" % text(facts.get("workspace"))
+        names = names if isinstance(names, list) else [names]
+        where = "%s/checkpoints" % md(facts.get("workspace"))
         if not names:
-            return ["Your script left nothing in `%s` (LLMTRAIN_CHECKPOINT_DIR)." % where]
-        return ["In `%s` (LLMTRAIN_CHECKPOINT_DIR): %s" % (where, ", ".join("`%s`" % n for n in names))]
+            return ["Your script left nothing in %s (LLMTRAIN_CHECKPOINT_DIR)." % where]
+        return ["In %s (LLMTRAIN_CHECKPOINT_DIR): %s" % (where, ", ".join(md(name) for name in names))]
     if "checkpoint" not in facts:
         return ["Checkpoint: %s." % NOT_RECORDED]
     checkpoint = facts["checkpoint"]
     if not isinstance(checkpoint, dict) or not checkpoint.get("path"):
         return ["No checkpoint was written."]
-    return ["- Path: `%s`" % checkpoint["path"], "- Step: %s" % text(checkpoint.get("step"))]
+    return ["- Path: %s" % md(checkpoint["path"]), "- Step: %s" % md(checkpoint.get("step"))]
 
 
 def node_check_lines(facts):
@@ -331,8 +398,8 @@ def node_check_lines(facts):
     check = facts.get("node_check_table")
     if isinstance(check, list) and check:
         out += ["Job %s checked its nodes at %s (GPUs asked/seen by the step/nvidia-smi/torch/registered by "
-                "Slurm; GPU policy %s):" % (text(facts.get("node_check_job")), text(facts.get("node_check_time")),
-                                            text(facts.get("gpu_policy"))), ""]
+                "Slurm; GPU policy %s):" % (md(facts.get("node_check_job")), md(facts.get("node_check_time")),
+                                            md(facts.get("gpu_policy"))), ""]
         out += fenced("\n".join(str(line) for line in check))
     else:
         out.append("Node check: %s." % NOT_RECORDED)
@@ -347,7 +414,7 @@ def node_check_lines(facts):
 def step_time_lines(losses, facts):
     """Each node's work and wait per step over the run (the loss records' nodes), and which was slow."""
     threshold = facts.get("straggler_threshold")
-    threshold = float(threshold) if is_number(threshold) and threshold > 0 else DEFAULT_STRAGGLER_THRESHOLD
+    threshold = float(threshold) if is_finite(threshold) and threshold > 0 else DEFAULT_STRAGGLER_THRESHOLD
     rows = node_table(losses, threshold)
     if not rows:
         return ["Step time per node: %s (one node, or a script whose metrics carry no `nodes`)." % NOT_RECORDED]
@@ -393,25 +460,25 @@ def network_lines(facts):
         whole += " (the links report no speed: the nodes are judged against each other)"
     out = ["Job %s measured its fabric at %s over %s rank(s) with %s: %s; small-message latency %s; the check "
            "took %s s. Below %s of the link a node is slow." % (
-               text(network.get("job_id")), text(network.get("time")), text(network.get("ranks")),
-               text(network.get("backend")), whole, microseconds(network.get("latency_us")),
-               text(network.get("seconds")), percent(network.get("min_fraction"))), ""]
+               md(network.get("job_id")), md(network.get("time")), md(network.get("ranks")),
+               md(network.get("backend")), whole, microseconds(network.get("latency_us")),
+               md(network.get("seconds")), percent(network.get("min_fraction"))), ""]
+    slow = network.get("slow") if isinstance(network.get("slow"), dict) else {}
     out += table(["Node", "Interface", "Link speed", "Bus bandwidth", "Of the link", "Latency", "Verdict"], [
         [n.get("node"), n.get("interfaces"), gbps(n.get("gbps")), gb(n.get("busbw")), percent(n.get("fraction")),
-         microseconds(n.get("latency_us")), "SLOW" if n.get("node") in (network.get("slow") or {}) else "ok"]
+         microseconds(n.get("latency_us")), "SLOW" if isinstance(n.get("node"), str) and n["node"] in slow else "ok"]
         for n in network["nodes"] if isinstance(n, dict)])
-    slow = network.get("slow") or {}
     if slow:
         out += ["", "Slow node(s), measured with their ring neighbours:", ""]
-        out += ["- %s: %s" % (node, reason) for node, reason in sorted(slow.items())]
+        out += ["- %s: %s" % (md(node), md(reason)) for node, reason in sorted(slow.items())]
     if network.get("slow_fabric"):
-        out += ["", "The fabric is slow: %s." % network["slow_fabric"]]
+        out += ["", "The fabric is slow: %s." % md(network["slow_fabric"])]
     return out
 
 
 def render(run_name, metrics, summary, facts, samples, plot_note):
     losses, events = (metrics[0], metrics[1]) if metrics else ([], [])
-    out = ["# Run %s" % run_name, "", "## Summary", ""]
+    out = ["# Run %s" % md(run_name), "", "## Summary", ""]
     out += summary_lines(metrics, summary, events)
     if metrics and metrics[2]:
         out += ["", "%d line(s) of `%s` were not records and were skipped." % (metrics[2], METRICS_FILE)]
@@ -457,7 +524,7 @@ def plot(losses, events, run_name, path):
             labelled.add(style["label"])
     axes.set_xlabel("step")
     axes.set_ylabel("loss")
-    axes.set_title("Loss of run %s" % run_name)
+    axes.set_title("Loss of run %s" % run_name.replace("$", "\\$"))  # $...$ would be mathtext, which can raise
     axes.grid(True, alpha=0.3)
     axes.legend(loc="upper right")
     figure.tight_layout()
@@ -496,7 +563,7 @@ def main(argv=None):
             plot(losses, events, run_name, plot_path)
         except ImportError as error:
             warn("no plot: %s" % error)
-            plot_note = "No plot: matplotlib is not installed for %s." % sys.executable
+            plot_note = "No plot: matplotlib is not installed for %s." % md(sys.executable)
     if plot_note is not None and os.path.exists(plot_path):
         os.unlink(plot_path)  # a plot of an earlier attempt would not match this report
 

@@ -1,8 +1,10 @@
 """roles/run/files/run_report.py: report.md and loss.png from a fetched run directory."""
 
+import html
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -134,8 +136,8 @@ def test_full_report(tmp_path):
         "| UCX_NET_DEVICES | ib7s400p0:1,ib7s400p1:1 |",
         "| slurm-worker-2 | 182.0 | 18.0 | 1.01x | 0 of 10 records |\n\n## NCCL",
         "| Job | Kind | State | Exit | Elapsed | Nodes | Restarts |",
-        "| 102 | train | COMPLETED | 0 | 01:02:03 | slurm-worker-[0-2] | 1 |",
-        "- Path: `/home/user/llmtrain/gpt2-124m/checkpoints/step_100.pt`",
+        "| 102 | train | COMPLETED | 0 | 01:02:03 | slurm-worker-\\[0-2\\] | 1 |",
+        "- Path: /home/user/llmtrain/gpt2-124m/checkpoints/step_100.pt",
         "```\nPROMPT: The history of\n| a `pipe` <b>\n```",
     ]:
         assert expected in report, expected
@@ -297,16 +299,16 @@ def test_your_own_script_gets_its_section_not_the_reference_trainers_model(tmp_p
     assert "## Model" not in report and "n_layer" not in report
     section = report[report.index("## Training script"):report.index("## Node check")]
     assert section.splitlines()[2:] == [
-        "- Script: `/home/user/llmtrain/gpt2-124m/src/train.py`",
-        "- Arguments: `config/small.py` `--max_iters=20`",
-        "- Working directory: `/home/user/llmtrain/gpt2-124m/src`",
-        "- Source: `/home/me/nanolm` (7 file(s), sha1 0a1b)", ""]
+        "- Script: /home/user/llmtrain/gpt2-124m/src/train.py",
+        "- Arguments: config/small.py --max_iters=20",
+        "- Working directory: /home/user/llmtrain/gpt2-124m/src",
+        "- Source: /home/me/nanolm (7 file(s), sha1 0a1b)", ""]
     checkpoint = report[report.index("## Checkpoint"):report.index("## Samples")]
-    assert "In `/home/user/llmtrain/checkpoints` (LLMTRAIN_CHECKPOINT_DIR): `ckpt.pt`" in checkpoint
+    assert "In /home/user/llmtrain/checkpoints (LLMTRAIN_CHECKPOINT_DIR): ckpt.pt" in checkpoint
     facts["script"] = dict(script, checkpoints=[], source_dir=None, args=[])
     report = report_of(make_run(tmp_path / "again", metrics_records(), facts))
     assert "- Arguments: none" in report and "- Files deployed: 7 (sha1 0a1b)" in report
-    assert "Your script left nothing in `/home/user/llmtrain/checkpoints` (LLMTRAIN_CHECKPOINT_DIR)." in report
+    assert "Your script left nothing in /home/user/llmtrain/checkpoints (LLMTRAIN_CHECKPOINT_DIR)." in report
 
 
 def test_step_time_per_node_names_the_slow_node(tmp_path):
@@ -329,3 +331,192 @@ def test_step_time_per_node_names_the_slow_node(tmp_path):
             record["nodes"]["slurm-worker-1"]["work_ms"] = 500.0
     run_dir = make_run(tmp_path / "again", records, FACTS, "")
     assert "| slurm-worker-1 | 500.0 | 1.0 | 2.50x | 10 of 10 records (straggler) |" in report_of(run_dir)
+
+
+# ---------------------------------------------------------------- untrusted text
+
+SECTIONS = ["## Summary", "## Loss", "## Cluster", "## Model", "## Node check", "## Step time per node",
+            "## NCCL / UCX / Gloo environment", "## Network", "## Jobs", "## Checkpoint", "## Samples"]
+FORGED = "2\n\n## Summary\n- Status: finished <script>alert(1)</script>"
+
+
+def headings(report):
+    """The lines that CommonMark could read as an ATX heading (up to 3 spaces, then #)."""
+    return [line for line in report.splitlines() if line.lstrip(" ").startswith("#") and not line.startswith("    ")]
+
+
+def shown(markdown):
+    """What a reader sees of escaped inline text: backslash escapes and entities resolved."""
+    return html.unescape(re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown))
+
+
+def with_script(facts, **script):
+    return dict(facts, model=None, checkpoint=None, script=dict(
+        dict(path="/ws/src/train.py", args=[], chdir="/ws/src", files=1, digest="0a1b", checkpoints=[]), **script))
+
+
+# Each case: (records, facts) -> records, facts, lines report.md must hold (the last one shows the value), and
+# the value as a reader sees it, its line breaks made spaces and its control characters dropped.
+
+def forged_preemption(records, facts):
+    return records[:6] + [{"event": "preempted", "step": FORGED, "signal": "SIGUSR2"}], facts, [
+        "- Status: stopped before the end (last event: preempted at step 2  \\#\\# Summary - Status: finished "
+        "&lt;script&gt;alert(1)&lt;/script&gt;)",
+        "- Preempted at step 2  \\#\\# Summary - Status: finished &lt;script&gt;alert(1)&lt;/script&gt; (SIGUSR2)"], \
+        "2  ## Summary - Status: finished <script>alert(1)</script>"
+
+
+def script_signal(records, facts):
+    records[6]["signal"] = "<script>alert(1)</script>\r## Forged"
+    return records, facts, ["- Preempted at step 40 (&lt;script&gt;alert(1)&lt;/script&gt; \\#\\# Forged)"], \
+        "<script>alert(1)</script> ## Forged"
+
+
+def line_breaks_in_an_event(records, facts):
+    records[0].update(device="cuda:0\r## Forged\u2028## Also\x85x\x00y", world_size="12\n## Forged")
+    # an event whose name holds a line break is no event the report knows: it shows nowhere
+    records.insert(1, {"event": "preempted\n## Forged event", "step": 5})
+    return records, facts, ["- World size: 12 \\#\\# Forged ranks on cuda:0 \\#\\# Forged \\#\\# Also xy"], \
+        "cuda:0 ## Forged ## Also xy"
+
+
+def checkpoint_name(records, facts):
+    facts = with_script(facts, checkpoints=["step_000100.pt", "x`\n## Forged\n`<script>.pt"])
+    return records, facts, ["In /home/user/llmtrain/checkpoints (LLMTRAIN_CHECKPOINT_DIR): step_000100.pt, "
+                            "x\\` \\#\\# Forged \\`&lt;script&gt;.pt"], "x` ## Forged `<script>.pt"
+
+
+def node_name(records, facts):
+    for record in records:
+        if "loss" in record:
+            record["nodes"]["evil|node\r\n## X <b>x</b>"] = {"work_ms": 181.0, "wait_ms": 19.0}
+    return records, facts, ["| evil\\|node  \\#\\# X &lt;b&gt;x&lt;/b&gt; | 181.0 | 19.0 | 1.00x | 0 of 10 records |"], \
+        "evil|node  ## X <b>x</b>"
+
+
+def run_name(records, facts):
+    return records, dict(facts, run_name="gpt2\n## Forged <script>x</script>"), [
+        "# Run gpt2 \\#\\# Forged &lt;script&gt;x&lt;/script&gt;\n\n## Summary\n"], "gpt2 ## Forged <script>x</script>"
+
+
+def slow_reason(records, facts):
+    network = dict(facts["network"], slow={"slurm-worker-1": "<img src=x onerror=alert(1)> [a](b) *slow*\n## X"})
+    return records, dict(facts, network=network), [
+        "| slurm-worker-1 | mlx5_0:1 | 400 Gb/s | 42.5 GB/s | 85% | 21 us | SLOW |",
+        "- slurm-worker-1: &lt;img src=x onerror=alert(1)&gt; \\[a\\](b) \\*slow\\* \\#\\# X"], \
+        "<img src=x onerror=alert(1)> [a](b) *slow* ## X"
+
+
+HOSTILE = [forged_preemption, script_signal, line_breaks_in_an_event, checkpoint_name, node_name, run_name,
+           slow_reason]
+
+
+def sections_of(facts):
+    """The report's sections: the training script's instead of the model's for a script of your own."""
+    return ["## Training script" if s == "## Model" and "script" in facts else s for s in SECTIONS]
+
+
+def hostile_report(tmp_path, case):
+    records, facts, expected, value = case(metrics_records(), json.loads(json.dumps(FACTS)))
+    return report_of(make_run(tmp_path, records, facts)), facts, expected, value
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[case.__name__ for case in HOSTILE])
+def test_text_from_the_jobs_files_cannot_forge_the_report(tmp_path, case):
+    report, facts, expected, value = hostile_report(tmp_path, case)
+    found = headings(report)
+    assert found[0].startswith("# Run ") and found[1:] == sections_of(facts), found
+    assert "<" not in report  # no raw HTML anywhere (the report has no samples here, whose fence may show it)
+    assert "\r" not in report and "\x00" not in report and "\x85" not in report and "\u2028" not in report
+    for line in expected:
+        assert line in report, (line, report)
+    assert value in shown(expected[-1])  # and the reader still sees the value
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[case.__name__ for case in HOSTILE])
+def test_a_commonmark_renderer_reads_the_values_as_plain_text(tmp_path, case):
+    markdown_it = pytest.importorskip("markdown_it")
+    report, facts, _expected, value = hostile_report(tmp_path, case)
+    tokens = markdown_it.MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(report)
+    found = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert found[1:] == [s[3:] for s in sections_of(facts)], found
+    assert found[0].startswith("Run ") and "\n" not in found[0]
+    inline = [child for t in tokens if t.type == "inline" for child in t.children]
+    kinds = {child.type for child in inline}
+    assert not kinds & {"html_inline", "link_open", "em_open", "strong_open", "s_open", "hardbreak"}, kinds
+    assert not {t.type for t in tokens} & {"html_block", "blockquote_open", "hr", "code_block"}
+    assert {child.attrGet("src") for child in inline if child.type == "image"} <= {"loss.png"}
+    assert {child.content for child in inline if child.type == "code_inline"} <= {
+        "metrics.jsonl", "nodes", "bad_nodes.json", "slurm_exclude_nodes"}
+    # the reader sees the value whole, in one line or one table cell (a | that split the row would cut it)
+    texts = ["".join(c.content for c in t.children if c.type in ("text", "text_special")) for t in tokens
+             if t.type == "inline"]
+    assert any(value in line for line in texts), (value, texts)
+
+
+def test_a_number_is_shown_as_a_number_and_a_string_that_looks_like_one_as_text(tmp_path):
+    records = metrics_records()
+    records[0].update(world_size="12", params="124439808")
+    records[6].update(step="2")  # the preemption
+    records[7].update(step="40*")  # the resume
+    records.insert(8, {"event": "resume", "step": 40.0})
+    records.insert(9, {"event": "resume", "step": True})
+    report = report_of(make_run(tmp_path, records, FACTS))
+    assert "- Preempted at step 2 (SIGUSR2)" in report
+    assert "- Resumed at step 40\\*\n- Resumed at step 40.0\n- Resumed at step True\n" in report
+    assert "- World size: 12 ranks on cuda:0" in report
+    assert "- Parameters:" not in report  # a string is not counted as parameters
+    assert run_report.md("2") == "2" and run_report.md(2) == "2" and run_report.md("1e+3") == "1e\\+3"
+    assert run_report.md(1e20) == "1e+20" and run_report.md(True) == "True" and run_report.md(-2.5) == "-2.5"
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("slurm-worker-0", "slurm-worker-0"),
+    ("step_000100.pt", "step_000100.pt"),
+    ("NCCL_IB_HCA", "NCCL_IB_HCA"),
+    ("2026-01-01T09:58:00Z", "2026-01-01T09:58:00Z"),
+    ("_x_ __y__ a__b x_ _", "\\_x\\_ \\_\\_y\\_\\_ a\\_\\_b x\\_ \\_"),
+    ("a\rb\nc\r\nd\u2028e\u2029f\x0bg\x0ch\x85i", "a b c  d e f g h i"),
+    ("a\x00b\x1bc\x7fd\x9be\u202ef\tg", "abcdef\tg"),
+    ("<b>&amp;</b>", "&lt;b&gt;&amp;amp;&lt;/b&gt;"),
+    ("\\`*_{}[]()#+-.!|~$^", "\\\\\\`\\*\\_\\{\\}\\[\\]()\\#\\+-.\\!\\|\\~\\$\\^"),
+    ("[x](javascript:alert(1)) ![i](y)", "\\[x\\](javascript:alert(1)) \\!\\[i\\](y)"),
+    ("", "not recorded"),
+    (None, "not recorded"),
+    (["a|b", "c\nd"], "a\\|b, c d"),
+])
+def test_md_escapes_inline_text(value, expected):
+    assert run_report.md(value) == expected
+    if isinstance(value, str) and value:
+        # what a reader sees: the value, line breaks as spaces, controls gone
+        breaks, controls = "\r\n\u2028\u2029\x0b\x0c\x85", "\x00\x1b\x7f\x9b\u202e"
+        assert shown(expected) == "".join(" " if c in breaks else c for c in value.replace("\r\n", "\r ")
+                                          if c not in controls).replace("\r ", "  ")
+
+
+def test_a_fence_cannot_be_closed_from_inside(tmp_path):
+    samples = "a\n````\n   ```\n~~~\n    `````\r\n## Forged\x00\x1b[31m\x85\n"
+    report = report_of(make_run(tmp_path, metrics_records(), FACTS, samples))
+    assert report.endswith("## Samples\n\n``````\na\n````\n   ```\n~~~\n    `````\n## Forged[31m\n``````\n")
+    try:
+        from markdown_it import MarkdownIt  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        pass
+    else:  # a CommonMark renderer sees one code block there, the whole body in it
+        tokens = MarkdownIt("commonmark").parse(report)
+        assert tokens[-1].type == "fence" and tokens[-1].content == samples.replace("\r", "").replace("\x00", "") \
+            .replace("\x1b", "").replace("\x85", "")
+        assert tokens[-2].type == "heading_close" and tokens[-3].content == "Samples"
+    check = ["NODE  VERDICT", "x```\x00", "~~~~"]
+    lines = run_report.node_check_lines(dict(FACTS, node_check_table=check))
+    assert lines[2:5] == ["````", "NODE  VERDICT\nx```\n~~~~", "````"]
+
+
+def test_numbers_that_are_not_finite_and_a_dollar_in_the_name_still_give_a_report(tmp_path):
+    records = metrics_records()
+    records[-1].update(step=float("inf"), tokens_seen=float("nan"), elapsed_s=float("inf"))  # the done event
+    facts = dict(FACTS, run_name="gpt2 $\\foo$", straggler_threshold=float("inf"))  # mathtext in the plot's title
+    report = report_of(make_run(tmp_path, records, facts))
+    assert report.startswith("# Run gpt2 \\$\\\\foo\\$\n")
+    assert "- Steps: inf of 100\n" in report and "- Tokens seen: nan\n" in report and "- Training time: inf\n" in report
+    assert "more than 20 % above the median" in report
