@@ -14,7 +14,8 @@ description:
   - Before it, the per-node table of the job's node check (once per check, from C(node_check)),
     the fabric its network check measured and the slow node it names (once per check, from
     C(network_check)), a line for each release of the job without bad nodes (from C(excluded)),
-    and a line naming each node that holds the others back (once per job and node, from C(stragglers)).
+    a line naming each node that holds the others back (once per job and node, from C(stragglers)),
+    and a warning for each progress pattern that backtracks (once per pattern, from C(progress_warnings)).
   - A task watches a job when its result carries C(job_id) or C(jobs) and C(state), as the
     results of M(llmtrain.slurm.slurm_job_info) and M(llmtrain.slurm.sbatch) do; the
     progress fields come from C(progress) (O(llmtrain.slurm.slurm_job_info#module:metrics_file)).
@@ -115,7 +116,9 @@ def network_lines(host, check):
 
 def event_lines(host, result, seen):
     """Lines for what happened to the job since the last retry: a node check's table (once per
-    check) and each exclusion of bad nodes. seen: a set this function keeps up to date."""
+    check), each exclusion of bad nodes, and each progress pattern that backtracks (once per
+    pattern: the line it overran on changes as the log grows). seen: a set this function keeps
+    up to date."""
     lines = []
     check = result.get("node_check")
     if isinstance(check, dict) and isinstance(check.get("table"), list):
@@ -145,6 +148,12 @@ def event_lines(host, result, seen):
         if key not in seen:
             seen.add(key)
             lines.append("[%s] %s" % (host, event.get("message")))
+    warnings = result.get("progress_warnings")
+    for pattern, message in (warnings.items() if isinstance(warnings, dict) else ()):
+        key = ("progress_warning", host, pattern)
+        if key not in seen:
+            seen.add(key)
+            lines.append("[%s] [WARNING]: %s" % (host, message))
     return lines
 
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 import json
 
 from ansible.errors import AnsibleFilterError
+from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, node_check
+
+display = Display()
 
 
 def env_file_values(text):
@@ -61,12 +64,15 @@ def fetch_refusals(files, real_run_dir, max_bytes):
 
 
 def log_metrics(text, patterns=None):
-    """The metrics file (JSON lines) of a job's log: one record per progress line."""
+    """The metrics file (JSON lines) of a job's log: one record per progress line. A pattern
+    that backtracks past its CPU time is warned about, and the records of the others kept."""
     try:
         compiled = log_progress.compile_patterns(patterns or log_progress.DEFAULT_PATTERNS)
     except ValueError as err:
         raise AnsibleFilterError(str(err))
-    records = log_progress.records(str(text or "").splitlines(), compiled)
+    records, warnings = log_progress.records(str(text or "").splitlines(), compiled)
+    for message in warnings.values():
+        display.warning(message)
     return "".join(json.dumps(dict(r, source="log"), sort_keys=True) + "\n" for r in records)
 
 

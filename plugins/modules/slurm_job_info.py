@@ -85,6 +85,8 @@ options:
         (required), C(step), C(total_steps), C(val_loss), C(lr), C(tokens_per_s).
       - "Empty - the built-in ones, which recognise C(iter N: loss X), C(step N[/M] ... loss X
         [... lr Y]) and the Hugging Face Trainer's C({'loss': X, ...}) lines."
+      - A pattern that backtracks (nested or adjacent repeats such as (a+)+ or C(\s*:?\s*)) gets 0.1 s of
+        CPU time on a line, then is skipped on the lines after it, and RV(progress_warnings) says so.
     type: list
     elements: str
     default: []
@@ -271,6 +273,17 @@ progress:
   sample:
     {step: 120, total_steps: 1000, loss: 3.21, val_loss: null, lr: 0.0003, tokens_per_s: 5230.0,
      elapsed_s: 61.2, eta_s: 449.0, percent: 12.0, event: null, event_step: null}
+progress_warnings:
+  description:
+    - For each O(progress_regex) pattern that took more than 0.1 s of CPU time on a line of the
+      log (it backtracks) and was skipped on the lines after it, the message that says so, by
+      pattern; the callback P(llmtrain.slurm.job_progress#callback) prints it once.
+  returned: when progress was read from the log and a pattern ran past its time
+  type: dict
+  sample:
+    "(?P<loss>(\\d+)+)x": "pretrain_progress_regex '(?P<loss>(\\d+)+)x' took more than 0.1 s of CPU on one log line
+      (line 3 from the end): it backtracks; progress from the log skips it. Rewrite it without nested or adjacent
+      repeats such as (a+)+ or \\s*:?\\s*"
 """
 
 import json
@@ -368,10 +381,12 @@ def main():
                 module.warn("cannot read %s: %s" % (p["metrics_file"], err))
         if not records and patterns and jobs and jobs[-1]["stdout_path"] and os.path.exists(jobs[-1]["stdout_path"]):
             try:
-                record = last_record(jobs[-1]["stdout_path"], patterns)
+                record, warnings = last_record(jobs[-1]["stdout_path"], patterns)
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
-                record = None
+                record, warnings = None, {}
+            if warnings:
+                result["progress_warnings"] = warnings
             records, source = ([record], "log") if record else ([], "log")
         result["progress"] = progress_of(records)
         if p["metrics_file"]:

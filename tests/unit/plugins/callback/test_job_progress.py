@@ -123,3 +123,15 @@ def test_the_final_line_of_a_watch_has_no_retry_count_and_other_results_have_non
                  retries=30, attempts=4)
     assert final_line("login", watch) == "[login] job 42 PENDING (ReqNodeNotAvail): step 16/?, loss 3"
     assert final_line("login", dict(job_id="42", state="COMPLETED")) is None
+
+
+def test_a_progress_pattern_that_backtracks_is_warned_of_once_per_pattern():
+    seen = set()
+    message = ("pretrain_progress_regex '(a+)+x' took more than 0.1 s of CPU on one log line (line %d from the end): "
+               "it backtracks; progress from the log skips it. ...")
+    watch = dict(jobs=[dict(job_id="42", state="RUNNING")], progress_warnings={"(a+)+x": message % 3})
+    assert event_lines("login", watch, seen) == ["[login] [WARNING]: " + message % 3]
+    # the next polls find it on another line of the growing log: said once is enough
+    assert event_lines("login", dict(watch, progress_warnings={"(a+)+x": message % 9}), seen) == []
+    assert event_lines("login", dict(watch, progress_warnings={"(b+)+x": "b"}), seen) == ["[login] [WARNING]: b"]
+    assert event_lines("login", dict(watch, progress_warnings=None), seen) == []

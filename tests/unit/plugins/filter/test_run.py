@@ -1,4 +1,6 @@
 from ansible_collections.llmtrain.slurm.plugins.filter import deploy, run
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.module_utils.test_log_progress import (
+    ADVERSARIAL, CATASTROPHIC, PROGRESS, overrun)
 
 
 def test_env_file_values_reads_back_what_the_env_template_quotes():
@@ -111,3 +113,17 @@ def test_log_metrics_turns_progress_lines_into_a_metrics_file():
     assert run.log_metrics(text) == ('{"loss": 5.68, "source": "log", "step": 0}\n'
                                      '{"loss": 3.02, "source": "log", "step": 10}\n')
     assert run.log_metrics("nothing to see\n", [r"E(?P<step>\d+) (?P<loss>\S+)"]) == ""
+
+
+def test_log_metrics_reads_any_line_in_linear_time_and_warns_of_a_pattern_that_backtracks(monkeypatch):
+    warned = []
+    monkeypatch.setattr(run.display, "warning", warned.append)
+    # 200 lines on which the built-in patterns of 0.1.0 backtracked (six minutes of CPU in all)
+    assert run.log_metrics("\n".join(ADVERSARIAL + [PROGRESS]) + "\n") == (
+        '{"loss": 2.5, "source": "log", "step": 7, "total_steps": 9}\n')
+    assert warned == []
+    # a pattern of yours that does: named, with its line, and the others' records kept
+    text = "iter 0: loss 5.68\n" + "1" * 28 + "\niter 10: loss 3.02\n"
+    assert run.log_metrics(text, [CATASTROPHIC, r"^iter (?P<step>\d+): loss (?P<loss>\S+)"]) == (
+        '{"loss": 5.68, "source": "log", "step": 0}\n{"loss": 3.02, "source": "log", "step": 10}\n')
+    assert warned == [overrun(CATASTROPHIC, "line 2")]

@@ -9,6 +9,8 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import 
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_job_info
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
     SQUEUE, Slurm, fixture, job_text, run, scontrol_job, squeue_rows)
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.module_utils.test_log_progress import (
+    ADVERSARIAL, CATASTROPHIC, overrun)
 
 
 def test_job_info_by_ids_with_metrics(monkeypatch, capsys, tmp_path):
@@ -52,6 +54,22 @@ def test_your_scripts_progress_comes_from_its_log_until_it_writes_metrics(monkey
     Slurm(monkeypatch, [])
     result = run(slurm_job_info.main, dict(args, progress_regex=[r"iter (?P<step>\d+)"]), capsys)
     assert result["failed"] and "has no (?P<loss>...) group" in result["msg"]
+
+
+def test_a_progress_pattern_that_backtracks_is_named_in_the_result_and_the_others_read(monkeypatch, capsys, tmp_path):
+    log = tmp_path / "llmtrain-mine-18.out"
+    # the poll's 200 lines: 198 on which the built-in patterns of 0.1.0 backtracked for minutes
+    log.write_text("\n".join(["iter 10: loss 3.02, time 1ms"] + ADVERSARIAL[:198] + ["1" * 28]) + "\n")
+    running = re.sub(r"StdOut=\S+", "StdOut=%s" % log, fixture("scontrol_job_running.txt"))
+    args = dict(job_id=["18"], progress_from_log=True)
+    Slurm(monkeypatch, [(scontrol_job(18), (0, running, ""))])
+    result = run(slurm_job_info.main, args, capsys)
+    assert (result["progress"]["step"], result["progress"]["loss"]) == (10, 3.02) and "progress_warnings" not in result
+    Slurm(monkeypatch, [(scontrol_job(18), (0, running, ""))])
+    mine = [CATASTROPHIC, r"^iter (?P<step>\d+): loss (?P<loss>\S+),"]
+    result = run(slurm_job_info.main, dict(args, progress_regex=mine), capsys)
+    assert (result["progress"]["step"], result["progress"]["loss"]) == (10, 3.02)
+    assert result["progress_warnings"] == {CATASTROPHIC: overrun(CATASTROPHIC, "line 1 from the end")}
 
 
 def test_job_info_by_name_and_forgotten_jobs(monkeypatch, capsys, tmp_path):
