@@ -3,7 +3,6 @@
 """Filters that read run artifacts back.
 
   text | llmtrain.slurm.env_file_values -> {NAME: value} of an env file the nccl_env role wrote
-  [(path, stat)] | llmtrain.slurm.run_dir_errors(uid) -> [message] for run directories others control
   [(path, real path, stat)] | llmtrain.slurm.fetch_refusals(real run dir, max bytes) -> {path: why not fetched}
   log text | llmtrain.slurm.log_metrics(patterns) -> metrics JSONL from your script's progress lines
 """
@@ -23,30 +22,6 @@ display = Display()
 def env_file_values(text):
     """The `export NAME=value` lines of an env file, read back as the shell would."""
     return node_check.env_file_values(text)
-
-
-def run_dir_errors(paths_and_stats, uid):
-    """paths_and_stats: (path, the stat module's result for it) pairs; uid: the user running the
-    stages. A directory that exists must be a directory the user owns that neither group nor
-    others can write: the job runs code from it and sources the secrets there."""
-    errors = []
-    for path, stat in paths_and_stats:
-        if not stat.get("exists"):
-            continue
-        if not stat.get("isdir"):
-            errors.append("%s is in the way of the run directory: it exists and is not a directory. Remove it, or "
-                          "choose another pretrain_run_name." % path)
-        elif int(stat.get("uid", -1)) != int(uid):
-            errors.append("%s belongs to %s (uid %s), not to you (uid %s): the job would run the code and source the "
-                          "environment files that its owner puts there. Choose another pretrain_run_name, or "
-                          "slurm_workspace, or have it removed."
-                          % (path, stat.get("pw_name") or "another user", stat.get("uid"), uid))
-        elif stat.get("wgrp") or stat.get("woth"):
-            errors.append("%s is writable by %s (mode %s): anyone who can write there runs code as you, with your "
-                          "secrets loaded. Run `chmod go-w %s` if nobody else has written there, or remove it."
-                          % (path, "group and others" if stat.get("wgrp") and stat.get("woth") else
-                             "its group" if stat.get("wgrp") else "others", stat.get("mode"), path))
-    return errors
 
 
 def fetch_refusals(files, real_run_dir, max_bytes):
@@ -78,5 +53,5 @@ def log_metrics(text, patterns=None):
 
 class FilterModule(object):
     def filters(self):
-        return {"env_file_values": env_file_values, "run_dir_errors": run_dir_errors, "fetch_refusals": fetch_refusals,
+        return {"env_file_values": env_file_values, "fetch_refusals": fetch_refusals,
                 "log_metrics": log_metrics}

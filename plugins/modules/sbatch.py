@@ -24,6 +24,9 @@ description:
     once per O(poll_interval); it fails when the job did not complete successfully,
     showing the last lines of its output.
   - O(state=absent) cancels the active jobs of this name (of the connecting user).
+  - The job runs with the umask of the connecting user less group and other write
+    (E(SLURM_UMASK)), so that under a login shell's umask 002 the files and directories it makes
+    are not writable by the user's group; a private umask such as 077 is kept.
 version_added: 0.1.0
 author:
   - llmtrain.slurm maintainers (!UNKNOWN)
@@ -284,7 +287,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, sbatch_argv
+from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, sbatch_argv, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import failure_message, output_tail
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
@@ -426,8 +429,11 @@ def present(module, client, p):
                       changed=True, submitted=True, cmd=argv)
         module.exit_json(**result)
     else:
-        rc, out, err = module.run_command(argv, data=content if p["script"] is None else None,
-                                          binary_data=True, environ_update=env)
+        # the job makes its files with the user's umask less group and other write, whatever the
+        # login shell's (002 is common): nothing it makes in the run directory is then refused
+        umask = trusted_dirs.strict_umask()
+        rc, out, err = module.run_command(argv, data=content if p["script"] is None else None, binary_data=True,
+                                          environ_update=dict(env, SLURM_UMASK="%04o" % umask))
         if rc != 0:
             module.fail_json(msg="sbatch rejected the job: %s" % (err or out).strip(), rc=rc,
                              stdout=out, stderr=err, cmd=argv, fingerprint=fp)

@@ -130,7 +130,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import atomic, gpu, nccl, node_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils import atomic, gpu, nccl, node_check, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable
 
@@ -167,12 +167,23 @@ def step_argv(srun, p, partition, nodes, workdir, token):
 
 
 def place_scripts(workdir, token):
-    os.makedirs(workdir, mode=0o755)
-    for source in (node_check, gpu, nccl, atomic):  # node_check.py imports the others as a script
-        with open(os.path.join(workdir, source.__name__.rsplit(".", 1)[-1] + ".py"), "w") as handle:
-            handle.write(inspect.getsource(source))
-    with open(os.path.join(workdir, "token"), "w") as handle:
-        handle.write(token + "\n")
+    """The check's files in a new directory of the user's alone, below a scratch directory that
+    nobody else could replace while the step runs them. -> the problems that stop it."""
+    uid = os.geteuid()
+    problems, own, missing = trusted_dirs.check(workdir, uid, "scratch_dir")
+    if not problems:
+        _made, problems = trusted_dirs.make(missing, uid, "scratch_dir", private=[own])
+    if problems:
+        return problems
+    try:
+        for source in (node_check, gpu, nccl, atomic):  # node_check.py imports the others as a script
+            name = source.__name__.rsplit(".", 1)[-1] + ".py"
+            atomic.replace_file(os.path.join(workdir, name), inspect.getsource(source).encode("utf-8"))
+        atomic.replace_file(os.path.join(workdir, "token"), (token + "\n").encode("utf-8"))
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return []
 
 
 def read_records(workdir, nodes, token, timeout, python):
@@ -219,11 +230,14 @@ def main():
         if ready:
             token = secrets.token_hex(12)
             workdir = os.path.join(p["scratch_dir"], ".llmtrain-node-check-" + token)
+            problems = place_scripts(workdir, token)
+            if problems:
+                raise SlurmError("\n".join(problems))
             try:
-                place_scripts(workdir, token)
                 argv = step_argv(client.bin("srun"), p, partition, ready, workdir, token)
                 result["cmd"] = argv
-                rc, out, err = module.run_command(argv)
+                # the nodes write their records with the user's umask less group and other write
+                rc, out, err = module.run_command(argv, environ_update=dict(SLURM_UMASK="%04o" % trusted_dirs.strict_umask()))
                 records = read_records(workdir, ready, token, p["time_limit"] * 60, p["python"])
                 if rc != 0 and all(not r.get("answered", True) for r in records):
                     step_error = "%s failed (rc %d): %s" % (" ".join(argv[:argv.index("--")]), rc,

@@ -4,6 +4,7 @@ import os
 import re
 import json
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -30,11 +31,16 @@ def playbook_argv(playbook, *extra):
     return [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook)] + list(extra)
 
 
-def run_playbook(playbook, *extra, check=True, timeout=900):
-    """ansible-playbook from the repository root, as a user runs it."""
+def login_umask(umask):
+    """A preexec_fn that gives ansible-playbook a login shell's umask (002 with user-private groups)."""
+    return None if umask is None else (lambda: os.umask(umask))
+
+
+def run_playbook(playbook, *extra, check=True, timeout=900, umask=None):
+    """ansible-playbook from the repository root, as a user runs it (with umask: under that umask)."""
     argv = playbook_argv(playbook, *extra)
     proc = subprocess.run(argv, cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=timeout, check=False)
+                          universal_newlines=True, timeout=timeout, check=False, preexec_fn=login_umask(umask))
     result = PlaybookResult(proc)
     if check and result.rc != 0:
         raise AssertionError("%s failed (rc %d):\n%s" % (" ".join(argv), result.rc, proc.stdout[-6000:]))
@@ -94,6 +100,17 @@ def slurm(*argv, timeout=120):
     if proc.returncode != 0:
         raise AssertionError("%s failed (rc %d): %s" % (" ".join(argv), proc.returncode, proc.stderr))
     return proc.stdout
+
+
+def writable_by_others(top):
+    """The paths under top (itself included) that group or others can write, links aside."""
+    found = []
+    for base, dirs, files in os.walk(top):
+        for path in [base] + [os.path.join(base, name) for name in files]:
+            info = os.lstat(path)
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022:
+                found.append("%s %04o" % (path, stat.S_IMODE(info.st_mode)))
+    return found
 
 
 def controller_running():

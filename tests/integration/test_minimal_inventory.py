@@ -1,5 +1,7 @@
 """An inventory that sets only what the README calls required runs the whole pipeline on the
-local cluster: every other value comes from the roles' defaults, owned by the run role. With
+local cluster, from a login shell with umask 002 (RHEL and Ubuntu with user-private groups):
+every other value comes from the roles' defaults, owned by the run role, nothing the run makes
+is writable by the user's group, and the runs after the first are not refused. With
 pretrain_script set it gets past preflight too. Training again with --tags pretrain alone
 writes a report with the same sections, read from the run's artifacts rather than from facts
 of earlier plays."""
@@ -13,7 +15,7 @@ import uuid
 
 import pytest
 
-from cluster import ROOT, ansible_env
+from cluster import ROOT, ansible_env, login_umask, writable_by_others
 
 RUN = "pretrain"  # the default run name
 
@@ -47,7 +49,7 @@ def minimal(local_cluster, tmp_path_factory):
         argv = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inventory),
                 os.path.join(ROOT, "playbooks", playbook)] + list(extra)
         proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              universal_newlines=True, timeout=1200, check=False)
+                              universal_newlines=True, timeout=1200, check=False, preexec_fn=login_umask(0o002))
         assert not check or proc.returncode == 0, proc.stdout[-6000:]
         return proc
 
@@ -66,9 +68,12 @@ def test_a_minimal_inventory_trains_reports_and_generates(minimal):
     assert "Steps: 200 of 200" in report, report
     samples = (local / "samples.txt").read_text()
     assert len(re.findall(r"^=== prompt \d+: ", samples, flags=re.M)) == 3  # inference_prompts' default
+    # what the stages and the jobs made (node_check/, checkpoints, logs, ...) under umask 002
+    assert writable_by_others(minimal.workspace) == []
     # --tags pretrain alone: the report's sections come from run artifacts, not from earlier plays
+    # the second run checks the run directory the first one made, and trains
     again = minimal("pretrain.yml", "--tags", "pretrain", "-e", "pretrain_force=true", "-e", "pretrain_steps=20")
-    assert "Submit the training job" in again.stdout
+    assert "Submit the training job" in again.stdout and "is writable by" not in again.stdout
     retrained = (local / "report.md").read_text()
     assert sections(retrained) == sections(report), (sections(retrained), sections(report))
     section = "NCCL / UCX / Gloo environment"

@@ -66,3 +66,17 @@ def test_a_stage_run_alone_refuses_a_value_that_would_reach_a_shell(workspace, p
     assert "%s=%r" % (name, value) in result.output.replace("\\n", "\n") or "%s=%r" % (name, value) in result.output, \
         result.output[-3000:]
     assert os.listdir(workspace) == []  # refused before the run directory was made
+
+
+def test_a_workspace_others_can_write_without_the_sticky_bit_is_refused_before_anything_is_written(workspace):
+    """Another user could rename your run directory there and put their own in its place; your queued or
+    requeued job would then run their node check as you. The front door refuses it in its first stage."""
+    os.chmod(workspace, 0o777)
+    result = run_playbook("pretrain.yml", "--skip-tags", "local_cluster", "-e",
+                          json.dumps(dict(slurm_workspace=workspace, pretrain_run_name="r")), check=False)
+    assert result.rc != 0
+    assert ("%s is writable by group and others (mode 0777) without the sticky bit: anyone who can write there can "
+            "rename your directory in it and put their own in its place" % workspace) in result.output, \
+        result.output[-3000:]
+    assert "or have the owner of %s run `chmod +t %s`" % (workspace, workspace) in result.output
+    assert os.listdir(workspace) == []

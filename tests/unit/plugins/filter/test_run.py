@@ -31,29 +31,6 @@ def test_a_directory_of_the_users_is_refused_naming_it_and_the_fix():
     assert "/home/u/x is not a directory" in message
 
 
-def stat(**fields):
-    return dict(dict(exists=True, isdir=True, uid=1000, pw_name="me", mode="0755", wgrp=False, woth=False), **fields)
-
-
-def test_the_users_own_run_directory_or_none_at_all_is_fine():
-    assert run.run_dir_errors([("/ws/r", stat()), ("/ws/r/env", stat(mode="0700")), ("/ws/r/x", {"exists": False})],
-                              1000) == []
-
-
-def test_a_run_directory_others_control_is_refused_naming_it_and_the_fix():
-    errors = run.run_dir_errors([("/ws/r", stat(mode="0777", wgrp=True, woth=True)),
-                                 ("/ws/r/env", stat(uid=1001, pw_name="mallory")),
-                                 ("/ws/r/scripts", stat(mode="0775", wgrp=True)),
-                                 ("/ws/r/x", stat(isdir=False))], 1000)
-    assert errors[0] == ("/ws/r is writable by group and others (mode 0777): anyone who can write there runs code "
-                         "as you, with your secrets loaded. Run `chmod go-w /ws/r` if nobody else has written there, "
-                         "or remove it.")
-    assert errors[1].startswith("/ws/r/env belongs to mallory (uid 1001), not to you (uid 1000)")
-    assert "choose another pretrain_run_name" in errors[1].lower()
-    assert errors[2].startswith("/ws/r/scripts is writable by its group (mode 0775)")
-    assert errors[3].startswith("/ws/r/x is in the way of the run directory")
-
-
 def test_only_files_inside_the_run_and_within_the_cap_are_fetched():
     run_dir = "/ws/r"
     files = [("/ws/r/metrics.jsonl", "/home/me/.ssh/id_rsa", dict(exists=True, size=10)),
@@ -68,44 +45,6 @@ def test_only_files_inside_the_run_and_within_the_cap_are_fetched():
         "/ws/r/logs/a.out": "/ws/r/logs/a.out is not fetched: it has 300 MiB, more than pretrain_fetch_max_mb=256; it "
                             "stays in the run directory.",
         "/ws/r/other": "/ws/r/other is not fetched: it leads to /ws/r-other/x, outside the run directory /ws/r."}
-
-
-def found(path, checksum=None, mode="0644", isdir=False):
-    """One entry of ansible.builtin.find's files (recurse, file_type any, get_checksum)."""
-    entry = dict(path=path, isdir=isdir, mode=mode)
-    if checksum:
-        entry["checksum"] = checksum
-    return entry
-
-
-SOURCE = dict(dirs=["config", "data"], files=[
-    dict(src="/home/me/nanolm/config/small.py", path="config/small.py", mode="0644", checksum="c1"),
-    dict(src="/home/me/nanolm/model.py", path="model.py", mode="0644", checksum="m1"),
-    dict(src="/home/me/nanolm/train.py", path="train.py", mode="0755", checksum="t1")])
-
-
-def test_a_first_deploy_creates_every_directory_and_copies_every_file():
-    changes = deploy.source_changes(SOURCE, [], "/ws/run/src/")
-    assert changes == dict(new_dirs=["/ws/run/src/config", "/ws/run/src/data"], to_copy=SOURCE["files"], to_remove=[])
-
-
-def test_a_redeploy_copies_what_differs_and_removes_what_is_gone():
-    present = [found("/ws/run/src/config", isdir=True), found("/ws/run/src/config/small.py", "c1"),
-               found("/ws/run/src/model.py", "m0"),  # changed on the controller
-               found("/ws/run/src/train.py", "t1", mode="0644"),  # made executable on the controller
-               found("/ws/run/src/old.py", "o1"),  # deleted on the controller
-               found("/ws/run/src/data")]  # a file where the source has a directory
-    changes = deploy.source_changes(SOURCE, present, "/ws/run/src")
-    assert changes["to_remove"] == ["/ws/run/src/data", "/ws/run/src/old.py"]
-    assert changes["new_dirs"] == ["/ws/run/src/data"]
-    assert [f["path"] for f in changes["to_copy"]] == ["model.py", "train.py"]
-
-
-def test_an_unchanged_source_changes_nothing():
-    present = [found("/ws/run/src/config", isdir=True), found("/ws/run/src/data", isdir=True),
-               found("/ws/run/src/config/small.py", "c1"), found("/ws/run/src/model.py", "m1"),
-               found("/ws/run/src/train.py", "t1", mode="0755")]
-    assert deploy.source_changes(SOURCE, present, "/ws/run/src") == dict(new_dirs=[], to_copy=[], to_remove=[])
 
 
 def test_log_metrics_turns_progress_lines_into_a_metrics_file():

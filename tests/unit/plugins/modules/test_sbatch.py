@@ -2,6 +2,7 @@
 the module must run, and Slurm's recorded answers to them."""
 
 import json
+import os
 import re
 
 import pytest
@@ -228,7 +229,25 @@ def test_script_file_options_env_and_chdir(monkeypatch, capsys, tmp_path):
     result = run(sbatch.main, dict(name="train", script=str(script), chdir=str(tmp_path), options=options, env=env), capsys)
     s.done()
     assert result["changed"] and result["fingerprint"] == fp
-    assert s.kwargs[1]["environ_update"] == env and s.kwargs[1]["data"] is None
+    assert s.kwargs[1]["environ_update"] == dict(env, SLURM_UMASK="0022") and s.kwargs[1]["data"] is None
+
+
+@pytest.mark.parametrize("login_umask, job_umask", [(0o002, "0022"), (0o022, "0022"), (0o077, "0077"), (0o007, "0027")])
+def test_the_job_gets_the_login_umask_less_group_and_other_write(monkeypatch, capsys, login_umask, job_umask):
+    """Slurm gives the job the umask of sbatch (SLURM_UMASK): under a login shell's 002 what the job
+    makes in the run directory would be group-writable, and the next run would refuse it."""
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(), (0, "31\n", "")),
+        (scontrol_job(31), (0, job_text("running", 31), "")),
+    ])
+    old = os.umask(login_umask)
+    try:
+        run(sbatch.main, dict(name="train", content=SCRIPT), capsys)
+    finally:
+        os.umask(old)
+    s.done()
+    assert s.kwargs[1]["environ_update"] == {"SLURM_UMASK": job_umask}
 
 
 def test_short_env_values_are_not_masked_in_the_result(monkeypatch, capsys):

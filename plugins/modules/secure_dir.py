@@ -1,0 +1,149 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: secure_dir
+short_description: Make a directory that only you can change, refusing one that others could replace
+description:
+  - For directories a Slurm job runs code from or sources secrets from, days after it was
+    submitted (the run directory, its C(scripts/), C(src/) and C(env/)). Checks, before it makes
+    anything, that nobody else can put their own code there.
+  - Every directory from C(/) down to the parent of O(path), and every link on the way (which is
+    followed), must belong to you or root and be writable by neither group nor others unless it
+    has the sticky bit (as C(/tmp) has); otherwise its owner, or whoever can write it, could
+    rename your directory and put their own in its place.
+  - O(path) and O(subdirs) must be directories (not links) that you own and that neither group
+    nor others can write.
+  - What is missing is made (with its missing parents) under your umask with group and other
+    write removed, so that a login shell's umask 002 never leaves a directory this module would
+    then refuse, and a private umask such as 077 is kept. O(private) ones are made C(0700), and
+    an existing one is narrowed to C(0700).
+  - Fails, naming each directory, why, and the fix, before it makes anything.
+version_added: 0.1.0
+author:
+  - llmtrain.slurm maintainers (!UNKNOWN)
+options:
+  path:
+    description:
+      - The directory (absolute).
+    type: path
+    required: true
+  subdirs:
+    description:
+      - Directories below O(path) (relative, such as C(scripts/trainer)), checked and made the same way.
+    type: list
+    elements: str
+    default: []
+  private:
+    description:
+      - Those of O(subdirs) that are for you alone (mode C(0700)), such as C(env).
+    type: list
+    elements: str
+    default: []
+  create:
+    description:
+      - Make what is missing. V(false) only checks; a missing directory is then no problem.
+    type: bool
+    default: true
+  variable:
+    description:
+      - The inventory variable the path comes from, named in the messages.
+    type: str
+    default: slurm_workspace
+notes:
+  - Supports check mode (it checks, and says what it would make).
+  - Root runs the same checks against uid 0.
+"""
+
+EXAMPLES = r"""
+- name: Check and make the run directory
+  llmtrain.slurm.secure_dir:
+    path: /shared/me/runs/tiny
+    subdirs: [env, scripts, scripts/trainer, data, checkpoints, logs]
+    private: [env]
+
+- name: Check where the venv goes, making nothing
+  llmtrain.slurm.secure_dir:
+    path: /shared/me/venvs/llmtrain
+    create: false
+    variable: slurm_python
+"""
+
+RETURN = r"""
+created:
+  description: The directories made, parents first.
+  returned: always
+  type: list
+  elements: str
+  sample: [/shared/me/runs/tiny, /shared/me/runs/tiny/env]
+narrowed:
+  description: The O(private) directories whose mode was narrowed to C(0700).
+  returned: always
+  type: list
+  elements: str
+uid:
+  description: The user the checks were made for.
+  returned: always
+  type: int
+"""
+
+import os
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            subdirs=dict(type="list", elements="str", default=[]),
+            private=dict(type="list", elements="str", default=[]),
+            create=dict(type="bool", default=True),
+            variable=dict(type="str", default="slurm_workspace"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not p["path"].startswith("/"):
+        module.fail_json(msg="path=%r must be absolute" % p["path"])
+    wrong = ["%r %s" % (name, why) for name, why in ((n, relative_name_error(n)) for n in p["subdirs"]) if why]
+    wrong += ["%r is not among subdirs" % name for name in p["private"] if name not in p["subdirs"]]
+    if wrong:
+        module.fail_json(msg="subdirs and private: %s" % "; ".join(wrong))
+    uid = os.geteuid()
+    path = os.path.normpath(p["path"])
+    try:
+        problems, own, missing = trusted_dirs.check(path, uid, p["variable"], p["subdirs"])
+    except OSError as err:
+        module.fail_json(msg="cannot check %s: %s" % (path, err))
+    result = dict(changed=False, created=[], narrowed=[], uid=uid)
+    if problems:
+        module.fail_json(msg="\n".join(problems), problems=problems, **result)
+    if not p["create"]:
+        module.exit_json(**result)
+    if module.check_mode:
+        result.update(changed=bool(missing), created=missing)
+        module.exit_json(**result)
+    private = [os.path.join(own, name) for name in p["private"]]
+    made, problems = trusted_dirs.make(missing, uid, p["variable"], private)
+    result["created"] = made
+    if problems:
+        module.fail_json(msg="\n".join(problems), problems=problems, **result)
+    for directory in private:
+        if directory not in made and stat.S_IMODE(os.lstat(directory).st_mode) & 0o077:
+            os.chmod(directory, 0o700)
+            result["narrowed"].append(directory)
+    result["changed"] = bool(made or result["narrowed"])
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
