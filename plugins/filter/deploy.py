@@ -3,7 +3,6 @@
 """Filters of the deploy role.
 
   venv_dir | llmtrain.slurm.venv_dir_errors(entries, slurm_python, workspace) -> [message]
-  source | llmtrain.slurm.source_changes(present, dest) -> {new_dirs, to_copy, to_remove}
 """
 
 from __future__ import annotations
@@ -31,29 +30,6 @@ def venv_dir_errors(venv_dir, entries, slurm_python, workspace):
             % (slurm_python, what, workspace.rstrip("/"), slurm_python)]
 
 
-def source_changes(source, present, dest):
-    """source: the source_tree lookup's result; present: ansible.builtin.find's files under
-    dest (recursive, file_type any, with checksums). -> the directories to create, the source
-    files to copy (content or mode differ, or missing) and the paths to remove (files no
-    longer in the source, and whatever stands where a directory or file of it must go)."""
-    dest = dest.rstrip("/")
-    here = dict((f["path"], f) for f in present or [])
-    files = source.get("files") or []
-    wanted_files = set(dest + "/" + f["path"] for f in files)
-    wanted_dirs = set(dest + "/" + d for d in source.get("dirs") or [])
-    remove = sorted(p for p, f in here.items()
-                    if (p not in wanted_files and not f.get("isdir")) or (p in wanted_dirs and not f.get("isdir"))
-                    or (p in wanted_files and f.get("isdir")))
-    mkdir = sorted(d for d in wanted_dirs if not here.get(d, {}).get("isdir"))
-    copy = []
-    for f in files:
-        there = here.get(dest + "/" + f["path"])
-        if not there or there.get("isdir") or there.get("checksum") != f["checksum"] \
-                or str(there.get("mode", "")).lstrip("0") != f["mode"].lstrip("0"):
-            copy.append(f)
-    return dict(new_dirs=mkdir, to_copy=copy, to_remove=remove)
-
-
 class FilterModule(object):
     def filters(self):
-        return {"venv_dir_errors": venv_dir_errors, "source_changes": source_changes}
+        return {"venv_dir_errors": venv_dir_errors}

@@ -16,6 +16,11 @@ description:
     caches (C(__pycache__), C(*.pyc), C(.mypy_cache), C(.pytest_cache), C(.ruff_cache)), virtual
     environments (C(.venv), C(venv), any directory with a C(pyvenv.cfg)), C(.tox), C(.nox),
     C(.eggs), C(.ipynb_checkpoints), C(node_modules), C(.DS_Store) - and what O(exclude) matches.
+  - Left out as well, and listed in RV(_raw.secrets), wherever it is in a directory - what looks like
+    a secret - C(.env), C(.env.*), C(.envrc), C(.netrc), C(.pgpass), C(.pypirc), C(.npmrc),
+    C(.git-credentials), C(.htpasswd), keys (C(*.pem), C(*.key), C(*.p12), C(*.pfx), C(*.jks),
+    C(*.keystore), C(id_rsa*), C(id_ed25519*), ...) and the directories C(.secrets), C(.ssh), C(.aws),
+    C(.gnupg), C(.docker), C(.kube), C(.azure). A file named in O(_terms) itself is never left out.
     Links to directories are not followed.
   - Relative paths are found the way M(ansible.builtin.copy) finds its C(src) (the role's and the
     playbook's C(files) directories, then the playbook's directory).
@@ -56,6 +61,10 @@ _raw:
       elements: str
     skipped:
       description: The paths that O(exclude) left out (directories end in C(/)).
+      type: list
+      elements: str
+    secrets:
+      description: The paths left out because they look like secrets (directories end in C(/)).
       type: list
       elements: str
     digest:

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import time
 
-from cluster import BIN, ROOT, BackgroundPlaybook, run_playbook, slurm, wait_for
+from cluster import BIN, ROOT, BackgroundPlaybook, run_playbook, slurm, wait_for, writable_by_others
 from wandb_records import wandb_history, wandb_test_env
 
 WORKSPACE = "/var/tmp/llmtrain-workspace"
@@ -27,31 +27,43 @@ def newest_job(run, kind=""):
     return max([int(i) for i, name in (line.split("|") for line in lines) if name == "llmtrain-" + kind + run] or [0])
 
 
-def test_your_script_from_its_directory_trains_on_three_nodes_and_a_rerun_submits_nothing(local_cluster, tmp_path):
+def test_your_script_from_its_directory_trains_continues_after_a_redeploy_and_a_rerun_submits_nothing(
+        local_cluster, tmp_path):
+    """From a checkout and a login shell with umask 002, a script that keeps its checkpoint in its
+    working directory, as nanoGPT's --out_dir=out does."""
     run = "own-script"
     for base in (WORKSPACE, RUNS):
         shutil.rmtree(os.path.join(base, run), ignore_errors=True)
     source = tmp_path / "nanolm"
     shutil.copytree(SCRIPT, str(source))
     for rel, body in ((".git/HEAD", "ref: refs/heads/main\n"), ("__pycache__/model.cpython-311.pyc", "stale"),
-                      ("data/shard_000.bin", "x" * 4096)):
+                      ("data/shard_000.bin", "x" * 4096), ("notes.txt", "dropped before the second deploy\n"),
+                      (".env", "WANDB_API_KEY=s3cr3t\n")):
         (source / rel).parent.mkdir(parents=True, exist_ok=True)
         (source / rel).write_text(body)
+    for base, dirs, files in os.walk(str(source)):  # as a checkout under umask 002 is
+        for name in dirs:
+            os.chmod(os.path.join(base, name), 0o775)
+        for name in files:
+            os.chmod(os.path.join(base, name), 0o664)
     settings = dict(
         pretrain_run_name=run, pretrain_source_dir=str(source), pretrain_script="train.py",
-        pretrain_script_args=["config/tiny.py", "--log_interval=5"], pretrain_source_exclude=["data/*"])
+        pretrain_script_args=["config/tiny.py", "--log_interval=5", "--out_dir=out"], pretrain_source_exclude=["data/*"])
 
     # the whole pipeline; without inference_script its stage says so and the play succeeds
-    result = run_playbook("pretrain.yml", "-e", json.dumps(settings))
+    result = run_playbook("pretrain.yml", "-e", json.dumps(settings), umask=0o002)
     assert "inference_script is not set, so there is nothing to sample with" in result.output
+    assert "Left out of the deployed source because they look like secrets" in result.output and ".env" in result.output
     deployed = os.path.join(WORKSPACE, run, "src")
-    assert sorted(os.listdir(deployed)) == ["config", "configurator.py", "model.py", "sample.py", "train.py"]
+    assert sorted(os.listdir(deployed)) == ["config", "configurator.py", "model.py", "notes.txt", "out", "sample.py",
+                                            "train.py"]
+    assert writable_by_others(os.path.join(WORKSPACE, run)) == []
     trained = newest_job(run)
     log = open(os.path.join(WORKSPACE, run, "logs", "llmtrain-%s-%d.out" % (run, trained))).read()
     # its config file and flags were read from the directory it was deployed to; 3 nodes, 2 processes each
     assert "config tiny: world size 6, cwd %s" % deployed in log, log[-3000:]
     assert re.search(r"^iter 15: loss \d+\.\d+", log, flags=re.M), log[-3000:]
-    assert os.path.isfile(os.path.join(WORKSPACE, run, "checkpoints", "ckpt.pt"))  # LLMTRAIN_CHECKPOINT_DIR
+    assert checkpoint_iter(os.path.join(deployed, "out", "ckpt.pt")) == 20
     # the watch showed its progress from its log lines; the report plots them
     assert re.search(r"step 1[5-9]/\?, loss \d", result.output), result.output[-3000:]
     metrics = [json.loads(line) for line in open(os.path.join(RUNS, run, "metrics.jsonl"))]
@@ -59,22 +71,42 @@ def test_your_script_from_its_directory_trains_on_three_nodes_and_a_rerun_submit
     report = open(os.path.join(RUNS, run, "report.md")).read()
     assert "![loss](loss.png)" in report and os.path.getsize(os.path.join(RUNS, run, "loss.png")) > 1000
     assert "## Model" not in report, report
-    assert "- Script: `%s/train.py`" % deployed in report and "- Arguments: `config/tiny.py` `--log_interval=5`" in report
-    assert "- Source: `%s` (5 file(s), sha1 " % source in report
-    assert "(LLMTRAIN_CHECKPOINT_DIR): `ckpt.pt`" in report
+    assert "- Script: %s/train.py" % deployed in report
+    assert "- Arguments: config/tiny.py --log_interval=5 --out_dir=out" in report, report
+    assert "- Source: %s (6 file(s), sha1 " % source in report
+    assert "Your script left nothing in %s/checkpoints (LLMTRAIN_CHECKPOINT_DIR)" % os.path.join(WORKSPACE, run) \
+        in report, report
 
-    # its sampling script, on one node: nothing is trained again, its output is the samples
-    settings.update(inference_script="sample.py", inference_script_args=["config/tiny.py", "--start=def "])
-    run_playbook("pretrain.yml", "--skip-tags", "local_cluster,preflight", "-e", json.dumps(settings))
+    # what a job writes beside its code (prepared data, as nanoGPT's prepare.py does) is its own
+    os.makedirs(os.path.join(deployed, "data"))
+    with open(os.path.join(deployed, "data", "train.bin"), "w") as handle:
+        handle.write("tokens")
+    # more steps, a file gone from the source, and its sampling script (one node, its output the samples):
+    # the redeploy removes only what an earlier deploy wrote, and the script resumes from out/ckpt.pt
+    os.unlink(str(source / "notes.txt"))
+    settings.update(pretrain_script_args=settings["pretrain_script_args"] + ["--max_iters=30"],
+                    inference_script="sample.py", inference_script_args=["config/tiny.py", "--start=def ", "--out_dir=out"])
+    run_playbook("pretrain.yml", "--skip-tags", "local_cluster,preflight", "-e", json.dumps(settings), umask=0o002)
+    assert sorted(os.listdir(deployed)) == ["config", "configurator.py", "data", "model.py", "out", "sample.py",
+                                            "train.py"]
+    assert open(os.path.join(deployed, "data", "train.bin")).read() == "tokens"
+    continued = newest_job(run)
+    log = open(os.path.join(WORKSPACE, run, "logs", "llmtrain-%s-%d.out" % (run, continued))).read()
+    assert continued > trained and "resuming from out/ckpt.pt at iter 20" in log, log[-3000:]
+    assert re.search(r"^iter 25: loss \d", log, flags=re.M), log[-3000:]
+    assert checkpoint_iter(os.path.join(deployed, "out", "ckpt.pt")) == 30
     sampled = newest_job(run, "generate-")
-    assert newest_job(run) == trained and sampled > trained
+    assert sampled > continued
     samples = open(os.path.join(RUNS, run, "samples.txt")).read()
     assert samples.startswith("def ") and len(samples) > len("def ") + 4, samples
-    assert samples.splitlines()[0] in open(os.path.join(RUNS, run, "report.md")).read()
+    # in the report's fence, less the control characters a tiny model's bytes hold
+    assert re.sub(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", "", samples.splitlines()[0]) \
+        in open(os.path.join(RUNS, run, "report.md")).read()
+    assert writable_by_others(os.path.join(WORKSPACE, run)) == []
 
     # a finished run is done: nothing submitted, nothing changed
-    again = run_playbook("pretrain.yml", "-e", json.dumps(settings))
-    assert newest_job(run) == trained and newest_job(run, "generate-") == sampled
+    again = run_playbook("pretrain.yml", "-e", json.dumps(settings), umask=0o002)
+    assert newest_job(run) == continued and newest_job(run, "generate-") == sampled
     assert re.search(r"localhost\s+: ok=\d+\s+changed=0 ", again.output), again.output[-3000:]
 
 
@@ -102,10 +134,14 @@ def job_log(run, job):
     return open(path).read() if os.path.exists(path) else ""
 
 
-def checkpoint_iter(run):
+def checkpoint_of(run):
+    """The script's checkpoint in LLMTRAIN_CHECKPOINT_DIR, where its out_dir is by default."""
+    return os.path.join(WORKSPACE, run, "checkpoints", "ckpt.pt")
+
+
+def checkpoint_iter(path):
     """iter_num of the script's checkpoint, read with torch as the script reads it."""
     code = "import sys, torch; print(torch.load(sys.argv[1], map_location='cpu')['iter_num'])"
-    path = os.path.join(WORKSPACE, run, "checkpoints", "ckpt.pt")
     return int(subprocess.run([os.path.join(BIN, "python"), "-c", code, path], stdout=subprocess.PIPE,
                               universal_newlines=True, check=True, timeout=120).stdout)
 
@@ -128,7 +164,7 @@ def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(lo
     # the job requeued itself, ran the script again, which resumed where it stopped and finished
     assert "llmtrain: stopped with a checkpoint (SIGUSR2 at iter %d); requeue 1 of 3" % stopped in log, log[-3000:]
     assert "resuming from %s/checkpoints/ckpt.pt at iter %d" % (os.path.join(WORKSPACE, run), stopped) in log
-    assert re.search(r"^iter 75: loss \d", log, flags=re.M) and checkpoint_iter(run) == 80, log[-3000:]
+    assert re.search(r"^iter 75: loss \d", log, flags=re.M) and checkpoint_iter(checkpoint_of(run)) == 80, log[-3000:]
     assert newest_job(run) == job and "Restarts=1 " in slurm("scontrol", "show", "job", str(job))
     # the marker was this start's only: the last start, which finished, did not requeue again
     assert log.count("requeue 1 of 3") == 1 and "requeue 2 of 3" not in log
@@ -142,6 +178,8 @@ def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(lo
     assert run_id.startswith(run + "-") and len(starts) == 2 and all(s.endswith("-" + run_id) for s in starts), starts
     history = wandb_history(os.path.join(RUNS, run))
     assert sorted(history) == list(range(0, 80, 5))
+    report = open(os.path.join(RUNS, run, "report.md")).read()
+    assert "(LLMTRAIN_CHECKPOINT_DIR): ckpt.pt" in report, report
     assert all(abs(history[m["step"]]["loss"] - m["loss"]) <= 5e-5 for m in metrics)  # the log has 4 decimals
 
 
@@ -159,5 +197,5 @@ def test_a_script_that_ignores_sigusr2_is_stopped_at_its_time_limit_and_the_play
     # the signal did not end it: it trained past the moment the signal came, up to the limit;
     # what it checkpointed is kept
     last = max(int(i) for i in re.findall(r"^iter (\d+): loss", log, flags=re.M))
-    print("own-script: time-limit: last_logged_iter=%d, checkpoint_iter=%d" % (last, checkpoint_iter(run)))
-    assert last >= 100 and 0 < checkpoint_iter(run) <= last + 20, log[-3000:]
+    print("own-script: time-limit: last_logged_iter=%d, checkpoint_iter=%d" % (last, checkpoint_iter(checkpoint_of(run))))
+    assert last >= 100 and 0 < checkpoint_iter(checkpoint_of(run)) <= last + 20, log[-3000:]

@@ -84,3 +84,19 @@ def test_a_directory_among_files_goes_under_its_own_name(tmp_path):
     assert paths[0] == "train.py" and "helpers/config/small.py" in paths and "helpers/train.py" in paths
     assert not any("__pycache__" in p or ".git/" in p for p in paths)
     assert tree["dirs"][:2] == ["helpers", "helpers/config"]
+
+
+def test_what_looks_like_a_secret_stays_out_and_is_listed(tmp_path):
+    src = make_source(tmp_path / "nanolm")
+    for rel in (".env", ".env.production", ".netrc", ".secrets/hf_token", ".ssh/id_ed25519", "certs/server.key",
+                "config/.envrc", "id_rsa"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("secret")
+    tree = source_tree.source([str(src)])
+    assert tree["secrets"] == [".env", ".env.production", ".netrc", ".secrets/", ".ssh/", "certs/server.key",
+                               "config/.envrc", "id_rsa"]
+    assert not any("secret" == open(f["src"]).read() for f in tree["files"])
+    # a file you name yourself is deployed, whatever it is called
+    key = tmp_path / "deploy.key"
+    key.write_text("not a secret")
+    assert [f["path"] for f in source_tree.source([str(key)])["files"]] == ["deploy.key"]
