@@ -10,8 +10,8 @@ module: read_files
 short_description: Read several small text files of one directory with one module call
 description:
   - Returns the text of each file of O(names) under O(src) that exists; a missing one is listed
-    in RV(missing), one that cannot be read (permissions, not a regular file, larger than
-    O(max_bytes), not UTF-8) in RV(errors), and neither fails the task.
+    in RV(missing), one that cannot be read (permissions, a link, not a regular file, larger than
+    O(max_bytes), not UTF-8) in RV(errors), and neither fails the task. Links are not followed.
   - One call for the whole set. M(ansible.builtin.slurp) in a loop runs one module per file;
     the records a run's stages leave (preflight's, the node and network checks', the bad
     nodes, the facts) took the collect step about two seconds that way on a login node.
@@ -81,19 +81,23 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relati
 
 
 def read_text(path, max_bytes):
-    """(text, None), (None, why) or (None, None) when the file does not exist."""
+    """(text, None), (None, why) or (None, None) when the file does not exist. A link is not
+    followed (it could lead out of the directory) and a FIFO is never waited on."""
     try:
-        info = os.stat(path)  # before opening: a FIFO would block the open
-        if not stat.S_ISREG(info.st_mode):
-            return None, "not a regular file"
-        if info.st_size > max_bytes:
-            return None, "%d bytes, more than max_bytes=%d" % (info.st_size, max_bytes)
-        with open(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as err:
         if err.errno == errno.ENOENT:
             return None, None
+        if err.errno == errno.ELOOP:
+            return None, "a link, not followed"
         return None, (err.strerror or str(err)).lower()
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
+        os.close(fd)
+        return None, ("not a regular file" if not stat.S_ISREG(info.st_mode) else
+                      "%d bytes, more than max_bytes=%d" % (info.st_size, max_bytes))
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         return None, "more than max_bytes=%d" % max_bytes
     try:

@@ -38,3 +38,12 @@ def test_a_name_outside_src_is_refused(tmp_path, capsys):
     result = run(read_files.main, dict(src=str(tmp_path / "run"), names=["../secrets.env", "/etc/passwd"]), capsys)
     assert result["failed"] is True
     assert "'../secrets.env' must not contain '..'" in result["msg"] and "'/etc/passwd' must be a relative path" in result["msg"]
+
+
+def test_a_link_is_not_followed(tmp_path, capsys):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the user's own file")
+    (tmp_path / "run").mkdir()
+    os.symlink(str(outside), str(tmp_path / "run" / "samples.txt"))
+    result = run(read_files.main, dict(src=str(tmp_path / "run"), names=["samples.txt"]), capsys)
+    assert result["files"] == {} and result["errors"] == {"samples.txt": "a link, not followed"}
