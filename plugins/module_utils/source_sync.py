@@ -70,21 +70,12 @@ def kept_by_pattern(relpath, keep):
                    for i in range(len(parts))))
 
 
-def _lstat(path):
-    try:
-        return os.lstat(path)
-    except OSError as err:
-        if err.errno in (errno.ENOENT, errno.ENOTDIR):
-            return None
-        raise
-
-
 def _plain_parents(dest, path):
     """Whether every directory between dest and path is a directory, not a link (which could
     lead a removal out of dest)."""
     parts = path.split("/")[:-1]
     for i in range(len(parts)):
-        info = _lstat(os.path.join(dest, *parts[:i + 1]))
+        info = trusted_dirs.lstat(os.path.join(dest, *parts[:i + 1]))
         if info is None or not stat.S_ISDIR(info.st_mode):
             return False
     return True
@@ -112,7 +103,7 @@ def plan(dest, files, dirs, manifest, keep, umask, uid, variable="pretrain_sourc
 
     # a deployed file no longer in the source: removed when it is as it was deployed, else kept
     for path in sorted(set(deployed) - set(wanted_files)):
-        info = _lstat(os.path.join(dest, path)) if _plain_parents(dest, path) else None
+        info = trusted_dirs.lstat(os.path.join(dest, path)) if _plain_parents(dest, path) else None
         if info is None or kept_by_pattern(path, keep):
             continue
         if stat.S_ISREG(info.st_mode) and source_tree.sha1(os.path.join(dest, path)) == deployed[path]:
@@ -122,7 +113,7 @@ def plan(dest, files, dirs, manifest, keep, umask, uid, variable="pretrain_sourc
                         % (dest, path, variable))
     for path in sorted(wanted_dirs):
         full = os.path.join(dest, path)
-        info = _lstat(full)
+        info = trusted_dirs.lstat(full)
         if info is None:
             new_dirs.append(path)
         elif stat.S_ISDIR(info.st_mode):
@@ -137,7 +128,7 @@ def plan(dest, files, dirs, manifest, keep, umask, uid, variable="pretrain_sourc
                             % (full, path, variable, path))
     for path, entry in sorted(wanted_files.items()):
         full = os.path.join(dest, path)
-        info = _lstat(full)
+        info = trusted_dirs.lstat(full)
         mode = deployed_mode(entry["mode"], umask)
         if info is not None and stat.S_ISDIR(info.st_mode):
             if path in deployed_dirs and not os.listdir(full):
@@ -152,7 +143,7 @@ def plan(dest, files, dirs, manifest, keep, umask, uid, variable="pretrain_sourc
             to_copy.append(dict(entry, mode=mode))
     # deployed directories no longer in the source, deepest first, removed if empty
     for path in sorted(deployed_dirs - wanted_dirs, key=lambda d: -d.count("/")):
-        info = _lstat(os.path.join(dest, path)) if _plain_parents(dest, path) else None
+        info = trusted_dirs.lstat(os.path.join(dest, path)) if _plain_parents(dest, path) else None
         if info is not None and stat.S_ISDIR(info.st_mode) and not kept_by_pattern(path, keep):
             to_rmdir.append(path)
     return dict(problems=problems, to_copy=to_copy, new_dirs=new_dirs, to_remove=to_remove, to_rmdir=to_rmdir,

@@ -89,7 +89,8 @@ def own_problem(path, info, uid, variable):
     return None
 
 
-def _lstat(path):
+def lstat(path):
+    """os.lstat, or None when the path does not exist."""
     try:
         return os.lstat(path)
     except OSError as err:
@@ -113,7 +114,7 @@ def walk_above(path, uid, variable, _links=None):
             real = os.path.dirname(real)
             continue
         candidate = os.path.join(real, name)
-        info = _lstat(candidate)
+        info = lstat(candidate)
         if info is None:
             return [], real, names[index:]
         problem = _above_problem(candidate, info, uid, variable)
@@ -152,7 +153,7 @@ def check(path, uid, variable, subdirs=()):
         wanted += [p for p in (os.path.join(own, *parts[:i + 1]) for i in range(len(parts))) if p not in wanted]
     to_make = [os.path.join(real, *missing[:i + 1]) for i in range(len(missing))]
     for directory in wanted:
-        info = None if missing else _lstat(directory)
+        info = None if missing else lstat(directory)
         if info is None:
             to_make.append(directory)
             continue
