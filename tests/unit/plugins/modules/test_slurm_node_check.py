@@ -1,6 +1,7 @@
 import json
 import os
 import socket
+import stat
 import subprocess
 import sys
 
@@ -11,8 +12,15 @@ def test_the_placed_scripts_run_on_a_node_without_the_collection(tmp_path):
     """The step runs node_check.py from the scratch directory with the cluster's python, where
     ansible_collections is not importable: everything it imports must be placed beside it."""
     workdir = tmp_path / "scratch" / ".llmtrain-node-check-abc"
-    slurm_node_check.place_scripts(str(workdir), "abc")
+    old = os.umask(0o002)  # a login shell's, with user-private groups
+    try:
+        assert slurm_node_check.place_scripts(str(workdir), "abc") == []
+    finally:
+        os.umask(old)
     assert sorted(os.listdir(workdir)) == ["atomic.py", "gpu.py", "nccl.py", "node_check.py", "token"]
+    # the step runs them: the user's alone to change
+    assert stat.S_IMODE(os.stat(workdir).st_mode) == 0o700
+    assert {stat.S_IMODE(os.stat(workdir / name).st_mode) for name in os.listdir(workdir)} == {0o644}
     env = dict((k, v) for k, v in os.environ.items() if k not in ("PYTHONPATH", "ANSIBLE_COLLECTIONS_PATH"))
     proc = subprocess.run([sys.executable, "-E", "-s", str(workdir / "node_check.py"), "check", "--dir", str(workdir),
                            "--token", "abc", "--run-dir", str(tmp_path / "run"), "--gpus", "0",
@@ -24,3 +32,13 @@ def test_the_placed_scripts_run_on_a_node_without_the_collection(tmp_path):
     assert len(records) == 1, records
     record = json.loads((workdir / records[0]).read_text())
     assert record["token"] == "abc" and record["node"] == socket.gethostname().split(".")[0]
+
+
+def test_a_scratch_directory_others_can_write_is_refused_and_nothing_is_placed(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.chmod(str(scratch), 0o777)
+    problems = slurm_node_check.place_scripts(str(scratch / ".llmtrain-node-check-abc"), "abc")
+    assert problems and problems[0].startswith("%s is writable by group and others (mode 0777) without the sticky bit"
+                                               % scratch)
+    assert os.listdir(str(scratch)) == []
