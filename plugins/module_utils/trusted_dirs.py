@@ -175,8 +175,8 @@ def make(paths, uid, variable, private=()):
             made.append(path)
         except OSError as err:
             if err.errno != errno.EEXIST:
-                return made, ["cannot create %s: %s. Point %s at a shared directory you can write."
-                              % (path, (err.strerror or str(err)).lower(), variable)]
+                return made, ["cannot create %s on the login node: %s. Point %s at a shared directory you can write."
+                              % (path, err.strerror or err, variable)]
             problem = own_problem(path, os.lstat(path), uid, variable)
             if problem:
                 return made, [problem]

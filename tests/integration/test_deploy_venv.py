@@ -21,7 +21,7 @@ import pytest
 from cluster import BIN, run_playbook, slurm
 
 WORKSPACE = "/var/tmp/llmtrain-workspace"
-VENV = os.path.join(WORKSPACE, "venv-test")
+VENV = os.path.join(WORKSPACE, "venvs", "venv-test")
 LOGS = os.path.join(WORKSPACE, "logs")
 
 

@@ -552,10 +552,11 @@ def pipeline_job_ids():
 def test_unwritable_or_full_workspace_fails_before_any_job(local_cluster, mounts):
     before = pipeline_job_ids()
     read_only = mounts("/var/tmp/llmtrain-rel-read-only-" + SESSION, "ro,size=1m")
-    result = run_playbook_now(dict(run_vars(fresh("read-only")), slurm_workspace=read_only), tags=None)
+    run = fresh("read-only")
+    result = run_playbook_now(dict(run_vars(run), slurm_workspace=read_only), tags=None)
     assert result.rc != 0
-    assert "slurm_workspace=%s cannot be created or written on the login node" % read_only in result.output
-    assert "Read-only file system" in result.output
+    assert ("cannot create %s/%s on the login node: Read-only file system. Point slurm_workspace at a shared "
+            "directory you can write." % (read_only, run)) in result.output, result.output[-4000:]
     full = mounts("/var/tmp/llmtrain-rel-full-" + SESSION, "size=256k")
     result = run_playbook_now(dict(run_vars(fresh("full")), slurm_workspace=full), tags=None)
     assert result.rc != 0
@@ -567,7 +568,7 @@ def test_unwritable_or_full_workspace_fails_before_any_job(local_cluster, mounts
 def test_disk_full_mid_run_fails_loudly_and_keeps_the_previous_checkpoint(local_cluster, mounts):
     run = fresh("disk-full")
     ckpt_dir = os.path.join(WORKSPACE, run, "checkpoints")
-    mounts(ckpt_dir, "size=900k")  # room for two checkpoints of this model (about 370 kB each)
+    mounts(ckpt_dir, "size=900k,mode=0755")  # room for two checkpoints of this model (about 370 kB each)
     result = run_playbook_now(run_vars(run, pause=0))
     assert result.rc != 0
     assert "Rank 0 failed first (node slurm-worker-0)" in result.output, result.output[-6000:]
