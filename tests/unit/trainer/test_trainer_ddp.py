@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,34 +74,62 @@ def test_a_signal_to_one_rank_stops_both_at_the_same_step_and_resume_matches(tmp
     assert losses(read_metrics(out)) == losses(read_metrics(two_rank_run))  # exactly
 
 
-def test_each_node_s_work_and_wait_per_step_are_in_the_loss_records(tmp_path, train_args):
+def two_nodes(out, steps, *extra):
     """Two one-rank nodes on this machine (two launchers, as srun starts one per node); the ranks
-    on n1 sleep 0.1 s more before each step: n1 works longer, and n0 waits for it."""
-    port, out = free_port(), tmp_path / "run"
+    on n1 sleep 0.2 s more before each step (twice what the assertions need: a
+    busy machine adds tens of ms to either node)."""
+    port = free_port()
     launchers = []
     for node_rank, node in enumerate(("n0", "n1")):
         argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node_rank),
                 "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
-                "-m", "trainer.train", *map(str, train_args), "--batch-size", "2", "--out", str(out), "--steps", "8",
+                "-m", "trainer.train", *map(str, extra), "--batch-size", "2", "--out", str(out), "--steps", str(steps),
                 "--log-interval", "2", "--eval-interval", "0"]
-        env = trainer_env(SLURMD_NODENAME=node, **{SLOW_NODE_ENV: "n1:0.1"})
+        env = trainer_env(SLURMD_NODENAME=node, **{SLOW_NODE_ENV: "n1:0.2"})
         launchers.append(subprocess.Popen(argv, cwd=FILES_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                           text=True))
     outputs = [launcher.communicate(timeout=120)[0] for launcher in launchers]
     assert [launcher.returncode for launcher in launchers] == [0, 0], outputs
+
+
+def test_each_node_s_work_and_wait_per_step_are_in_the_loss_records_and_node_times(tmp_path, train_args):
+    """n1 works longer, and n0 waits for it; node_times.json counts what metrics.jsonl holds, also
+    after a resume that drops the records after its checkpoint."""
+    out = tmp_path / "run"
+    two_nodes(out, 8, *train_args, "--checkpoint-interval", "4")
     records = [r for r in read_metrics(out) if "loss" in r]
     assert [r["step"] for r in records] == [2, 4, 6, 8]
-    for r in records[1:]:  # (the first interval holds the start-up)
-        n0, n1 = r["nodes"]["n0"], r["nodes"]["n1"]
-        assert n1["work_ms"] >= n0["work_ms"] + 80, r["nodes"]  # its 100 ms more a step
-        assert n0["wait_ms"] >= n1["wait_ms"] + 80, r["nodes"]  # spent waiting for n1
+    for r in (records[1], records[3]):  # (the first interval holds the start-up, the third the checkpoint of 4)
+        times = r["node_times"]
+        assert times["count"] == 2 and list(times["slowest"]) == ["n1", "n0"], times
+        n0, n1 = times["slowest"]["n0"], times["slowest"]["n1"]
+        assert n1["work_ms"] >= n0["work_ms"] + 100, times  # its 200 ms more a step
+        assert n0["wait_ms"] >= n1["wait_ms"] + 100, times  # spent waiting for n1
         # what a node does not wait for, it works: the two add up to the step time on both
         assert n0["work_ms"] + n0["wait_ms"] == pytest.approx(n1["work_ms"] + n1["wait_ms"], rel=0.1)
+        assert times["median_work_ms"] == pytest.approx((n0["work_ms"] + n1["work_ms"]) / 2, abs=0.01)
+    history = json.loads((out / "node_times.json").read_text())
+    assert (history["first_step"], history["step"], history["records"]) == (2, 8, 4)
+    n0, n1 = history["nodes"]["n0"], history["nodes"]["n1"]
+    assert n1["records"] == 4 and n1["slow_records"] >= 3 and n1["work_ms"] >= n0["work_ms"] + 100, history
+    assert n1["last_work_ms"] == records[-1]["node_times"]["slowest"]["n1"]["work_ms"]
+
+    shutil.rmtree(out / "checkpoints" / "step_000008.pt", ignore_errors=True)
+    (out / "checkpoints" / "step_000008.pt").unlink(missing_ok=True)
+    two_nodes(out, 8, *train_args, "--checkpoint-interval", "4")  # resumes at 4: the records of 6 and 8 again
+    resume = next(r for r in read_metrics(out) if r.get("event") == "resume")
+    assert resume["step"] == 4 and resume["discarded_records"] >= 2
+    history = json.loads((out / "node_times.json").read_text())
+    assert (history["first_step"], history["step"], history["records"]) == (2, 8, 4)
+    assert history["nodes"]["n1"]["records"] == 4
 
 
 def test_one_node_s_ranks_are_one_entry_and_a_single_process_records_none(two_rank_run, train_args, tmp_path):
     records = [r for r in read_metrics(two_rank_run) if "loss" in r]
-    assert all(len(r["nodes"]) == 1 for r in records)
+    assert all(r["node_times"]["count"] == 1 and len(r["node_times"]["slowest"]) == 1 for r in records)
+    history = json.loads((two_rank_run / "node_times.json").read_text())
+    assert history["records"] == len(records) and len(history["nodes"]) == 1
     single = tmp_path / "single"
     assert run_module("train", *train_args, "--out", single, "--steps", 2).returncode == 0
-    assert not any("nodes" in r for r in read_metrics(single))
+    assert not any("node_times" in r or "nodes" in r for r in read_metrics(single))
+    assert not (single / "node_times.json").exists()

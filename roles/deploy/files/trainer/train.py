@@ -4,7 +4,8 @@
     python -m torch.distributed.run --nproc_per_node 4 -m trainer.train --data DATA --out RUN --steps N
         [--parallel fsdp]
 
-Rank 0 writes RUN/metrics.jsonl (one JSON object per line) and RUN/checkpoints/step_*.pt
+Rank 0 writes RUN/metrics.jsonl (one JSON object per line), under torch.distributed.run with
+--parallel ddp RUN/node_times.json (each node's step times over the run), and RUN/checkpoints/step_*.pt
 (--parallel ddp) or, with every rank, the sharded RUN/checkpoints/step_*/ (--parallel fsdp).
 A run resumes from the newest checkpoint that loads and continues as if it had not stopped
 (bit for bit on CPU; on CUDA closely, as its kernels are chosen at run time). Exit status:
@@ -14,12 +15,14 @@ launchers that replace the exit status, 2 for bad flags.
 """
 
 import argparse
+import heapq
 import json
 import math
 import os
 import random
 import signal
 import socket
+import statistics
 import sys
 import threading
 import time
@@ -54,6 +57,9 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; run it
 PREEMPTED_MARKER = "PREEMPTED"
 TENSORBOARD_DIR = "tensorboard"
 METRICS_FILE = "metrics.jsonl"
+NODE_TIMES_FILE = "node_times.json"
+# all_gather_into_tensor, renamed (and the old name deprecated) in newer torch
+ALL_GATHER_SINGLE = getattr(torch_dist, "all_gather_single", None) or torch_dist.all_gather_into_tensor
 
 
 class Distributed:
@@ -134,7 +140,18 @@ class Distributed:
             t /= self.world_size
         return t.item()
 
+    def gather_floats(self, values):
+        """Every rank's values (floats, as many on every rank) in rank order, as lists: one
+        all-gather of a tensor of fixed size, on the backend's device, with nothing pickled."""
+        if not self.active:
+            return [list(values)]
+        mine = torch.tensor(values, dtype=torch.float64, device=self.device)
+        every = torch.empty(self.world_size * len(values), dtype=torch.float64, device=self.device)
+        ALL_GATHER_SINGLE(every, mine)  # (gloo takes only the flat output)
+        return every.view(self.world_size, len(values)).tolist()
+
     def gather(self, obj):
+        """Every rank's obj, pickled: for what is gathered once or rarely (names, random states)."""
         if not self.active:
             return [obj]
         objects = [None] * self.world_size
@@ -313,26 +330,118 @@ def node_step_times(samples, steps):
             for node, (work, wait) in sorted(nodes.items())}
 
 
+RECORD_BYTES = 1024  # the most a loss record's line takes, its newline included, at any node count
+SLOWEST_NODES = 8
+SLOW_THRESHOLD = 0.2  # a node's record is slow when its work is over (1 + this) x the record's median
+
+
+def node_times_summary(nodes, room):
+    """A loss record's node_times, from node_step_times' map: how many nodes, their median work
+    and wait per step, and the nodes with the most work (SLOWEST_NODES at most, as many as fit
+    in `room` bytes of JSON: the record stays the same size at any node count)."""
+    summary = {"count": len(nodes),
+               "median_work_ms": round(statistics.median(t["work_ms"] for t in nodes.values()), 2),
+               "median_wait_ms": round(statistics.median(t["wait_ms"] for t in nodes.values()), 2),
+               "slowest": {}}
+    size = len(json.dumps(summary))
+    for node in heapq.nlargest(SLOWEST_NODES, nodes, key=lambda name: nodes[name]["work_ms"]):
+        # '"node": {...}' inside slowest's braces, after a ', ' but for the first
+        entry = len(json.dumps({node: nodes[node]})) - 2 + (2 if summary["slowest"] else 0)
+        if size + entry > room:
+            break
+        summary["slowest"][node] = nodes[node]
+        size += entry
+    return summary
+
+
+class NodeTimes:
+    """RUN/node_times.json, rank 0's: per node, its mean work and wait per step over the loss
+    records with node times, its last work, and in how many records its work was over
+    (1 + threshold) x that record's median work (records where it held the others up). Its
+    size grows with the nodes, not with the run. `state` (the file's content, unrounded) goes
+    into each checkpoint, so a resumed run counts the records metrics.jsonl keeps, no more."""
+
+    def __init__(self, path, state=None):
+        self.path = path
+        self.state = state or {"version": 1, "threshold": SLOW_THRESHOLD, "first_step": None, "step": None,
+                               "records": 0, "nodes": {}}
+
+    def add(self, step, nodes, median_work_ms):
+        """Count the loss record of `step` (node_step_times' map and its median work) and write the file."""
+        state = self.state
+        if state["first_step"] is None:
+            state["first_step"] = step
+        state["step"], state["records"] = step, state["records"] + 1
+        slow_above = (1.0 + state["threshold"]) * median_work_ms
+        for node, times in nodes.items():
+            entry = state["nodes"].setdefault(node, {"records": 0, "work_ms": 0.0, "wait_ms": 0.0, "slow_records": 0,
+                                                     "last_work_ms": 0.0})
+            entry["records"] += 1
+            entry["work_ms"] += (times["work_ms"] - entry["work_ms"]) / entry["records"]  # running means
+            entry["wait_ms"] += (times["wait_ms"] - entry["wait_ms"]) / entry["records"]
+            entry["slow_records"] += int(times["work_ms"] > slow_above)
+            entry["last_work_ms"] = times["work_ms"]
+        self.write()
+
+    def write(self):
+        """The file as the state says; none while the state has no records (a fresh run, or a
+        resume from a checkpoint without node times), so no earlier run's file is left."""
+        if not self.state["records"]:
+            self.path.unlink(missing_ok=True)
+            return
+        nodes = {node: {key: round(value, 2) if isinstance(value, float) else value for key, value in entry.items()}
+                 for node, entry in self.state["nodes"].items()}
+        with atomic_file(self.path, "w") as f:
+            json.dump({**self.state, "nodes": nodes}, f)
+
+
+def lines_from_end(f, block=1 << 16):
+    """(offset, line) of each line of the binary file f, the last first, read backwards in
+    blocks; each line with its newline, but a last one cut short."""
+    start = f.seek(0, os.SEEK_END)
+    buf, stop = b"", 0  # buf holds the file from start on; its first `stop` bytes are not yielded yet
+    while True:
+        newline = buf.rfind(b"\n", 0, stop - 1) if stop else -1  # the one before the last line's own
+        if newline < 0 and start > 0:
+            begin = max(0, start - block)
+            f.seek(begin)
+            buf, start = f.read(start - begin) + buf[:stop], begin
+            stop = len(buf)
+            continue
+        if not stop:
+            return
+        yield start + newline + 1, buf[newline + 1:stop]
+        stop = newline + 1
+
+
+def kept_record(line, resumed_step):
+    """Whether a whole line of metrics.jsonl is a record a run resumed at resumed_step keeps."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    step = record.get("step", 0) if isinstance(record, dict) else None
+    return isinstance(step, (int, float)) and step <= resumed_step
+
+
 class MetricsLog:
     """RUN/metrics.jsonl. Records after the step a run resumes from are dropped first,
-    so the file always tells one trajectory (and never holds a line cut short by a kill)."""
+    so the file always tells one trajectory (and never holds a line cut short by a kill).
+    Its records are in step order, so only the lines after the last record it keeps are read."""
 
     def __init__(self, path, resumed_step):
         self.dropped = 0
         if path.exists():
-            kept = []
-            for line in path.read_text().splitlines():
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    record = None
-                if resumed_step and isinstance(record, dict) and record.get("step", 0) <= resumed_step:
-                    kept.append(line + "\n")
-                else:
+            with open(path, "r+b") as f:
+                keep = 0
+                for offset, line in lines_from_end(f):
+                    if resumed_step and line.endswith(b"\n") and kept_record(line, resumed_step):
+                        keep = offset + len(line)
+                        break
                     self.dropped += 1
-            if self.dropped:
-                with atomic_file(path, "w") as f:
-                    f.writelines(kept)
+                if self.dropped:
+                    f.truncate(keep)
+                    os.fsync(f.fileno())
         self.file = open(path, "a")
 
     def write(self, record):
@@ -564,6 +673,8 @@ class Training:
         self.node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
         # (ddp: its parameters are the leaves the backward reaches; fsdp's sharded ones are not)
         self.wait_clock = WaitClock(self.raw_model.parameters(), device) if dist.active and cfg.parallel == "ddp" else None
+        # every rank's node, once: each loss record then gathers only the ranks' times
+        self.node_names = dist.gather(self.node) if self.wait_clock else None
 
         self.train_tokens = open_tokens(data_dir, meta, "train")
         self.val_tokens = open_tokens(data_dir, meta, "val")
@@ -572,7 +683,7 @@ class Training:
         self.peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if use_bf16 else None
         self.flops_per_token = self.raw_model.flops_per_token()
 
-        self.metrics = self.events = self.wandb = None
+        self.metrics = self.node_times = self.events = self.wandb = None
         self.grad_norm = torch.zeros((), device=device)
         if dist.is_main:
             if cfg.wandb_project:  # first: a W&B that does not start stops the run before it writes anything
@@ -581,6 +692,8 @@ class Training:
                                                      "tokenizer": self.tokenizer["kind"],
                                                      "vocab_size": self.tokenizer["vocab_size"]})
             self.metrics = MetricsLog(out_dir / METRICS_FILE, self.start_step)
+            self.node_times = NodeTimes(out_dir / NODE_TIMES_FILE, state.get("node_times") if state else None)
+            self.node_times.write()  # as of the checkpoint, like metrics.jsonl
             if cfg.tensorboard:
                 self.events = EventWriter(out_dir / TENSORBOARD_DIR, self.start_step)
             (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
@@ -659,25 +772,29 @@ class Training:
         loss_value = self.dist.mean(loss_sum / cfg.grad_accum)
         lr = lr_at(done - 1, cfg)
         now = time.perf_counter()
-        tokens_per_s = ((done - self.last_record_step) * self.tokens_per_step
-                        / max(1e-9, now - self.last_record_time - self.pause_s))
-        nodes = None
+        steps = done - self.last_record_step
+        tokens_per_s = steps * self.tokens_per_step / max(1e-9, now - self.last_record_time - self.pause_s)
+        times = None
         if self.wait_clock:
             waited = self.wait_clock.take()
-            work_s = now - self.last_record_time - self.pause_s - waited
-            nodes = node_step_times(self.dist.gather((self.node, work_s, waited)), done - self.last_record_step)
+            times = self.dist.gather_floats([now - self.last_record_time - self.pause_s - waited, waited])
         self.last_record_time, self.last_record_step, self.pause_s = now, done, 0.0
         eta_s = (now - self.run_started) / (done - self.start_step) * (cfg.steps - done)
         record = {"step": done, "total_steps": cfg.steps, "loss": loss_value, "lr": lr,
                   "grad_norm": round(float(self.grad_norm), 4),
                   "tokens_seen": self.tokens_seen, "tokens_per_s": round(tokens_per_s, 1),
                   "elapsed_s": round(self.prior_elapsed + now - self.run_started, 3), "eta_s": round(eta_s, 1)}
-        if nodes:
-            record["nodes"] = nodes
         if self.device.type == "cuda":
             record["mfu"] = mfu(self.flops_per_token, tokens_per_s, W, self.peak_flops) if self.peak_flops else None
         if evaluate:
             record["val_loss"] = self.evaluate()
+        if times and self.dist.is_main:
+            nodes = node_step_times(((node, work_s, wait_s) for node, (work_s, wait_s) in zip(self.node_names, times)),
+                                    steps)
+            # what the line has room for besides the rest of the record ('{}' stands for node_times)
+            room = RECORD_BYTES - len("\n") - (len(json.dumps({**record, "node_times": {}})) - len("{}"))
+            record["node_times"] = node_times_summary(nodes, room)
+            self.node_times.add(done, nodes, record["node_times"]["median_work_ms"])
         if self.dist.is_main:
             self.metrics.write(record)
             scalars = {"train/loss": loss_value, "train/lr": lr, "train/grad_norm": record["grad_norm"],
@@ -710,6 +827,7 @@ class Training:
             "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
                      "global_batch": cfg.batch_size * W},
             "rng": rng_states,
+            "node_times": self.node_times.state if self.node_times else None,
             "world_size": W,
             "config": asdict(cfg),
         }
