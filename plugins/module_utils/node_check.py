@@ -6,13 +6,14 @@ Every job of a run starts with one step of this script on its allocation (one ta
 node, `check`), then judges the nodes' records on the batch node (`gather`):
 
     python node_check.py check --dir DIR --token TOKEN --run-dir RUN [--gpus N] [--require-torch]
-                               [--gpu-policy strict|report] [--python-name NAME]
+                               [--gpu-policy strict|report] [--python-name NAME] [--slurm-nodes FILE]
     python node_check.py gather --dir DIR --nodes NODE... --out FILE [--bad-nodes-file FILE]
                                 [--timeout S] [--python P] [--job ID] [--restart N]
 
 `check` writes DIR/<node>.json and prints it; it never fails on what it finds. The
 interfaces it looks for are those NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name in the env
-file the job sources on that node (RUN/env/<node>.env, else RUN/env/cluster.env). `gather`
+file the job sources on that node (RUN/env/<node>.env, else RUN/env/cluster.env). The GPUs
+Slurm registers come from the node's line in --slurm-nodes, else from its own scontrol. `gather`
 prints the per-node table, writes FILE (every record and the verdict), adds the bad nodes
 to --bad-nodes-file, and exits 0 when every node is good, 3 when one or more is bad.
 
@@ -60,13 +61,32 @@ def registered_gpus(gres):
     return 0 if total is None and gres is not None else total
 
 
-def slurm_registered(node, runner=gpu.run):
-    """The GPU count Slurm registers for node, None when scontrol cannot tell."""
+def show_node_line(lines, node):
+    """The line of node in `scontrol show node -o` output (lines: an iterable of them), None when it has none."""
+    prefix = "NodeName=%s " % node
+    for line in lines:
+        if line.startswith(prefix):
+            return line
+    return None
+
+
+def registered_of(line):
+    """The GPU count a `scontrol show node -o` line registers (Gres=), None without one."""
+    match = re.search(r"(?:^|\s)Gres=(\S*)", line or "")
+    return registered_gpus(match.group(1) if match.group(1) != "(null)" else "") if match else None
+
+
+def slurm_registered(node, runner=gpu.run, nodes_file=None):
+    """The GPU count Slurm registers for node, None when Slurm cannot tell: from nodes_file (the
+    batch node's one `scontrol show node -o` of the job's nodes) when given, else from scontrol."""
+    if nodes_file:
+        try:
+            with open(nodes_file) as handle:
+                return registered_of(show_node_line(handle, node))
+        except OSError:  # the batch node's query failed: as when scontrol cannot tell
+            return None
     rc, out, _err = runner(["scontrol", "show", "node", "-o", node], timeout=30)
-    if rc != 0:
-        return None
-    match = re.search(r"(?:^|\s)Gres=(\S*)", out)
-    return registered_gpus(match.group(1) if match and match.group(1) != "(null)" else "") if match else None
+    return registered_of(show_node_line(out.splitlines(), node)) if rc == 0 else None
 
 
 def env_file_values(text):
@@ -180,7 +200,7 @@ def check(args, environ=None, runner=gpu.run):
         nvidia_smi_count=detection["nvidia_smi_count"], torch_count=detection["torch_count"],
         detected=detection["count"], gpu_reason=detection["reason"],
         gpu_names=[g["name"] for g in detection["gpus"]],
-        registered=slurm_registered(node, runner),
+        registered=slurm_registered(node, runner, args.slurm_nodes),
         env_file=env_path, interfaces=present, missing_interfaces=missing_interfaces(wanted, present),
         workspace_shared=shared, workspace_writable=writable,
     )
@@ -275,6 +295,7 @@ def parser():
     c.add_argument("--gpu-policy", choices=["strict", "report"], default="strict")
     c.add_argument("--run-dir", required=True, help="its env/ holds the env file the job sources on each node")
     c.add_argument("--python-name", default="slurm_python")
+    c.add_argument("--slurm-nodes", help="`scontrol show node -o` of the job's nodes, queried once for all of them")
     g = sub.add_parser("gather")
     g.add_argument("--dir", required=True)
     g.add_argument("--token", required=True)

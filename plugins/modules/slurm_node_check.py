@@ -132,7 +132,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import atomic, gpu, nccl, node_check, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
 
 
 def idle(node):
@@ -157,8 +157,11 @@ def step_argv(srun, p, partition, nodes, workdir, token):
         argv.append("--partition=" + partition)
     if p["gpus"] > 0:
         argv.append("--gres=gpu:%d" % p["gpus"])
+    # what Slurm registers for each node is read from the listing this module already made,
+    # not asked of the controller by every node
     check = [p["python"], os.path.join(workdir, "node_check.py"), "check", "--dir", workdir, "--token", token,
-             "--run-dir", p["run_dir"] or workdir, "--gpus", str(p["gpus"]), "--gpu-policy", p["gpu_policy"]]
+             "--run-dir", p["run_dir"] or workdir, "--gpus", str(p["gpus"]), "--gpu-policy", p["gpu_policy"],
+             "--slurm-nodes", os.path.join(workdir, SLURM_NODES)]
     if p["require_torch"]:
         check.append("--require-torch")
     # the env set-up lines are the inventory's trusted shell code; everything else is an argument
@@ -166,7 +169,10 @@ def step_argv(srun, p, partition, nodes, workdir, token):
     return argv + list(p["srun_extra_args"]) + ["--", "bash", "-c", script, "llmtrain-node-check"] + check
 
 
-def place_scripts(workdir, token):
+SLURM_NODES = "slurm_nodes.txt"  # `scontrol show node -o` as the module listed the nodes
+
+
+def place_scripts(workdir, token, slurm_nodes=""):
     """The check's files in a new directory of the user's alone, below a scratch directory that
     nobody else could replace while the step runs them. -> the problems that stop it."""
     uid = os.geteuid()
@@ -180,6 +186,7 @@ def place_scripts(workdir, token):
             name = source.__name__.rsplit(".", 1)[-1] + ".py"
             atomic.replace_file(os.path.join(workdir, name), inspect.getsource(source).encode("utf-8"))
         atomic.replace_file(os.path.join(workdir, "token"), (token + "\n").encode("utf-8"))
+        atomic.replace_file(os.path.join(workdir, SLURM_NODES), slurm_nodes.encode("utf-8"))
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
@@ -223,14 +230,15 @@ def main():
         if partition not in [part["name"] for part in partitions]:
             raise SlurmError("partition %r does not exist; Slurm has %s"
                              % (partition, ", ".join(part["name"] for part in partitions) or "none"))
-        members = [n for n in client.nodes() if partition in n["partitions"]]
+        listing = client.run([client.bin("scontrol"), "show", "node", "-o"])[1]
+        members = [n for n in parse_nodes(listing) if partition in n["partitions"]]
         ready = [n for n in members if idle(n)]
         result["not_checked"] = [not_checked_row(n) for n in members if not idle(n)]
         step_error = None
         if ready:
             token = secrets.token_hex(12)
             workdir = os.path.join(p["scratch_dir"], ".llmtrain-node-check-" + token)
-            problems = place_scripts(workdir, token)
+            problems = place_scripts(workdir, token, listing)
             if problems:
                 raise SlurmError("\n".join(problems))
             try:

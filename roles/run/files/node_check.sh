@@ -8,11 +8,12 @@
 # preflight_gpu_policy): they are the run's, not part of any one job, so changing them never
 # makes a finished job run again.
 #
-# One task per node runs `node_check.py check` (GPUs, Python and torch, the interfaces of the
-# node's env file, a token the batch node wrote, a write test), bounded by timeout_s; the
-# batch node then judges the records (`node_check.py gather`), prints the per-node table and
-# writes $LLMTRAIN_RUN_DIR/node_check/<job name>.json. Bad nodes are added to
-# $LLMTRAIN_RUN_DIR/bad_nodes.json.
+# The batch node asks Slurm once for the job's nodes (`scontrol show node -o`); then one task per
+# node runs `node_check.py check` (GPUs, the GPUs Slurm registers from that answer, Python and
+# torch, the interfaces of the node's env file, a token the batch node wrote, a write test),
+# bounded by timeout_s; the batch node then judges the records (`node_check.py gather`), prints
+# the per-node table and writes $LLMTRAIN_RUN_DIR/node_check/<job name>.json. Bad nodes are
+# added to $LLMTRAIN_RUN_DIR/bad_nodes.json.
 #
 # Exit status: 0 every node is good (go on); 100 the job has asked Slurm to requeue it held
 # (policy exclude, requeues left): the watcher excludes the bad nodes and releases it, and
@@ -40,11 +41,20 @@ if ! "${python}" -c '' 2> "${dir}/python.err"; then
     exit 78
 fi
 nodes=$(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+# What Slurm registers for the job's nodes, in one query for all of them (one per node would
+# be as many calls to the controller as the job has nodes, at every start); each node's check
+# reads its own line, and says "?" (Slurm cannot tell) when the query failed.
+if ! timeout 60 scontrol show node -o "${SLURM_JOB_NODELIST}" > "${dir}/slurm_nodes.txt" 2> "${dir}/slurm_nodes.err"; then
+    echo "llmtrain: node check: 'scontrol show node -o ${SLURM_JOB_NODELIST}' failed on $(hostname)" \
+         "($(tail -c 300 "${dir}/slurm_nodes.err")): the GPUs Slurm registers are not compared this start;" \
+         "check that the controller answers there" >&2
+    rm -f "${dir}/slurm_nodes.txt"
+fi
 echo "llmtrain: node check of job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} ($(echo ${nodes} | wc -w) node(s), ${timeout_s} s at most)"
 timeout --kill-after=10 "${timeout_s}" srun --ntasks="${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 \
     --kill-on-bad-exit=0 --job-name=node-check \
     "${python}" "${scripts}/node_check.py" check --dir "${dir}" --token "${token}" --run-dir "${LLMTRAIN_RUN_DIR}" \
-    --gpu-policy "${gpu_policy}" "$@" > "${dir}/step.out"
+    --gpu-policy "${gpu_policy}" --slurm-nodes "${dir}/slurm_nodes.txt" "$@" > "${dir}/step.out"
 step=$?
 [ "${step}" -eq 0 ] || echo "llmtrain: node check step ended with exit code ${step}" >&2
 # shellcheck disable=SC2086  # one argument per node name

@@ -171,19 +171,52 @@ def reads(monkeypatch):
     return counter
 
 
-def test_log_summary_of_a_huge_log_reads_only_its_end(tmp_path, reads):
+def test_log_summary_reads_from_the_last_start_only(tmp_path, reads):
     filler = b"x" * 1023 + b"\n"
     path = tmp_path / "slurm-42.out"
     with open(str(path), "wb") as handle:
-        handle.write(b"RuntimeError: from an earlier requeue\n")
+        handle.write(b"llmtrain: job 42 start 1 on n[1-2], master n1:20042\nRuntimeError: from an earlier start\n")
         handle.write(filler * (40 * 1024))
+        handle.write(b"llmtrain: job 42 start 2 on n[1-2], master n1:20042\n")
         handle.write(b"".join(line.encode() + b"\n" for line in rank_traceback(1, "RuntimeError: boom")))
     assert path.stat().st_size > 40 * 1024 * 1024
     summary = job_log.log_summary(str(path), tail=2)
-    assert reads.read_bytes <= job_log.MAX_LOG_BYTES == 16 * 1024 * 1024
+    assert reads.read_bytes < 2 * 1024 * 1024  # the start line is found from the end
+    assert summary["start"] == "llmtrain: job 42 start 2 on n[1-2], master n1:20042"
     assert summary["errors"] == ["[rank1]: RuntimeError: boom"]
     assert summary["failed_rank"] == "1"
     assert summary["tail"][-1] == "[rank1]: RuntimeError: boom"
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 100, 4096])
+def test_last_start_finds_a_start_line_cut_by_its_blocks(tmp_path, block):
+    starts = [b"llmtrain: job 7 start %d on n1, master n1:20007\n" % i for i in (1, 2)]
+    data = starts[0] + b"x\n" * 40 + b"not at a line's start: " + starts[1] + b"y\n" * 3 + starts[1] + b"z\n" * 30
+    path = tmp_path / "out"
+    path.write_bytes(data)
+    with open(str(path), "rb") as handle:
+        assert job_log.last_start(handle, block=block) == data.rindex(starts[1])
+    path.write_bytes(starts[0] + b"x\n" * 40)
+    with open(str(path), "rb") as handle:
+        assert job_log.last_start(handle, block=block) == 0
+    path.write_bytes(b"no start line\n" * 40)
+    with open(str(path), "rb") as handle:
+        assert job_log.last_start(handle, block=block) == 0
+
+
+def test_log_summary_of_a_log_without_a_start_line_reads_it_all(tmp_path):
+    lines = ["RuntimeError: early"] + ["step %d" % i for i in range(100)]
+    summary = job_log.log_summary(write_log(tmp_path, lines), tail=1)
+    assert summary["start"] is None and summary["errors"] == ["RuntimeError: early"]
+    assert summary["tail"] == ["step 99"]
+
+
+def test_log_summary_names_the_node_of_a_process_without_rank_from_srun(tmp_path):
+    lines = rank_traceback(None, "ValueError: bad value") + [
+        "srun: error: n3: task 0: Exited with exit code 1", "srun: error: n4: task 1: Exited with exit code 1"]
+    summary = job_log.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] is None and summary["node"] == "n3"
+    assert job_log.log_summary(write_log(tmp_path, lines[:-2]))["node"] is None
 
 
 def test_tail_of_output_without_newlines_is_one_cut_line(tmp_path, reads):
@@ -217,3 +250,16 @@ def test_nul_runs_left_by_a_crash_are_not_lines(tmp_path):
     path.write_bytes(b"line 1\nline 2 before the crash" + b"\0" * 100000 + b"line 3 after the requeue\n" + b"\0" * 5000)
     assert job_log.tail_lines(str(path), 2) == ["line 2 before the crash", "line 3 after the requeue"]
     assert job_log.log_summary(str(path))["tail"] == ["line 1", "line 2 before the crash", "line 3 after the requeue"]
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 64])
+def test_log_summary_reads_the_same_lines_in_any_pieces(tmp_path, monkeypatch, piece):
+    path = tmp_path / "out"
+    path.write_bytes(b"llmtrain: job 42 start 1 on n1, master n1:20042\r\n" + b"a\r\n\r\nb" + b"\0" * 9 + b"c\n" +
+                     b"\0\0\n\n" + b"Error: " + b"y" * 10000 + b"\n" + b"1/3\r2/3\r3/3\n" + "é\n".encode() + b"end")
+    whole = job_log.log_summary(str(path), tail=20)
+    assert whole["tail"] == ["llmtrain: job 42 start 1 on n1, master n1:20042", "a", "", "b", "c", "",
+                             "Error: " + "y" * (job_log.MAX_LINE_CHARS - 7) + job_log.CUT, "1/3", "2/3", "3/3", "é",
+                             "end"]
+    monkeypatch.setattr(job_log, "READ_BYTES", piece)
+    assert job_log.log_summary(str(path), tail=20) == whole

@@ -56,6 +56,35 @@ def test_slurm_registered_of_a_node_without_gres_and_when_scontrol_fails():
     assert node_check.slurm_registered("n1", Runner((["scontrol"], (0, "NodeName=n1 State=IDLE", "")))) is None
 
 
+def job_nodes_answer():
+    """One `scontrol show node -o` of a job's six nodes (Slurm 22.05, recorded), as the batch node writes it."""
+    return fixture("slurm", "scontrol_show_node.txt") + fixture("slurm", "scontrol_show_node_gres.txt")
+
+
+@pytest.mark.parametrize("node, count", [
+    ("slurm-worker-0", 0), ("slurm-worker-2", 0), ("gpu-worker-0", 2), ("gpu-worker-1", 2), ("gpu-worker-2", 2),
+])
+def test_one_query_of_the_job_s_nodes_read_per_node(tmp_path, node, count):
+    nodes_file = tmp_path / "slurm_nodes.txt"
+    nodes_file.write_text(job_nodes_answer())
+    line = node_check.show_node_line(job_nodes_answer().splitlines(), node)
+    assert line.startswith("NodeName=%s Arch=x86_64 " % node) and node_check.registered_of(line) == count
+    runner = Runner()  # the node does not ask the controller itself
+    assert node_check.slurm_registered(node, runner, str(nodes_file)) == count
+    assert runner.calls == []
+
+
+def test_a_node_missing_from_the_query_or_a_query_that_failed_is_not_told(tmp_path):
+    nodes_file = tmp_path / "slurm_nodes.txt"
+    nodes_file.write_text(job_nodes_answer())
+    runner = Runner()
+    assert node_check.show_node_line(job_nodes_answer().splitlines(), "gpu-worker") is None  # a name's prefix only
+    assert node_check.slurm_registered("gpu-worker-9", runner, str(nodes_file)) is None
+    assert node_check.slurm_registered("gpu-worker-0", runner, str(tmp_path / "absent.txt")) is None
+    assert runner.calls == []
+    assert node_check.registered_of(None) is None and node_check.registered_of("NodeName=n1 State=IDLE") is None
+
+
 def test_env_file_values_reads_exports_as_the_shell_would():
     text = ("# written by nccl_env\n"
             "export NCCL_SOCKET_IFNAME=eth0\n"
@@ -285,6 +314,22 @@ def test_check_with_gpu_policy_report_and_no_env_file(fake_node):
     report = node_check.check(check_args(fake_node, "--gpu-policy", "report"), environ={"SLURMD_NODENAME": "n3"},
                               runner=runner)
     assert report["ok"] is True and report["problems"] == []
+
+
+def test_check_reads_what_slurm_registers_from_the_batch_node_s_query(fake_node):
+    (fake_node / "check" / "slurm_nodes.txt").write_text(job_nodes_answer())
+    runner = Runner()
+    found = node_check.check(check_args(fake_node, "--slurm-nodes", str(fake_node / "check" / "slurm_nodes.txt")),
+                             environ={"SLURMD_NODENAME": "gpu-worker-1"}, runner=runner)
+    assert found["registered"] == 2 and found["problems"][0].startswith(
+        "Slurm registers gpu:2, the node detects 0 (nvidia-smi not found")
+    assert runner.calls == []
+    # the query failed (no file): Slurm cannot tell, as when a node's own scontrol fails
+    (fake_node / "check" / "slurm_nodes.txt").unlink()
+    found = node_check.check(check_args(fake_node, "--slurm-nodes", str(fake_node / "check" / "slurm_nodes.txt")),
+                             environ={"SLURMD_NODENAME": "gpu-worker-1"}, runner=runner)
+    assert found["registered"] is None and found["ok"] is True and runner.calls == []
+    assert node_check.table([found])[1].split()[1] == "0/0/0/0/?"
 
 
 def test_check_refuses_an_unknown_gpu_policy(tmp_path, capsys):

@@ -12,26 +12,30 @@ def test_the_placed_scripts_run_on_a_node_without_the_collection(tmp_path):
     """The step runs node_check.py from the scratch directory with the cluster's python, where
     ansible_collections is not importable: everything it imports must be placed beside it."""
     workdir = tmp_path / "scratch" / ".llmtrain-node-check-abc"
+    host = socket.gethostname().split(".")[0]
+    # the module's one listing of the nodes: each node reads what Slurm registers from it
+    listing = "NodeName=other-node Arch=x86_64 Gres=gpu:8 State=IDLE\nNodeName=%s Arch=x86_64 Gres=gpu:3 State=IDLE\n" % host
     old = os.umask(0o002)  # a login shell's, with user-private groups
     try:
-        assert slurm_node_check.place_scripts(str(workdir), "abc") == []
+        assert slurm_node_check.place_scripts(str(workdir), "abc", listing) == []
     finally:
         os.umask(old)
-    assert sorted(os.listdir(workdir)) == ["atomic.py", "gpu.py", "nccl.py", "node_check.py", "token"]
+    assert sorted(os.listdir(workdir)) == ["atomic.py", "gpu.py", "nccl.py", "node_check.py", "slurm_nodes.txt", "token"]
     # the step runs them: the user's alone to change
     assert stat.S_IMODE(os.stat(workdir).st_mode) == 0o700
     assert {stat.S_IMODE(os.stat(workdir / name).st_mode) for name in os.listdir(workdir)} == {0o644}
     env = dict((k, v) for k, v in os.environ.items() if k not in ("PYTHONPATH", "ANSIBLE_COLLECTIONS_PATH"))
     proc = subprocess.run([sys.executable, "-E", "-s", str(workdir / "node_check.py"), "check", "--dir", str(workdir),
                            "--token", "abc", "--run-dir", str(tmp_path / "run"), "--gpus", "0",
-                           "--gpu-policy", "report"],
+                           "--gpu-policy", "report", "--slurm-nodes", str(workdir / "slurm_nodes.txt")],
                           cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stdout
     records = [name for name in os.listdir(workdir) if name.endswith(".json")]
     assert len(records) == 1, records
     record = json.loads((workdir / records[0]).read_text())
-    assert record["token"] == "abc" and record["node"] == socket.gethostname().split(".")[0]
+    assert record["token"] == "abc" and record["node"] == host
+    assert record["registered"] == 3
 
 
 def test_a_scratch_directory_others_can_write_is_refused_and_nothing_is_placed(tmp_path):

@@ -1,0 +1,82 @@
+"""roles/run/files/node_check.sh, the first step of every job, run by bash with Slurm's commands
+faked (scontrol answers from recorded 22.05 output; srun runs the step once per node, here)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "slurm"
+NODES = ["gpu-worker-0", "slurm-worker-1"]
+TOOLS = ["sh", "bash", "cat", "dirname", "hostname", "mkdir", "printf", "rm", "tail", "timeout", "wc"]
+
+FAKE_SCONTROL = """#!/bin/sh
+echo "$*" >> "$FAKE_CALLS"
+case "$1 $2" in
+    "show hostnames") printf '%s\\n' $FAKE_NODES ;;
+    "show node") [ -n "$FAKE_NODE_ANSWER" ] && exec cat "$FAKE_NODE_ANSWER"
+                 echo "Unable to contact slurm controller" >&2; exit 1 ;;
+    *) exit 1 ;;
+esac
+"""
+FAKE_SRUN = """#!/bin/sh
+echo "srun $*" >> "$FAKE_CALLS"
+while [ "${1#--}" != "$1" ]; do shift; done
+for node in $FAKE_NODES; do SLURMD_NODENAME=$node "$@" || exit $?; done
+"""
+
+
+def job_start(tmp_path, node_answer):
+    """Runs node_check.sh as a job of NODES would; -> (exit status, output, Slurm calls, summary)."""
+    run = tmp_path / "run"
+    scripts = run / "scripts"
+    scripts.mkdir(parents=True)
+    (run / "env").mkdir()
+    for name in ("node_check.sh", "bad_nodes.sh"):
+        shutil.copy(str(ROOT / "roles" / "run" / "files" / name), str(scripts / name))
+    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py"):
+        shutil.copy(str(ROOT / "plugins" / "module_utils" / name), str(scripts / name))
+    (scripts / "node_check.conf").write_text(
+        "python=%s\ntimeout_s=60\npolicy=fail\nrequeue_max=0\ngpu_policy=strict\n" % sys.executable)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("scontrol", FAKE_SCONTROL), ("srun", FAKE_SRUN)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    for tool in TOOLS:  # and nothing else: no nvidia-smi of the machine the tests run on
+        os.symlink(shutil.which(tool), str(bin_dir / tool))
+    calls = tmp_path / "calls"
+    env = dict(os.environ, PATH=str(bin_dir), CUDA_VISIBLE_DEVICES="", FAKE_CALLS=str(calls),
+               FAKE_NODES=" ".join(NODES), FAKE_NODE_ANSWER=node_answer, SLURM_JOB_ID="42", SLURM_JOB_NAME="llmtrain-t",
+               SLURM_JOB_NODELIST="gpu-worker-0,slurm-worker-1", SLURM_JOB_NUM_NODES="2", LLMTRAIN_RUN_DIR=str(run))
+    proc = subprocess.run(["bash", str(scripts / "node_check.sh")], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, check=False, timeout=300)
+    summary = json.loads((run / "node_check" / "llmtrain-t.json").read_text())
+    return proc.returncode, proc.stdout, calls.read_text().splitlines(), summary
+
+
+def test_the_batch_node_asks_slurm_once_for_every_node_of_the_job(tmp_path):
+    answer = tmp_path / "answer.txt"
+    answer.write_text((FIXTURES / "scontrol_show_node.txt").read_text() +
+                      (FIXTURES / "scontrol_show_node_gres.txt").read_text())
+    rc, output, calls, summary = job_start(tmp_path, str(answer))
+    # one query, by the batch node; no node's check asked the controller itself
+    assert [c for c in calls if c.startswith("show node")] == ["show node -o gpu-worker-0,slurm-worker-1"]
+    assert [n["registered"] for n in summary["nodes"]] == [2, 0]
+    # Slurm registers gpu:2 on gpu-worker-0, which has none: bad under gpu_policy=strict, policy fail
+    assert rc == 78, output
+    assert "llmtrain: node check: gpu-worker-0 is bad: Slurm registers gpu:2, the node detects 0" in output
+    assert not os.path.exists(str(tmp_path / "run" / "node_check" / "42.0"))  # the check's directory is gone
+
+
+def test_a_failed_query_leaves_what_slurm_registers_untold(tmp_path):
+    rc, output, calls, summary = job_start(tmp_path, "")
+    assert [c for c in calls if c.startswith("show node")] == ["show node -o gpu-worker-0,slurm-worker-1"]
+    assert [n["registered"] for n in summary["nodes"]] == [None, None]
+    assert rc == 0, output
+    assert ("llmtrain: node check: 'scontrol show node -o gpu-worker-0,slurm-worker-1' failed on %s (Unable to "
+            "contact slurm controller): the GPUs Slurm registers are not compared this start; check that the "
+            "controller answers there" % os.uname()[1]) in output
