@@ -11,11 +11,15 @@ short_description: One line of Slurm job progress per retry of a task that watch
 description:
   - When a task that watches a Slurm job is retried (C(until)/C(retries)), prints one line
     per retry with the job id, state, nodes, step/total, loss, tokens per second and ETA.
-  - Before it, the per-node table of the job's node check (once per check, from C(node_check)),
+  - Before it, the per-node table of the job's node check (once per check, from C(node_check) - every
+    node's line up to 32 nodes, else the bad nodes' lines and where the whole table is),
     the fabric its network check measured and the slow node it names (once per check, from
-    C(network_check)), a line for each release of the job without bad nodes (from C(excluded)),
+    C(network_check), its table alike), a line for each release of the job without bad nodes (from C(excluded)),
     a line naming each node that holds the others back (once per job and node, from C(stragglers)),
-    and a warning for each progress pattern that backtracks (once per pattern, from C(progress_warnings)).
+    and a warning for each progress pattern that backtracks and for lines of the metrics file that
+    cannot be read (once each, from C(progress_warnings)).
+  - A watch without a limit (C(retries) of a billion or more, as the pretrain role's
+    C(pretrain_watch_timeout=0)) counts its polls instead of its retries left.
   - A task watches a job when its result carries C(job_id) or C(jobs) and C(state), as the
     results of M(llmtrain.slurm.slurm_job_info) and M(llmtrain.slurm.sbatch) do; the
     progress fields come from C(progress) (O(llmtrain.slurm.slurm_job_info#module:metrics_file)).
@@ -40,6 +44,9 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import s
 
 # The stdout callback that prints the progress line itself (plugins/callback/default.py).
 PRINTED_BY_STDOUT_CALLBACK = "llmtrain.slurm.default"
+# until knows no unlimited: a watch without a time limit (pretrain_watch_timeout=0) retries this
+# many times (decades of polls), and its lines count the polls without a total.
+ENDLESS_RETRIES = 1000000000
 
 
 def _duration(seconds):
@@ -84,7 +91,7 @@ def progress_line(host, result):
     line = "[%s] %s" % (host, head) + (": " + ", ".join(parts) if parts else "")
     retries, attempts = result.get("retries"), result.get("attempts")
     if retries and attempts:
-        line += " (retry %d/%d)" % (attempts, retries - 1)
+        line += " (poll %d)" % attempts if retries - 1 >= ENDLESS_RETRIES else " (retry %d/%d)" % (attempts, retries - 1)
     return line
 
 

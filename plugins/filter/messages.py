@@ -45,7 +45,8 @@ def _rank_node(job, rank, procs_per_node):
 
 def _traceback_heading(job, log, procs_per_node):
     rank = log.get("failed_rank")
-    node = _rank_node(job, rank, procs_per_node) if rank is not None else ""
+    # where the log says (the launcher's summary of the failed ranks), else by the ranks' order
+    node = log.get("node") or (_rank_node(job, rank, procs_per_node) if rank is not None else "")
     at = " (node %s)" % node if node else ""
     lines = []
     if log.get("lost_peer"):
@@ -66,10 +67,19 @@ def _of_job(record, job):
     return record if isinstance(record, dict) and str(record.get("job_id")) == str(job["job_id"]) else {}
 
 
+def _named(found, count, record):
+    """The lines of the nodes a check names ({node: reason}), and one for those it only counts
+    (a summary names the first few of thousands)."""
+    lines = ["  %s: %s" % (node, reason) for node, reason in sorted(found.items())]
+    if (count or 0) > len(found):
+        lines.append("  ... and %d more (every node's record: %s)" % (count - len(found), record.get("file")))
+    return lines
+
+
 def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, node_check=None, network_check=None):
     """job: as slurm_job_info returns it, ended without success; log: its `log` (tail, errors,
     traceback, failed_rank, lost_peer), or none when the log was not read; node_check,
-    network_check: its `node_check` and `network_check` (the last records of the checks), if any."""
+    network_check: its `node_check` and `network_check` (the checks' last records, summarised), if any."""
     log = log or {}
     check = _of_job(node_check, job)
     network = _of_job(network_check, job)
@@ -94,7 +104,7 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
         lines.append("Its node check found bad node(s) and started nothing (pretrain_bad_node_policy=fail, or "
                      "pretrain_requeue_max requeues used up); they are recorded in %s/bad_nodes.json and later jobs "
                      "of the run keep off them:" % run_dir)
-        lines += ["  %s: %s" % (node, reason) for node, reason in sorted(check["bad"].items())]
+        lines += _named(check["bad"], check.get("bad_count"), check)
         lines += ["Node check:"] + ["  " + line for line in check.get("table") or []]
     if job.get("exit_code") == NETWORK_CHECK_FAILED_RC and (network.get("slow") or network.get("slow_fabric")):
         measured = "all-reduce bus bandwidth %s GB/s" % ("?" if network.get("busbw") is None else "%.3g" % network["busbw"])
@@ -102,7 +112,7 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
             measured += ", %.0f%% of the slowest link's %.3g GB/s" % (100 * (network.get("fraction") or 0), network["limit"])
         lines.append("Its network check found the fabric below pretrain_network_min_fraction=%s and started nothing "
                      "(pretrain_network_policy=fail); %s:" % (network.get("min_fraction"), measured))
-        lines += ["  %s: %s" % (node, reason) for node, reason in sorted((network.get("slow") or {}).items())]
+        lines += _named(network.get("slow") or {}, network.get("slow_count"), network)
         if network.get("slow_fabric"):
             lines.append("  " + network["slow_fabric"])
         lines += ["Network check:"] + ["  " + line for line in network.get("table") or []]

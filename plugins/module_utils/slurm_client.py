@@ -8,8 +8,8 @@ import os
 import pwd
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
-    FIELD_SEP, SACCT_FIELDS, SQUEUE_FORMAT, job_from_scontrol, parse_nodes, parse_partitions, parse_records,
-    parse_sacct, parse_squeue, parse_version, unknown_job)
+    FIELD_SEP, SACCT_FIELDS, SINFO_STATE_FORMAT, SQUEUE_FORMAT, job_from_scontrol, parse_nodes, parse_partitions,
+    parse_records, parse_sacct, parse_squeue, parse_state_counts, parse_version, unknown_job)
 
 
 def show_argv(argv):
@@ -83,6 +83,12 @@ class Slurm:
     def nodes(self):
         """`scontrol show node -o` as parse_nodes gives it."""
         return parse_nodes(self.run([self.bin("scontrol"), "show", "node", "-o"])[1])
+
+    def state_counts(self, partition):
+        """The partition's nodes counted per state (parse_state_counts): one short answer where
+        `scontrol show node` would list every node of the cluster."""
+        return parse_state_counts(self.run([self.bin("sinfo"), "--partition=" + partition, "--noheader",
+                                            "--format=" + SINFO_STATE_FORMAT])[1])
 
     def partitions(self):
         """`scontrol show partition -o` as parse_partitions gives it."""

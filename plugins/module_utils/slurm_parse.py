@@ -214,15 +214,22 @@ def _split_list(value):
     return [v for v in value.split(",") if v] if value else []
 
 
+def _node_state(text):
+    """'IDLE+DRAIN', 'down*', 'idle~' -> (base state, [flags]), lower case; the one-character
+    suffixes (not responding, powered down, ...) are left out."""
+    words = (text or "").lower().split("+")
+    return words[0].rstrip("*~#!%$@^-"), words[1:]
+
+
 def parse_nodes(text):
     """`scontrol show node -o` -> a list of node dicts."""
     nodes = []
     for rec in parse_records(text, "NodeName"):
-        state = rec.get("State", "")
+        state, flags = _node_state(rec.get("State"))
         nodes.append(dict(
             name=rec["NodeName"],
-            state=state.split("+")[0].rstrip("*~#!%$@^-").lower(),
-            state_flags=[f.lower() for f in state.split("+")[1:]],
+            state=state,
+            state_flags=flags,
             cpus=_int(rec.get("CPUTot")),
             cpus_allocated=_int(rec.get("CPUAlloc")),
             memory_mb=_int(rec.get("RealMemory")),
@@ -387,6 +394,31 @@ def usable(node):
 def usable_nodes(nodes, partition):
     """The nodes (as parse_nodes returns them) of partition that can run a job step now."""
     return [node for node in nodes if partition in node["partitions"] and usable(node)]
+
+
+# `sinfo -p PARTITION -h -o '%D %T'`: the partition's nodes counted per state, a few lines
+# whatever the cluster's size.
+SINFO_STATE_FORMAT = "%D %T"
+
+
+def parse_state_counts(text):
+    """`sinfo -h -o '%D %T'` -> [{count, state, state_flags}], states as parse_nodes gives them
+    (usable() takes each)."""
+    counts = []
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != 2 or not fields[0].isdigit():
+            raise ValueError("unexpected sinfo line %r (expected '%s')" % (line, SINFO_STATE_FORMAT))
+        state, flags = _node_state(fields[1])
+        counts.append(dict(count=int(fields[0]), state=state, state_flags=flags))
+    return counts
+
+
+def usable_count(counts):
+    """How many of the nodes parse_state_counts counted can run a job step now (usable_nodes's rule)."""
+    return sum(c["count"] for c in counts if usable(c))
 
 
 def out_of_service_nodes(nodes, partition):

@@ -12,7 +12,11 @@ description:
   - Reports jobs by id or by name, the connecting user's jobs, from C(scontrol show job)
     (C(sacct) for jobs the controller has forgotten, where accounting is enabled).
   - With O(metrics_file), also returns the last record of a JSONL metrics file as
-    RV(progress), read backwards from the end of the file.
+    RV(progress), read backwards from the end of the file (its last 16 lines, at most 4 MiB); a
+    line there that is no complete JSON object, or is longer than 1 MiB, is counted in
+    RV(unreadable_records) and said in a warning.
+  - Returns what every poll needs, a few KB whatever the job's size - the node and network
+    checks summarised, the expanded host list of a job only once it has ended.
   - Meant to be polled with C(until)/C(retries); the callback C(llmtrain.slurm.job_progress)
     then prints one line of progress per retry.
 version_added: 0.1.0
@@ -35,6 +39,7 @@ options:
       - JSONL file the trainer appends to, one object per line with keys C(step),
         C(total_steps), C(loss), C(val_loss), C(lr), C(tokens_per_s), C(elapsed_s), C(eta_s).
       - A missing file gives RV(progress=null), not an error.
+      - A half-written last line (no line break yet) is left for the next poll.
     type: path
   wait_seconds:
     description:
@@ -56,19 +61,21 @@ options:
         delay (about two minutes) where the site lets users move a job's StartTime; RV(excluded)
         says so. When its partition has too few other usable
         nodes the job is cancelled instead and the module fails naming each bad node and its reason.
+      - That release reads every node's state (C(scontrol show node)) once; a requeued job that
+        waits reads its partition's nodes counted per state (C(sinfo)) once a check.
       - Nothing is changed in check mode.
     type: path
     version_added: 0.1.0
   node_check_file:
     description:
       - The JSON record the node check step writes (C(node_check.json) in the run directory),
-        returned as RV(node_check) when it exists.
+        returned summarised as RV(node_check) when it exists.
     type: path
     version_added: 0.1.0
   network_check_file:
     description:
       - The JSON record the network check step of a training job writes (in C(network_check/)
-        in the run directory), returned as RV(network_check) when it exists.
+        in the run directory), returned summarised as RV(network_check) when it exists.
     type: path
     version_added: 0.1.0
   progress_from_log:
@@ -93,7 +100,7 @@ options:
     version_added: 0.1.0
   straggler_threshold:
     description:
-      - A node whose work per step (the C(nodes) of the loss records in O(metrics_file)) is more than
+      - A node whose work per step (the C(node_times) or C(nodes) of the loss records in O(metrics_file)) is more than
         (1 + this) times the median node's in each of the last O(straggler_intervals) records is
         returned in RV(stragglers).
     type: float
@@ -171,7 +178,12 @@ jobs:
     signal: {description: Signal that ended the job., type: int}
     partition: {description: Partition., type: str}
     nodelist: {description: Slurm host list of its nodes., type: str, sample: "slurm-worker-[0-2]"}
-    nodes: {description: The host list expanded., type: list, elements: str}
+    nodes:
+      description:
+        - The host list expanded, once the job has ended; empty while it is active (RV(jobs[].nodelist)
+          names its nodes then).
+      type: list
+      elements: str
     submit_time: {description: "Submit time (ISO 8601, the controller's time zone).", type: str}
     start_time: {description: "Start time, once known.", type: str}
     end_time: {description: End time (expected end while running)., type: str}
@@ -203,16 +215,34 @@ excluded:
       message: "job 42: node check excluded slurm-worker-2 (no network interface ib0 ...); requeued without it"
 node_check:
   description:
-    - The node check's last record (O(node_check_file)) - C(job_id), C(restart), C(time),
-      C(table) (aligned lines), C(bad) (node -> reason) and C(nodes) (one record per node).
+    - The node check's last record (O(node_check_file)) summarised - C(job_id), C(restart), C(time),
+      C(file) (the record's path, which holds every node's record and line), C(checked) (nodes),
+      C(bad_count), C(bad) (node -> reason, the first 32 by name) and C(table) (aligned lines).
+    - C(table) has every node's line for up to 32 nodes; above, its heading, the lines of the nodes
+      in C(bad), and a last line that counts the others and names C(file).
+    - Null when the file cannot be read (a warning says why).
   returned: when node_check_file exists
   type: dict
+  sample:
+    job_id: "42"
+    restart: 0
+    time: "2026-11-30T10:00:00Z"
+    file: /shared/runs/tiny/node_check/llmtrain-tiny.json
+    checked: 2048
+    bad_count: 1
+    bad: {gpu-node-0007: "no network interface ib1 on gpu-node-0007 (it has eth0, ib0, lo): ..."}
+    table: ["NODE           GPUS(ASKED/STEP/SMI/TORCH/SLURM)  PYTHON/TORCH         INTERFACES   WORKSPACE  VERDICT",
+            "gpu-node-0007  8/8/8/8/8                         3.11.7/2.13.0+cu128  missing ib1  ok         BAD",
+            "(2047 other node(s) passed; every node's line is in /shared/runs/tiny/node_check/llmtrain-tiny.json)"]
 network_check:
   description:
-    - The network check's last record (O(network_check_file)) - C(job_id), C(restart), C(time),
-      C(busbw) (all-reduce bus bandwidth, GB/s), C(latency_us), C(limit) (the slowest link,
-      GB/s, null where links report no speed), C(fraction), C(table) (aligned lines, one per
-      node), C(slow) (node -> reason), C(slow_fabric) and C(nodes) (one record per node).
+    - The network check's last record (O(network_check_file)) summarised - C(job_id), C(restart),
+      C(time), C(file) (the record's path, which holds every node's figures and line), C(backend),
+      C(ranks), C(verdict) (C(ok), C(slow_nodes) or C(slow_fabric)), C(busbw) (all-reduce bus
+      bandwidth, GB/s), C(latency_us), C(limit) (the slowest link, GB/s, null where links report
+      no speed), C(fraction), C(min_fraction), C(seconds), C(checked) (nodes), C(slow_count),
+      C(slow) (node -> reason, the first 32 by name), C(slow_fabric) (at most 2000 characters)
+      and C(table), as RV(node_check)'s.
   returned: when network_check_file exists
   type: dict
 checks:
@@ -240,7 +270,13 @@ log:
       first one that is not a lost-peer consequence such as C(Connection closed by peer)), with
       C(failed_rank) its rank from torch's C([rankN]:) prefix (null without one). C(lost_peer) is
       true when every traceback is such a consequence (the process that failed first left none,
-      being killed, out of memory or on a lost node), and C(traceback) is the first rank's that noticed.
+      being killed, out of memory or on a lost node), and C(traceback) is the first rank's that noticed
+      (NCCL's watchdog and remote-process errors count as lost peers). C(node) is the failed rank's node
+      where the launcher's failure summary or srun names it (null otherwise), C(tracebacks) counts the
+      tracebacks of each kind (C(cause), C(lost_peer)).
+    - "A job that was requeued writes its starts into one file; the log is read from the last
+      C(llmtrain: job J start N on ...) line the job script prints (C(start), null without one), once,
+      in bounded memory, whatever its size."
     - Null when the file cannot be read.
   returned: when log_lines is given and no job is active
   type: dict
@@ -249,6 +285,9 @@ log:
     tail: ["srun: error: slurm-worker-1: task 1: Exited with exit code 1"]
     errors: ["[rank3]: RuntimeError: CUDA error: out of memory"]
     failed_rank: "3"
+    node: slurm-worker-0
+    start: "llmtrain: job 42 start 1 on slurm-worker-[0-1], master slurm-worker-0:29500"
+    tracebacks: {cause: 1, lost_peer: 1}
     lost_peer: false
     traceback: ["Traceback (most recent call last):", "  File \"train.py\", line 9, in <module>",
                 "RuntimeError: CUDA error: out of memory"]
@@ -273,12 +312,21 @@ progress:
   sample:
     {step: 120, total_steps: 1000, loss: 3.21, val_loss: null, lr: 0.0003, tokens_per_s: 5230.0,
      elapsed_s: 61.2, eta_s: 449.0, percent: 12.0, event: null, event_step: null}
+unreadable_records:
+  description:
+    - How many of the last lines of O(metrics_file) hold no complete JSON object or are longer
+      than 1 MiB (a half-written last line aside); progress and stragglers come from the others.
+  returned: when metrics_file is given
+  type: int
+  sample: 0
 progress_warnings:
   description:
     - For each O(progress_regex) pattern that took more than 0.1 s of CPU time on a line of the
       log (it backtracks) and was skipped on the lines after it, the message that says so, by
-      pattern; the callback P(llmtrain.slurm.job_progress#callback) prints it once.
-  returned: when progress was read from the log and a pattern ran past its time
+      pattern; and, by its path, the message that says how many lines of O(metrics_file) could
+      not be read (RV(unreadable_records)) and what to write instead. The callback
+      P(llmtrain.slurm.job_progress#callback) prints each once.
+  returned: when progress was read from the log and a pattern ran past its time, or lines of metrics_file could not be read
   type: dict
   sample:
     "(?P<loss>(\\d+)+)x": "pretrain_progress_regex '(?P<loss>(\\d+)+)x' took more than 0.1 s of CPU on one log line
@@ -291,12 +339,13 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.check_summary import network_check_summary, node_check_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
-from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import last_json_records, progress_of
+from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_count
 from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import stragglers
 from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
 
@@ -309,11 +358,24 @@ def look_up(client, job_ids, name):
     jobs = [client.show_job(i) for i in job_ids]
     # A requeued job (after a lost node, say) that the partition cannot hold any more
     # waits for nodes even while its reason is still Slurm's requeue delay (BeginTime).
-    requeued = [j for j in jobs if j["state"] == "PENDING" and j["restarts"] and not j["waits_for_nodes"]
-                and j["num_nodes"]]
-    nodes = client.nodes() if requeued else []
-    for job in requeued:
-        job["waits_for_nodes"] = len(usable_nodes(nodes, job["partition"])) < job["num_nodes"]
+    # Asked once a second while it waits: its partition's nodes counted per state, a few
+    # lines, not every node of the cluster.
+    usable = {}
+    for job in jobs:
+        if job["state"] == "PENDING" and job["restarts"] and not job["waits_for_nodes"] and job["num_nodes"]:
+            if job["partition"] not in usable:
+                usable[job["partition"]] = usable_count(client.state_counts(job["partition"]))
+            job["waits_for_nodes"] = usable[job["partition"]] < job["num_nodes"]
+    return jobs
+
+
+def without_running_nodes(jobs):
+    """The jobs with their expanded host list only once they ended (the collect step and the
+    failure message read it): a running job's is RV(jobs[].nodelist), thousands of names
+    less in every poll."""
+    for job in jobs:
+        if job["active"]:
+            job["nodes"] = []
     return jobs
 
 
@@ -360,7 +422,7 @@ def main():
         module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks, excluded=settler.events)
     except SlurmError as err:
         module.fail_json(msg=str(err), excluded=settler.events)
-    result = dict(changed=bool(settler.events or settler.cancelled), jobs=jobs,
+    result = dict(changed=bool(settler.events or settler.cancelled), jobs=without_running_nodes(jobs),
                   finished=bool(jobs) and not any(j["active"] for j in jobs), checks=waiter.checks,
                   excluded=settler.events)
     if jobs:
@@ -373,12 +435,18 @@ def main():
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
     if p["metrics_file"] or patterns:
-        records, source = [], "metrics"
+        records, source, unreadable = [], "metrics", 0
         if p["metrics_file"] and os.path.exists(p["metrics_file"]):
             try:
-                records = last_json_records(p["metrics_file"])
+                records, unreadable = tail_records(p["metrics_file"])
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (p["metrics_file"], err))
+        if unreadable:
+            message = unreadable_message(p["metrics_file"], unreadable)
+            module.warn(message)
+            # Ansible shows a retried task's warnings only at its end: the callback prints this
+            # while the watch goes on (once per file)
+            result["progress_warnings"] = {p["metrics_file"]: message}
         if not records and patterns and jobs and jobs[-1]["stdout_path"] and os.path.exists(jobs[-1]["stdout_path"]):
             try:
                 record, warnings = last_record(jobs[-1]["stdout_path"], patterns)
@@ -386,32 +454,34 @@ def main():
                 module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
                 record, warnings = None, {}
             if warnings:
-                result["progress_warnings"] = warnings
+                result.setdefault("progress_warnings", {}).update(warnings)
             records, source = ([record], "log") if record else ([], "log")
         result["progress"] = progress_of(records)
         if p["metrics_file"]:
+            result["unreadable_records"] = unreadable
             result["stragglers"] = stragglers(records if source == "metrics" else [], p["straggler_threshold"],
                                               p["straggler_intervals"])
         if result["progress"] is not None:
             result["progress"]["source"] = source
     if p["node_check_file"] and os.path.exists(p["node_check_file"]):
-        result["node_check"] = read_record(module, p["node_check_file"])
+        result["node_check"] = read_record(module, p["node_check_file"], node_check_summary)
     if p["network_check_file"] and os.path.exists(p["network_check_file"]):
-        result["network_check"] = read_record(module, p["network_check_file"])
+        result["network_check"] = read_record(module, p["network_check_file"], network_check_summary)
     if settler.failure:
         module.fail_json(msg=settler.failure, cancelled=settler.cancelled,
                          bad_nodes=read_bad_nodes(p["bad_nodes_file"]), **result)
     module.exit_json(**result)
 
 
-def read_record(module, path):
+def read_record(module, path, summary):
+    """The summary of the JSON record in path, None (with a warning) when it cannot be read."""
     try:
         with open(path) as handle:
             record = json.load(handle)
     except (IOError, OSError, ValueError) as err:
         module.warn("cannot read %s: %s" % (path, err))
         return None
-    return record if isinstance(record, dict) else None
+    return summary(record, path) if isinstance(record, dict) else None
 
 
 if __name__ == "__main__":

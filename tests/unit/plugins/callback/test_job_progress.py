@@ -1,6 +1,6 @@
 """The job_progress callback's line, from results as the modules return them."""
 
-from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import event_lines, progress_line
+from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import ENDLESS_RETRIES, event_lines, progress_line
 
 PROGRESS = dict(step=120, total_steps=1000, loss=3.2104, val_loss=None, lr=3e-4, tokens_per_s=5230.4,
                 elapsed_s=61.2, eta_s=449.0)
@@ -17,6 +17,21 @@ def test_job_info_result_with_progress():
 def test_pending_sbatch_result_without_metrics():
     result = dict(job_id="7", state="PENDING", nodelist=None, reason="Resources", retries=11, attempts=1)
     assert progress_line("h", result) == "[h] job 7 PENDING (Resources) (retry 1/10)"
+
+
+def test_a_watch_without_a_time_limit_counts_its_polls():
+    # pretrain_watch_timeout=0: the role's until retries ENDLESS_RETRIES times (Ansible adds the first run)
+    result = dict(job_id="7", state="RUNNING", nodelist="n[1-2]", retries=ENDLESS_RETRIES + 1, attempts=120960)
+    assert progress_line("h", result) == "[h] job 7 RUNNING on n[1-2] (poll 120960)"
+
+
+def test_a_metrics_file_with_lines_that_are_no_record_is_said_once():
+    message = "/w/run/metrics.jsonl: 2 of its last lines hold no complete JSON object ..."
+    seen = set()
+    assert event_lines("h", dict(job_id="7", progress_warnings={"/w/run/metrics.jsonl": message}), seen) == [
+        "[h] [WARNING]: " + message]
+    again = "/w/run/metrics.jsonl: 3 of its last lines hold no complete JSON object ..."
+    assert event_lines("h", dict(job_id="7", progress_warnings={"/w/run/metrics.jsonl": again}), seen) == []
 
 
 def test_results_of_other_tasks_give_no_line():

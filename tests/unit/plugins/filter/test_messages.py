@@ -64,7 +64,8 @@ def test_a_log_that_was_not_read():
         "First error lines of /w/demo/logs/llmtrain-demo-42.out:", "(none)", "Last lines:", "(not readable)"]
 
 
-NODE_CHECK = dict(job_id="42", restart=0, time="2026-11-30T10:00:00Z",
+NODE_CHECK = dict(job_id="42", restart=0, time="2026-11-30T10:00:00Z", file="/w/demo/node_check/llmtrain-demo.json",
+                  checked=2, bad_count=2,
                   bad={"slurm-worker-1": "no network interface ib0 on slurm-worker-1 (it has eth0, lo)",
                        "slurm-worker-0": "slurm-worker-0 did not answer the node check within 60 s"},
                   table=["NODE            VERDICT", "slurm-worker-0  NO ANSWER", "slurm-worker-1  BAD"])
@@ -98,6 +99,15 @@ def test_the_node_check_is_left_out_unless_it_explains_this_failure():
     # the job id may come back as a number from JSON
     assert "  slurm-worker-1: no network interface" in job_failure_message(
         dict(CHECK_FAILED, job_id=42), None, *WHERE, node_check=NODE_CHECK)
+
+
+def test_the_bad_nodes_a_summary_only_counts_are_counted_with_where_each_is():
+    check = dict(NODE_CHECK, checked=2048, bad_count=2048)  # slurm_job_info names 32 of them (here 2)
+    lines = job_failure_message(CHECK_FAILED, None, *WHERE, node_check=check).split("\n")
+    assert lines[3:7] == ["  slurm-worker-0: slurm-worker-0 did not answer the node check within 60 s",
+                          "  slurm-worker-1: no network interface ib0 on slurm-worker-1 (it has eth0, lo)",
+                          "  ... and 2046 more (every node's record: /w/demo/node_check/llmtrain-demo.json)",
+                          "Node check:"]
 
 
 def test_a_job_stopped_at_its_time_limit_says_the_script_did_not_stop_on_sigusr2():

@@ -83,3 +83,10 @@ def test_partitions_and_version_are_scontrol():
     client = slurm_client.Slurm(module)
     assert [p["name"] for p in client.partitions()] and client.version() == "22.05.8"
     assert module.calls == [["/usr/bin/scontrol", "show", "partition", "-o"], ["/usr/bin/scontrol", "--version"]]
+
+
+def test_state_counts_ask_sinfo_about_one_partition():
+    module = FakeModule([(0, fixture("sinfo_states.txt"), "")])
+    counts = slurm_client.Slurm(module).state_counts("debug")
+    assert module.calls == [["/usr/bin/sinfo", "--partition=debug", "--noheader", "--format=%D %T"]]
+    assert slurm_parse.usable_count(counts) == 1

@@ -212,3 +212,17 @@ def test_job_from_scontrol_gives_the_node_count_and_whether_it_waits_for_nodes()
 ])
 def test_waits_for_nodes(state, reason, waits):
     assert slurm_parse.waits_for_nodes(state, reason) is waits
+
+
+def test_partition_nodes_counted_per_state():
+    # recorded on the local cluster (Slurm 22.05): one node drained, one down, one idle
+    counts = slurm_parse.parse_state_counts(fixture("sinfo_states.txt"))
+    assert counts == [dict(count=1, state="drained", state_flags=[]), dict(count=1, state="idle", state_flags=[]),
+                      dict(count=1, state="down", state_flags=[])]
+    assert slurm_parse.usable_count(counts) == 1
+    # usable_nodes's rule: not responding (*) or powered down (~) suffixes aside, flags count
+    counts = slurm_parse.parse_state_counts("2040 allocated\n3 mixed\n2 idle~\n1 down*\n1 draining\n1 idle+drain\n")
+    assert slurm_parse.usable_count(counts) == 2045
+    assert slurm_parse.parse_state_counts("") == []
+    with pytest.raises(ValueError, match="unexpected sinfo line 'PARTITION AVAIL'"):
+        slurm_parse.parse_state_counts("PARTITION AVAIL\n")

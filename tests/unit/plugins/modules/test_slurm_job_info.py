@@ -238,6 +238,8 @@ def test_log_lines_with_an_unreadable_output_file_warns(monkeypatch, capsys, tmp
 # ---------------------------------------------------------------- a job that waits for lost nodes
 
 SCONTROL_NODES = ["/usr/bin/scontrol", "show", "node", "-o"]
+SINFO_DEBUG = ["/usr/bin/sinfo", "--partition=debug", "--noheader", "--format=%D %T"]
+WITH_SINFO = ("scontrol", "squeue", "scancel", "sinfo")
 
 
 def requeued_job(job_id, reason="BeginTime", restarts=1, num_nodes=3, stdout="/tmp/fx/fx-pending-21.out"):
@@ -254,12 +256,17 @@ def nodes_with(states):
     return "".join(line.replace("State=IDLE", "State=" + state) + "\n" for line, state in zip(lines, states))
 
 
+def counted(*lines):
+    """sinfo's answer for partition debug: its nodes counted per state (recorded: sinfo_states.txt)."""
+    return "".join(line + "\n" for line in lines)
+
+
 def test_a_requeued_job_the_partition_cannot_hold_waits_for_nodes(monkeypatch, capsys, tmp_path):
     clock = Clock(monkeypatch)
     log = tmp_path / "pending.out"
     log.write_text("[rank4]: RuntimeError: [c10d] Connection closed by peer\n")
     s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, stdout=log), "")),
-                            (SCONTROL_NODES, (0, nodes_with(["IDLE", "DOWN*", "IDLE"]), ""))])
+                            (SINFO_DEBUG, (0, counted("2 idle", "1 down*"), ""))], bins=WITH_SINFO)
     result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60, log_lines=5), capsys)
     s.done()
     job = result["jobs"][0]
@@ -272,7 +279,7 @@ def test_a_requeued_job_the_partition_cannot_hold_waits_for_nodes(monkeypatch, c
 def test_a_requeued_job_with_enough_nodes_is_just_pending(monkeypatch, capsys):
     clock = Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21), "")),
-                            (SCONTROL_NODES, (0, nodes_with(["IDLE", "MIXED", "ALLOCATED"]), ""))] * 3)
+                            (SINFO_DEBUG, (0, counted("1 allocated", "1 idle", "1 mixed"), ""))] * 3, bins=WITH_SINFO)
     result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=2.5, log_lines=5), capsys)
     s.done()
     assert result["jobs"][0]["waits_for_nodes"] is False and result["checks"] == 3 and clock.sleeps == [1.0, 1.0, 1.0]
@@ -282,7 +289,7 @@ def test_a_requeued_job_with_enough_nodes_is_just_pending(monkeypatch, capsys):
 def test_drained_nodes_do_not_count_for_a_requeued_job(monkeypatch, capsys):
     Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, num_nodes=2), "")),
-                            (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE+DRAIN", "DOWN"]), ""))])
+                            (SINFO_DEBUG, (0, fixture("sinfo_states.txt"), ""))], bins=WITH_SINFO)
     result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60), capsys)
     s.done()
     assert result["jobs"][0]["waits_for_nodes"] is True
@@ -292,7 +299,7 @@ def test_a_pending_job_that_was_never_requeued_does_not_look_at_the_nodes(monkey
     Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, reason="Resources", restarts=0), ""))])
     result = run(slurm_job_info.main, dict(job_id=["21"]), capsys)
-    s.done()  # no scontrol show node
+    s.done()  # no sinfo, no scontrol show node
     assert result["jobs"][0]["waits_for_nodes"] is False
 
 
@@ -331,13 +338,13 @@ def test_a_held_job_is_released_without_its_bad_nodes(monkeypatch, capsys, tmp_p
     path = bad_nodes_file(tmp_path / "bad_nodes.json", slurm_worker_1=NO_IB)
     s = Slurm(monkeypatch, [
         (scontrol_job(21), (0, held_job(21), "")),
-        (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "MIXED"]), "")),  # look_up: a requeued job
-        (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "MIXED"]), "")),  # settle
+        (SINFO_DEBUG, (0, counted("1 mixed", "2 idle"), "")),  # look_up: a requeued job
+        (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "MIXED"]), "")),  # settle: which nodes are left
         ([SCONTROL, "update", "JobId=21", "ExcNodeList=slurm-worker-1"], (0, "", "")),
         ([SCONTROL, "update", "JobId=21", "StartTime=2026-11-29T21:44:31"], (0, "", "")),  # SubmitTime + 2 s
         ([SCONTROL, "release", "21"], (0, "", "")),
         (scontrol_job(21), (0, released_job(21, "slurm-worker-1"), "")),
-    ])
+    ], bins=WITH_SINFO)
     result = run(slurm_job_info.main, dict(job_id=["21"], bad_nodes_file=path), capsys)
     s.done()
     assert not result.get("failed") and result["changed"] is True
@@ -352,11 +359,11 @@ def test_a_held_job_the_partition_cannot_hold_without_its_bad_nodes_is_cancelled
     path = bad_nodes_file(tmp_path / "bad_nodes.json", slurm_worker_1=NO_IB)
     s = Slurm(monkeypatch, [
         (scontrol_job(21), (0, held_job(21), "")),
-        (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "IDLE+DRAIN"]), "")),
+        (SINFO_DEBUG, (0, counted("1 drained", "2 idle"), "")),
         (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "IDLE+DRAIN"]), "")),
         (["/usr/bin/scancel", "21"], (0, "", "")),
         (scontrol_job(21), (0, job_text("cancelled", 21), "")),
-    ], bins=("scontrol", "squeue", "scancel"))
+    ], bins=WITH_SINFO)
     result = run(slurm_job_info.main, dict(job_id=["21"], bad_nodes_file=path, wait_seconds=60), capsys)
     s.done()
     assert result["failed"] and result["cancelled"] == ["21"] and result["state"] == "CANCELLED"
@@ -373,14 +380,14 @@ def test_check_mode_or_no_bad_nodes_file_leaves_a_held_job_alone(monkeypatch, ca
     path = bad_nodes_file(tmp_path / "bad_nodes.json", slurm_worker_1=NO_IB)
     for args, check_mode in ((dict(bad_nodes_file=path), True), (dict(), False)):
         s = Slurm(monkeypatch, [(scontrol_job(21), (0, held_job(21), "")),
-                                (SCONTROL_NODES, (0, nodes_with(["IDLE", "IDLE", "IDLE"]), ""))])
+                                (SINFO_DEBUG, (0, counted("3 idle"), ""))], bins=WITH_SINFO)
         result = run(slurm_job_info.main, dict(job_id=["21"], **args), capsys, check_mode=check_mode)
         s.done()  # no scontrol update, release or scancel
         assert not result["changed"] and result["excluded"] == []
         assert result["jobs"][0]["reason"] == "job_requeued_in_held_state"
 
 
-def test_node_check_file_is_returned(monkeypatch, capsys, tmp_path):
+def test_node_check_file_of_a_few_nodes_is_returned_with_its_whole_table(monkeypatch, capsys, tmp_path):
     check = dict(job_id="18", restart=0, time="2026-11-30T10:00:00Z", table=["NODE  VERDICT", "n1    ok"],
                  bad={}, nodes=[dict(node="n1", ok=True)])
     path = tmp_path / "node_check.json"
@@ -388,7 +395,8 @@ def test_node_check_file_is_returned(monkeypatch, capsys, tmp_path):
     s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
     result = run(slurm_job_info.main, dict(job_id=["18"], node_check_file=str(path)), capsys)
     s.done()
-    assert result["node_check"] == check
+    assert result["node_check"] == dict(job_id="18", restart=0, time="2026-11-30T10:00:00Z", file=str(path),
+                                        checked=1, bad_count=0, bad={}, table=["NODE  VERDICT", "n1    ok"])
 
     s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
     result = run(slurm_job_info.main, dict(job_id=["18"], node_check_file=str(tmp_path / "not_yet.json")), capsys)
@@ -406,3 +414,26 @@ def test_an_unreadable_node_check_file_warns(monkeypatch, capsys, tmp_path):
     s.done()
     assert result["node_check"] is None and not result.get("failed")
     assert len(warned) == 1 and warned[0].startswith("cannot read %s: " % path)
+
+
+# ---------------------------------------------------------------- a metrics file with lines that are no record
+
+def test_lines_of_the_metrics_file_that_are_no_record_are_counted_and_said(monkeypatch, capsys, tmp_path):
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda module, warning, **kwargs: warned.append(warning))
+    metrics = tmp_path / "metrics.jsonl"
+    long_record = dict(step=10, total_steps=40, loss=2.5,
+                       nodes=dict(("node-%03d" % i, dict(work_ms=200.0, wait_ms=9.0)) for i in range(110)))
+    metrics.write_text(json.dumps(long_record) + "\nstep 11 loss 2.4\n")
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["18"], metrics_file=str(metrics)), capsys)
+    s.done()
+    assert len(json.dumps(long_record)) > 5000 and result["progress"]["step"] == 10
+    assert result["unreadable_records"] == 1
+    assert len(warned) == 1 and warned[0].startswith("%s: 1 of its last lines hold no complete JSON object" % metrics)
+    assert result["progress_warnings"] == {str(metrics): warned[0]}
+
+    metrics.write_text(json.dumps(long_record) + "\n")
+    s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
+    result = run(slurm_job_info.main, dict(job_id=["18"], metrics_file=str(metrics)), capsys)
+    assert result["unreadable_records"] == 0 and "progress_warnings" not in result and len(warned) == 1
