@@ -100,7 +100,13 @@ def test_every_training_job_measures_its_fabric_and_the_watch_names_a_straggler(
     # the straggler: named by the watch while the job ran, once, and no other node
     named = re.findall(r"straggler: (\S+) took ([\d.]+)x the median work per step", result.output)
     records = [json.loads(line) for line in open(os.path.join(RUNS, run, "metrics.jsonl"))]
-    timed = [r["nodes"] for r in records if "nodes" in r]
+    # each record carries the slowest nodes (all 3 of 3 here); the run's whole per-node history
+    # is node_times.json, which the collect step fetched beside the metrics
+    timed = [r["node_times"]["slowest"] for r in records if "node_times" in r]
+    assert all(r["node_times"]["count"] == 3 for r in records if "node_times" in r)
+    history = json.load(open(os.path.join(RUNS, run, "node_times.json")))
+    assert sorted(history["nodes"]) == ["slurm-worker-%d" % n for n in range(3)], history
+    assert history["records"] == len(timed), (history["records"], len(timed))
     work = [{node: times["work_ms"] for node, times in nodes.items()} for nodes in timed]
     print("stragglers: named=%s, work_ms per record=%s" % (named, work))
     assert [node for node, _ratio in named] == [STRAGGLER], result.output[-4000:]

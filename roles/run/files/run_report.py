@@ -2,10 +2,14 @@
 
     python run_report.py --run-dir runs/<run_name> [--facts FILE]
 
-Reads RUN/metrics.jsonl (the trainer's records), RUN/samples.txt (generated text) and a
-facts JSON file written by the playbook (default RUN/facts.json); writes RUN/loss.png and
-RUN/report.md. Whatever is missing is reported as missing: a failed run still gets a
-report of what exists. The same inputs give the same report (it holds no time of its own).
+Reads RUN/metrics.jsonl (the trainer's records), RUN/node_times.json (each node's step times
+over the run, the reference trainer's), RUN/samples.txt (generated text) and a facts JSON file
+written by the playbook (default RUN/facts.json); writes RUN/loss.png and RUN/report.md, and
+RUN/nodes.md when the run has more nodes than the report's step-time table shows. Whatever is
+missing is reported as missing: a failed run still gets a report of what exists. The same
+inputs give the same report (it holds no time of its own). A week of records (600,000 lines)
+is read in seconds and a few hundred MB: of each loss record only the fields the report shows
+are kept, and the per-node maps of a script's own records are summed as they are read.
 
 Facts (every key optional):
     run_name, workspace, model {...} (the reference trainer's) or
@@ -17,7 +21,8 @@ Facts (every key optional):
              seconds, slow {node: reason}, slow_fabric,
              nodes [{node, interfaces, gbps, busbw, fraction, latency_us}]} (the network check),
     jobs [{kind, job_id, state, exit_code, elapsed, nodelist, start_time, end_time, restarts}],
-    checkpoint {path, step} or null, straggler_threshold
+    checkpoint {path, step} or null, straggler_threshold,
+    not_fetched {path: why} (the run's files the collect step left on the cluster)
 
 Every value from those files is untrusted text (a training script may write any record, and
 many facts come from files jobs wrote on the cluster): it reaches report.md only through md()
@@ -37,25 +42,35 @@ import tempfile
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.txt"
 FACTS_FILE = "facts.json"
+NODE_TIMES_FILE = "node_times.json"
+NODES_FILE = "nodes.md"
 PLOT_FILE = "loss.png"
 REPORT_FILE = "report.md"
 NOT_RECORDED = "not recorded"
 # the watch's straggler rules (plugins/module_utils/stragglers.py), from the collection this file is in
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "..", "plugins", "module_utils"))
-from stragglers import node_table  # noqa: E402  pylint: disable=wrong-import-position
+from stragglers import add_record, node_times_table, totals_table  # noqa: E402  pylint: disable=wrong-import-position
 DEFAULT_STRAGGLER_THRESHOLD = 0.2
+# What of a loss record the report shows: the rest (per-node times, a script's own fields) is not kept,
+# so a week of records fits in a few hundred MB.
+LOSS_FIELDS = ("step", "loss", "val_loss", "total_steps", "tokens_seen", "tokens_per_s", "mfu", "elapsed_s")
+# Up to this many nodes the report lists each; beyond, the slow ones and a summary (all in nodes.md).
+NODE_ROWS_SHOWN = 32
 
 
 def warn(message):
     print("run_report: warning: " + message, file=sys.stderr)
 
 
-def read_metrics(path):
-    """metrics.jsonl -> (loss records sorted by step, one per step; events in file order;
-    lines that are not JSON objects). None when the file does not exist."""
+def read_metrics(path, threshold):
+    """metrics.jsonl -> (loss records sorted by step, one per step, with their LOSS_FIELDS; events in
+    file order; lines that are not JSON objects; stragglers.add_record's totals of the loss records'
+    full `nodes` maps, at threshold). None when the file does not exist. The totals count every
+    loss record that names the nodes, those of a step run again after a resume too: each measured
+    the nodes' work."""
     if not os.path.exists(path):
         return None
-    by_step, events, unreadable = {}, [], 0
+    by_step, events, unreadable, totals = {}, [], 0, {}
     with open(path, encoding="utf-8", errors="replace") as handle:
         for line in handle:
             if not line.strip():
@@ -69,10 +84,24 @@ def read_metrics(path):
             elif "event" in record:
                 events.append(record)
             elif isinstance(record.get("step"), int) and is_number(record.get("loss")):
-                by_step[record["step"]] = record  # a later record of a step replaces an earlier one
+                add_record(totals, record, threshold)
+                # a later record of a step replaces an earlier one
+                by_step[record["step"]] = {key: record[key] for key in LOSS_FIELDS if key in record}
             else:
                 unreadable += 1
-    return [by_step[step] for step in sorted(by_step)], events, unreadable
+    return [by_step[step] for step in sorted(by_step)], events, unreadable, totals
+
+
+def read_node_times(path):
+    """node_times.json -> (its content or None, why it could not be read or None)."""
+    if not os.path.exists(path):
+        return None, None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle), None
+    except ValueError as error:
+        warn("%s is not JSON (%s); the report's step times per node come from the metrics" % (path, error))
+        return None, "it is not JSON (%s)" % error
 
 
 def read_facts(path):
@@ -309,7 +338,9 @@ def cluster_lines(facts, events):
         lines = [
             "- Partition: %s" % md(cluster.get("partition")),
             "- Slurm version: %s" % md(cluster.get("slurm_version")),
-            "- Nodes: %s%s" % (md(nodes), " (%d)" % len(nodes) if nodes else ""),
+            # a job's thousands of names would be a line of noise: the first ones and the count
+            "- Nodes: %s%s%s" % (md(nodes[:NODE_ROWS_SHOWN]), ", ..." if len(nodes) > NODE_ROWS_SHOWN else "",
+                                 " (%d)" % len(nodes) if nodes else ""),
             "- GPUs per node: %s" % md(cluster.get("gpus_per_node")),
             "- Processes per node: %s" % md(cluster.get("procs_per_node")),
         ]
@@ -411,23 +442,104 @@ def node_check_lines(facts):
     return out
 
 
-def step_time_lines(losses, facts):
-    """Each node's work and wait per step over the run (the loss records' nodes), and which was slow."""
+def straggler_threshold(facts):
     threshold = facts.get("straggler_threshold")
-    threshold = float(threshold) if is_finite(threshold) and threshold > 0 else DEFAULT_STRAGGLER_THRESHOLD
-    rows = node_table(losses, threshold)
-    if not rows:
-        return ["Step time per node: %s (one node, or a script whose metrics carry no `nodes`)." % NOT_RECORDED]
-    out = ["Per node, medians over the loss records that carry step times: its work per step (its slowest rank's "
-           "time not spent waiting for the others in the gradient all-reduce) and its wait. Every step takes as "
-           "long as the slowest node's work; a node more than %d %% above the median node's work is slow "
-           "(pretrain_straggler_threshold)." % round(100 * threshold), ""]
-    out += table(["Node", "Work ms/step", "Wait ms/step", "Work vs median", "Slow in"],
+    return float(threshold) if is_finite(threshold) and threshold > 0 else DEFAULT_STRAGGLER_THRESHOLD
+
+
+def node_step_times(metrics, node_times, facts):
+    """The step-time table's source: {rows, about (what they are over), threshold (of their slow
+    records), problems}. node_times.json when it has rows, else the loss records' full maps."""
+    history, error = node_times
+    problems = ["`%s` was not read: %s." % (NODE_TIMES_FILE, md(error))] if error else []
+    if history is not None:
+        try:
+            rows, unreadable = node_times_table(history)
+        except ValueError as err:
+            rows = []
+            problems.append("`%s` was not read: %s." % (NODE_TIMES_FILE, md(str(err))))
+        else:
+            if unreadable:
+                problems.append("%d node entries of `%s` could not be read and are left out."
+                                % (unreadable, NODE_TIMES_FILE))
+        if rows:
+            threshold = history.get("threshold")
+            return {"rows": rows, "problems": problems,
+                    "about": "means over the %s loss records from step %s to step %s (`%s`)" % (
+                        md(history.get("records")), md(history.get("first_step")), md(history.get("step")),
+                        NODE_TIMES_FILE),
+                    "threshold": float(threshold) if is_finite(threshold) else None,
+                    "threshold_from": "the threshold the trainer used, in `%s`" % NODE_TIMES_FILE}
+    return {"rows": totals_table(metrics[3]) if metrics else [], "problems": problems,
+            "about": "means over the loss records whose `nodes` name every node",
+            "threshold": straggler_threshold(facts), "threshold_from": "pretrain_straggler_threshold"}
+
+
+def is_straggler(row):
+    return row["slow_records"] * 2 > row["records"]
+
+
+def node_rows_table(rows):
+    return table(["Node", "Mean work ms/step", "Mean wait ms/step", "Work vs median", "Slow in"],
                  [[r["node"], "%.1f" % r["work_ms"], "%.1f" % r["wait_ms"],
                    "%.2fx" % r["ratio"] if r["ratio"] is not None else NOT_RECORDED,
-                   "%d of %d records%s" % (r["slow_records"], r["records"],
-                                           " (straggler)" if r["slow_records"] * 2 > r["records"] else "")]
+                   "%d of %d records%s" % (r["slow_records"], r["records"], " (straggler)" if is_straggler(r) else "")]
                   for r in rows])
+
+
+def step_time_about(times):
+    threshold = times["threshold"]
+    slow = ("a node more than %s %% above that record's median node's work is slow in it (%s)"
+            % (md(round(100 * threshold)) if threshold is not None else NOT_RECORDED, times["threshold_from"]))
+    return ("Per node, %s: its work per step (its slowest rank's time not spent waiting for the others in the "
+            "gradient all-reduce) and its wait. Every step takes as long as the slowest node's work; %s; a node "
+            "slow in more than half its records is a straggler." % (times["about"], slow))
+
+
+def step_time_lines(times):
+    """Each node's work and wait per step over the run, and which was slow. Beyond NODE_ROWS_SHOWN nodes:
+    the spread of all, and the rows of the slow ones only (the whole table is in nodes.md)."""
+    rows = times["rows"]
+    if not rows:
+        return ["Step time per node: %s (one node, no `%s` in the run directory, or a script whose metrics carry "
+                "no `nodes`)." % (NOT_RECORDED, NODE_TIMES_FILE)] + times["problems"]
+    out = [step_time_about(times)] + times["problems"] + [""]
+    if len(rows) <= NODE_ROWS_SHOWN:
+        return out + node_rows_table(rows)
+    works = sorted(r["work_ms"] for r in rows)
+    tail = len(works) // 20  # 5 % at each end
+    out += ["%d nodes; mean work per step of the median node %.1f ms, of the fastest %.1f ms and the slowest %.1f ms; "
+            "90 %% of the nodes between %.1f and %.1f ms."
+            % (len(rows), statistics.median(works), works[0], works[-1], works[tail], works[-1 - tail]), ""]
+    limit = 1.0 + (times["threshold"] or DEFAULT_STRAGGLER_THRESHOLD)
+    slow = [r for r in rows if is_straggler(r) or (r["ratio"] or 0.0) > limit]
+    shown = sorted(sorted(slow, key=lambda r: -(r["ratio"] or 0.0))[:NODE_ROWS_SHOWN], key=lambda r: r["node"])
+    if not shown:
+        out.append("No node's mean work is more than %d %% above the median node's, and none is a straggler."
+                   % round(100 * (limit - 1.0)))
+    else:
+        out += ["The nodes whose mean work is more than %d %% above the median node's, or that are stragglers%s:"
+                % (round(100 * (limit - 1.0)), " (the %d slowest of %d)" % (len(shown), len(slow))
+                   if len(shown) < len(slow) else ""), ""]
+        out += node_rows_table(shown)
+    return out + ["", "Every node's row is in `%s` beside this report." % NODES_FILE]
+
+
+def nodes_report(run_name, times):
+    """nodes.md: the step-time table of every node."""
+    return "\n".join(["# Step time per node of run %s" % md(run_name), "", step_time_about(times)]
+                     + times["problems"] + [""] + node_rows_table(times["rows"])) + "\n"
+
+
+def fetch_lines(facts):
+    """The run's files that the collect step left on the cluster, and what that means here."""
+    refused = facts.get("not_fetched")
+    if not isinstance(refused, dict) or not refused:
+        return []
+    out = ["- %s" % md(why) for _path, why in sorted(refused.items())]
+    if any(str(path).endswith("/" + METRICS_FILE) for path in refused):
+        out.append("- The figures below are of the `%s` an earlier collect fetched, if any: raise "
+                   "pretrain_fetch_max_mb above its size to fetch it whole." % METRICS_FILE)
     return out
 
 
@@ -476,10 +588,10 @@ def network_lines(facts):
     return out
 
 
-def render(run_name, metrics, summary, facts, samples, plot_note):
-    losses, events = (metrics[0], metrics[1]) if metrics else ([], [])
+def render(run_name, metrics, summary, facts, samples, plot_note, times):
+    events = metrics[1] if metrics else []
     out = ["# Run %s" % md(run_name), "", "## Summary", ""]
-    out += summary_lines(metrics, summary, events)
+    out += fetch_lines(facts) + summary_lines(metrics, summary, events)
     if metrics and metrics[2]:
         out += ["", "%d line(s) of `%s` were not records and were skipped." % (metrics[2], METRICS_FILE)]
     out += ["", "## Loss", ""]
@@ -490,7 +602,7 @@ def render(run_name, metrics, summary, facts, samples, plot_note):
     else:
         out += ["", "## Model", ""] + model_lines(facts, events)
     out += ["", "## Node check", ""] + node_check_lines(facts)
-    out += ["", "## Step time per node", ""] + step_time_lines(losses, facts)
+    out += ["", "## Step time per node", ""] + step_time_lines(times)
     out += ["", "## NCCL / UCX / Gloo environment", ""] + env_lines(facts)
     out += ["", "## Network", ""] + network_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)
@@ -547,7 +659,7 @@ def main(argv=None):
     if args.facts and not os.path.exists(args.facts):
         warn("%s does not exist; the report leaves its sections as not recorded" % args.facts)
     run_name = text(facts.get("run_name") or os.path.basename(os.path.normpath(os.path.abspath(run_dir))))
-    metrics = read_metrics(os.path.join(run_dir, METRICS_FILE))
+    metrics = read_metrics(os.path.join(run_dir, METRICS_FILE), straggler_threshold(facts))
     losses, events = (metrics[0], metrics[1]) if metrics else ([], [])
     summary = summarize(losses, events) if losses else None
     samples = read_text(os.path.join(run_dir, SAMPLES_FILE))
@@ -567,8 +679,20 @@ def main(argv=None):
     if plot_note is not None and os.path.exists(plot_path):
         os.unlink(plot_path)  # a plot of an earlier attempt would not match this report
 
+    times = node_step_times(metrics, read_node_times(os.path.join(run_dir, NODE_TIMES_FILE)), facts)
+    nodes_path = os.path.join(run_dir, NODES_FILE)
+    if len(times["rows"]) > NODE_ROWS_SHOWN:
+        nodes = nodes_report(run_name, times)
+
+        def write_nodes(temp):
+            with open(temp, "w", encoding="utf-8") as handle:
+                handle.write(nodes)
+        atomic_write(nodes_path, write_nodes)
+    elif os.path.exists(nodes_path):
+        os.unlink(nodes_path)  # an earlier attempt's, of more nodes than this report shows
+
     report_path = os.path.join(run_dir, REPORT_FILE)
-    report = render(run_name, metrics, summary, facts, samples, plot_note)
+    report = render(run_name, metrics, summary, facts, samples, plot_note, times)
 
     def write_report(temp):
         with open(temp, "w", encoding="utf-8") as handle:

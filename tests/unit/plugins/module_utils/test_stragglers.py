@@ -1,5 +1,9 @@
-from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import (node_table, straggler_line,
-                                                                                stragglers)
+import statistics
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import (node_table, node_times_table,
+                                                                                straggler_line, stragglers)
 
 
 def record(step, **work):
@@ -51,5 +55,75 @@ def test_two_slow_nodes_are_both_named_slowest_first():
 def test_the_report_table_counts_the_slow_records_per_node():
     rows = node_table(ORDINARY + SLOWED, 0.5)
     assert [(r["node"], r["slow_records"], r["records"]) for r in rows] == [("n0", 0, 6), ("n1", 3, 6), ("n2", 0, 6)]
-    # medians of each node's six records: n0 218.15, n1 (240.9 + 466.7) / 2, n2 218.6 (the median node)
-    assert [(r["work_ms"], r["ratio"]) for r in rows] == [(218.2, 1.0), (353.8, 1.62), (218.6, 1.0)]
+    # means of each node's six records: n0 1327.5 / 6 (the median node), n1 2106.4 / 6, n2 1319.0 / 6
+    assert [(r["work_ms"], r["ratio"]) for r in rows] == [(221.2, 1.0), (351.1, 1.59), (219.8, 0.99)]
+
+
+def summarized(record, slowest=8):
+    """The record as the reference trainer writes it: the median over all nodes and its slowest nodes."""
+    nodes = record["nodes"]
+    work = sorted(nodes, key=lambda n: -nodes[n]["work_ms"])
+    return {"step": record["step"], "loss": record["loss"], "node_times": {
+        "count": len(nodes), "median_work_ms": statistics.median(t["work_ms"] for t in nodes.values()),
+        "median_wait_ms": statistics.median(t["wait_ms"] for t in nodes.values()),
+        "slowest": {n: nodes[n] for n in work[:slowest]}}}
+
+
+def history(records, threshold):
+    """node_times.json as the reference trainer keeps it over these records."""
+    nodes = {}
+    for r in records:
+        median = statistics.median(t["work_ms"] for t in r["nodes"].values())
+        for node, t in r["nodes"].items():
+            h = nodes.setdefault(node, {"records": 0, "work_ms": 0.0, "wait_ms": 0.0, "slow_records": 0})
+            h["records"] += 1
+            h["work_ms"] += t["work_ms"]
+            h["wait_ms"] += t["wait_ms"]
+            h["slow_records"] += t["work_ms"] > (1 + threshold) * median
+            h["last_work_ms"] = t["work_ms"]
+    for h in nodes.values():
+        h["work_ms"] /= h["records"]
+        h["wait_ms"] /= h["records"]
+    return {"version": 1, "threshold": threshold, "first_step": records[0]["step"], "step": records[-1]["step"],
+            "records": len(records), "nodes": nodes}
+
+
+def test_a_straggler_is_found_from_the_trainers_summaries_as_from_the_full_maps():
+    trainer = [summarized(r, slowest=2) for r in ORDINARY + SLOWED]
+    assert stragglers(trainer, 0.5, 3) == stragglers(ORDINARY + SLOWED, 0.5, 3)
+    assert stragglers(trainer, 0.5, 3)[0]["node"] == "n1"
+    assert stragglers(trainer[:-1], 0.5, 3) == [] and stragglers([summarized(r) for r in ORDINARY], 0.1, 1) == []
+    # a summary of one node, or with no median, times nothing
+    alone = [dict(t, node_times=dict(t["node_times"], count=1)) for t in trainer]
+    assert stragglers(alone, 0.5, 1) == []
+    assert stragglers([dict(trainer[-1], node_times=dict(trainer[-1]["node_times"], median_work_ms=None))], 0.5, 1) == []
+
+
+def test_node_times_json_and_the_full_maps_give_the_same_rows():
+    records = ORDINARY + SLOWED
+    assert node_times_table(history(records, 0.5)) == (node_table(records, 0.5), 0)
+    # the trainer's records name only the slowest nodes: the table comes from node_times.json, not from them
+    assert node_table([summarized(r) for r in records], 0.5) == []
+
+
+def test_node_times_json_entries_that_cannot_be_read_are_counted_and_left_out():
+    kept = history(ORDINARY + SLOWED, 0.5)
+    kept["nodes"].update({"n9": {"records": 3, "work_ms": "fast"}, "n8": "gone"})
+    rows, unreadable = node_times_table(kept)
+    assert [r["node"] for r in rows] == ["n0", "n1", "n2"] and unreadable == 2
+    for wrong in ([], {"version": 2, "nodes": {}}, {"version": 1}):
+        with pytest.raises(ValueError, match="no version-1 node_times.json"):
+            node_times_table(wrong)
+
+
+def test_the_table_of_2048_nodes_over_200_records():
+    nodes = ["node-%04d" % n for n in range(2048)]
+    records = [{"step": s, "loss": 2.0, "nodes": {n: {"work_ms": 200.0 + (i % 7) + (300.0 if n == "node-0042" else 0.0),
+                                                      "wait_ms": 5.0} for i, n in enumerate(nodes)}}
+               for s in range(200)]
+    rows = node_table(records, 0.2)
+    assert len(rows) == 2048 and rows[42]["node"] == "node-0042"
+    # 500 ms against the median node's 203 ms, slow in every record; no other node is slow in any
+    assert (rows[42]["slow_records"], rows[42]["records"], rows[42]["ratio"]) == (200, 200, 2.46)
+    assert sum(r["slow_records"] for r in rows) == 200
+    assert node_times_table(history(records, 0.2)) == (rows, 0)
