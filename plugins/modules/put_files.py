@@ -36,8 +36,23 @@ options:
       - The mode of every file, as an octal string.
     type: str
     default: "0644"
+  prune:
+    description:
+      - A pattern of names, shell-style such as C(*.env). The regular files directly in O(dest)
+        whose names match it and that are neither in O(files) nor in O(keep) are removed, so that
+        a file an earlier call wrote and this one no longer gives stops being used.
+      - Links, directories and subdirectories are left alone; O(dest) itself is not followed when
+        it is a link. Without O(prune) nothing is removed.
+    type: str
+  keep:
+    description:
+      - Names that O(prune) leaves in place although they are not in O(files), such as a file
+        another task writes.
+    type: list
+    elements: str
+    default: []
 notes:
-  - Supports check mode (says what it would write) and diff mode (the names written).
+  - Supports check mode (says what it would write and remove) and diff mode (the names written and removed).
 """
 
 EXAMPLES = r"""
@@ -45,6 +60,13 @@ EXAMPLES = r"""
   llmtrain.slurm.put_files:
     dest: /shared/runs/tiny/scripts
     files: "{{ dict(sources | map('basename') | zip(query('ansible.builtin.file', *sources, rstrip=false))) }}"
+
+- name: Put the env files, removing the *.env files of nodes no longer listed (secrets.env is another task's)
+  llmtrain.slurm.put_files:
+    dest: /shared/runs/tiny/env
+    files: "{{ env_files }}"
+    prune: "*.env"
+    keep: [secrets.env]
 """
 
 RETURN = r"""
@@ -59,8 +81,15 @@ unchanged:
   returned: always
   type: list
   elements: str
+removed:
+  description: The names removed (or, in check mode, that would be) because they match O(prune).
+  returned: always
+  type: list
+  elements: str
+  sample: [gpu-0017.env]
 """
 
+import fnmatch
 import os
 import stat
 
@@ -82,12 +111,35 @@ def same(path, data, mode):
         return handle.read() == data
 
 
+def prune(dest, pattern, wanted, check_mode):
+    """Remove the regular files directly in dest whose names match pattern and are not in
+    wanted, through a descriptor of dest (never following a link); returns their names."""
+    try:
+        fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return []  # check mode: dest is not made yet
+    try:
+        with os.scandir(fd) as entries:
+            names = sorted(entry.name for entry in entries if entry.name not in wanted
+                           and fnmatch.fnmatchcase(entry.name, pattern) and entry.is_file(follow_symlinks=False))
+        for name in [] if check_mode else names:
+            try:
+                os.unlink(name, dir_fd=fd)
+            except FileNotFoundError:
+                pass  # gone meanwhile, as asked
+    finally:
+        os.close(fd)
+    return names
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             dest=dict(type="path", required=True),
             files=dict(type="dict", required=True),
             mode=dict(type="str", default="0644"),
+            prune=dict(type="str"),
+            keep=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -104,6 +156,8 @@ def main():
         module.fail_json(msg="files: each name is a path inside dest: %s" % "; ".join(problems))
     if os.path.exists(p["dest"]) and not os.path.isdir(p["dest"]):
         module.fail_json(msg="dest %s exists and is not a directory" % p["dest"])
+    if p["prune"] is not None and (not p["prune"] or "/" in p["prune"]):
+        module.fail_json(msg="prune=%r: give a pattern of names directly in dest, such as '*.env'" % p["prune"])
 
     written, unchanged = [], []
     for name in sorted(p["files"]):
@@ -122,9 +176,19 @@ def main():
         except OSError as err:
             module.fail_json(msg="cannot write %s: %s" % (path, err.strerror or err), written=written[:-1],
                              unchanged=unchanged)
-    result = dict(changed=bool(written), written=written, unchanged=unchanged)
-    if module._diff and written:
-        result["diff"] = dict(before="", after="".join(name + "\n" for name in written),
+    removed = []
+    if p["prune"]:
+        try:
+            removed = prune(p["dest"], p["prune"], set(p["files"]) | set(p["keep"]), module.check_mode)
+        except OSError as err:
+            why = "it is a link, not followed" if os.path.islink(p["dest"]) else err.strerror or err
+            module.fail_json(msg="cannot remove the files matching %s in %s: %s" % (p["prune"], p["dest"], why),
+                             written=written, unchanged=unchanged)
+    result = dict(changed=bool(written or removed), written=written, unchanged=unchanged, removed=removed)
+    if module._diff and (written or removed):
+        result["diff"] = dict(before="".join(name + "\n" for name in removed),
+                              after="".join(name + "\n" for name in written),
+                              before_header="%s (files removed)" % p["dest"],
                               after_header="%s (files written)" % p["dest"])
     module.exit_json(**result)
 

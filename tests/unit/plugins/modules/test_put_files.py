@@ -61,3 +61,39 @@ def test_bad_mode_and_a_file_as_dest_are_clear_errors(tmp_path, capsys):
     (tmp_path / "f").write_text("")
     result = run(put_files.main, dict(dest=str(tmp_path / "f"), files={"a": "x"}), capsys)
     assert result["failed"] is True and "is not a directory" in result["msg"]
+
+
+def test_prune_removes_the_matching_files_it_was_not_given_and_nothing_else(tmp_path, capsys):
+    dest = tmp_path / "env"
+    dest.mkdir()
+    for name in ("cluster.env", "gone-node.env", "secrets.env", "notes.txt"):
+        (dest / name).write_text("old\n")
+    (dest / "sub.env").mkdir()
+    outside = tmp_path / "outside.env"
+    outside.write_text("theirs\n")
+    (dest / "link.env").symlink_to(outside)
+    args = dict(dest=str(dest), files={"cluster.env": "new\n", "n1.env": "x\n"}, prune="*.env", keep=["secrets.env"])
+
+    checked = run(put_files.main, args, capsys, check_mode=True)
+    assert checked["changed"] is True and checked["removed"] == ["gone-node.env"]
+    assert (dest / "gone-node.env").exists()
+
+    result = run(put_files.main, args, capsys)
+    assert result["removed"] == ["gone-node.env"] and result["written"] == ["cluster.env", "n1.env"]
+    assert sorted(os.listdir(dest)) == ["cluster.env", "link.env", "n1.env", "notes.txt", "secrets.env", "sub.env"]
+    assert outside.read_text() == "theirs\n" and (dest / "secrets.env").read_text() == "old\n"
+
+    again = run(put_files.main, args, capsys)
+    assert again["changed"] is False and again["removed"] == []
+
+
+def test_prune_does_not_follow_a_linked_dest_and_refuses_a_path_as_pattern(tmp_path, capsys):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "old.env").write_text("old\n")
+    (tmp_path / "env").symlink_to(real)
+    result = run(put_files.main, dict(dest=str(tmp_path / "env"), files={}, prune="*.env"), capsys)
+    assert result["failed"] is True and "it is a link, not followed" in result["msg"]
+    assert (real / "old.env").exists()
+    result = run(put_files.main, dict(dest=str(real), files={"a.env": "x"}, prune="../*.env"), capsys)
+    assert result["failed"] is True and "prune='../*.env'" in result["msg"] and not (real / "a.env").exists()
