@@ -21,10 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = [
     ("Pipeline on the local cluster", [sys.executable, "bench/pipeline_bench.py", "--format", "markdown"]),
     ("Network check on the local cluster", [sys.executable, "bench/network_bench.py", "--format", "markdown"]),
+    ("Local clusters of 3 to 245 nodes", [sys.executable, "bench/cluster_scale_bench.py", "--format", "markdown"]),
     ("Data preparation (bytes, BPE)", [sys.executable, "bench/prepare_bench.py", "--format", "markdown"]),
     ("Trainer overhead on CPU", [sys.executable, "bench/trainer_bench.py", "--format", "markdown"]),
     ("FSDP against DDP on CPU (memory per rank, tokens/s)", [sys.executable, "bench/fsdp_bench.py", "--format", "markdown"]),
     ("Trainer on GPU (GPT-2 124M, bf16, compile)", [sys.executable, "bench/trainer_gpu.py", "--format", "markdown"]),
+    ("Scale: the collection's code at up to 8,192 nodes, on generated inputs",
+     [sys.executable, "bench/scale_bench.py", "--format", "markdown"]),
 ]
 
 
