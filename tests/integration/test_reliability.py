@@ -617,7 +617,8 @@ def test_metacharacters_are_literal_modes_are_sane_and_secrets_stay_secret(local
         for prompt in prompts:
             assert prompt in samples
         # env values are exported literally (the job's shell sources these files)
-        env_file = os.path.join(run_dir, "env", "slurm-worker-0.env")
+        # no node has host vars of its own: every node sources cluster.env
+        env_file = os.path.join(run_dir, "env", "cluster.env")
         assert sourced(env_file, "LLMTRAIN_TEST_VALUE") == HOSTILE
         secrets = os.path.join(run_dir, "env", "secrets.env")
         assert sourced(secrets, "LLMTRAIN_TEST_TOKEN") == secret
