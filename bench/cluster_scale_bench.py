@@ -1,6 +1,6 @@
 """The collection against local Slurm clusters of growing node count, up to the largest this machine holds.
 
-    python bench/cluster_scale_bench.py [--sizes 3,16,64,128,245] [--pipeline-sizes 3,16] [--format markdown]
+    python bench/cluster_scale_bench.py [--sizes 3,16,32,64,128,245] [--pipeline-sizes 3,16,32] [--format markdown]
 
 At each node count N a cluster of its own (directory, subnet, bridge, namespaces, node names
 and ports apart from the test cluster's, so that both can run on one machine) is brought up
@@ -262,9 +262,9 @@ def render(args, results):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    parser.add_argument("--sizes", default="3,16,64,128,245",
+    parser.add_argument("--sizes", default="3,16,32,64,128,245",
                         help="node counts, in order; the first that does not come up ends the list")
-    parser.add_argument("--pipeline-sizes", default="3,16", help="node counts that also run the whole pipeline")
+    parser.add_argument("--pipeline-sizes", default="3,16,32", help="node counts that also run the whole pipeline")
     parser.add_argument("--format", choices=["text", "markdown"], default="text")
     args = parser.parse_args()
     if os.geteuid() != 0:
