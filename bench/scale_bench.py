@@ -499,6 +499,26 @@ def cell(fmt, value):
     return fmt(value) if callable(fmt) else fmt % value
 
 
+def stage_exponent(stage):
+    """A stage's growth exponents (between the two largest sizes, over all) of its time column,
+    over the rows of the history every size was measured with; (None, None) without them."""
+    if stage.get("error") or not stage.get("time"):
+        return None, None
+    series = [r for r in stage["rows"] if stage["time"] in r and r.get("history") == stage.get("series")]
+    return exponent([(r["nodes"], r[stage["time"]]) for r in series])
+
+
+def fastest_growing(stages):
+    """(title, exponent between the two largest sizes) of the stage whose cost grows fastest in
+    nodes, None when no stage has an exponent."""
+    grown = [(stage_exponent(stage)[0], stage["title"]) for stage in stages.values()]
+    grown = [(last, title) for last, title in grown if last is not None]
+    if not grown:
+        return None
+    last, title = max(grown)
+    return title, last
+
+
 def render_stage(stage):
     lines = ["### " + stage["title"], ""]
     if stage.get("error"):
@@ -513,8 +533,7 @@ def render_stage(stage):
             cell(fmt, row.get(key)) for key, _title, fmt in stage["columns"])))
     if stage["time"]:
         # the rows of one history, the one every size was measured with
-        series = [r for r in stage["rows"] if stage["time"] in r and r.get("history") == stage.get("series")]
-        last, fit = exponent([(r["nodes"], r[stage["time"]]) for r in series])
+        last, fit = stage_exponent(stage)
         if last is not None:
             lines += ["", "Growth exponent of %s in nodes: %.2f between the two largest sizes, %.2f over all "
                       "(1 is linear)." % (dict((k, t) for k, t, _f in stage["columns"])[stage["time"]], last, fit)]
@@ -569,6 +588,10 @@ def render(result, form):
     for target, value, ok in verdicts(stages):
         lines.append("| %s | %s | %s |" % (target, str(value).replace("|", "/"),
                                            "-" if ok is None else "met" if ok else "MISSED"))
+    fastest = fastest_growing(stages)
+    if fastest:
+        lines += ["", "Fastest-growing in nodes: %s, growth exponent %.2f between the two largest sizes (1 is "
+                  "linear); each stage's is under its table." % fastest]
     lines.append("")
     for name in ("record", "coverage", "poll", "report", "resume", "diagnosis", "parse", "nccl_env"):
         lines += render_stage(stages[name])

@@ -19,6 +19,17 @@ def stage(rows, time="wall_s"):
     return dict(title="t", rows=rows, time=time, columns=[])
 
 
+def test_the_fastest_growing_stage_is_named_with_its_exponent():
+    def grows(title, power):
+        return dict(title=title, time="cpu_ms", columns=[], series=None,
+                    rows=[{"nodes": n, "cpu_ms": float(n) ** power} for n in (8, 64, 512)])
+    stages = {"parse": grows("parsing", 1.2), "poll": grows("a poll", 0.9),
+              "nccl_env": dict(title="env", rows=[], time=None, columns=[], error="not measured: failed")}
+    title, last = scale_bench.fastest_growing(stages)
+    assert title == "parsing" and last == pytest.approx(1.2)
+    assert scale_bench.fastest_growing({"nccl_env": stages["nccl_env"]}) is None
+
+
 def test_the_verdict_says_met_missed_and_not_measured_at_2048_nodes():
     at = scale_bench.TARGET
     stages = {
