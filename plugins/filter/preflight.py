@@ -29,12 +29,10 @@ def input_errors(values, workers=None):
 
 def hostnames(hostlists):
     """Node names and Slurm hostlists (gpu-[01-04], a,b) -> the node names, in order, once each."""
-    names = []
+    names = {}  # insertion-ordered, and a lookup in constant time: a job's thousands of nodes
     for item in [hostlists] if isinstance(hostlists, str) else (hostlists or []):
-        for name in expand_hostlist(str(item)):
-            if name not in names:
-                names.append(name)
-    return names
+        names.update(dict.fromkeys(expand_hostlist(str(item))))
+    return list(names)
 
 
 def excluded_reason(node, bad_nodes):

@@ -80,9 +80,13 @@ class Slurm:
             raise slurm_error(["scontrol", "show", "job", "-o", str(job_id)], rc, out, err)
         return self.sacct_job(job_id) or unknown_job(job_id)
 
+    def node_listing(self):
+        """`scontrol show node -o` as it printed it."""
+        return self.run([self.bin("scontrol"), "show", "node", "-o"])[1]
+
     def nodes(self):
         """`scontrol show node -o` as parse_nodes gives it."""
-        return parse_nodes(self.run([self.bin("scontrol"), "show", "node", "-o"])[1])
+        return parse_nodes(self.node_listing())
 
     def state_counts(self, partition):
         """The partition's nodes counted per state (parse_state_counts): one short answer where

@@ -230,7 +230,8 @@ def main():
         if partition not in [part["name"] for part in partitions]:
             raise SlurmError("partition %r does not exist; Slurm has %s"
                              % (partition, ", ".join(part["name"] for part in partitions) or "none"))
-        listing = client.run([client.bin("scontrol"), "show", "node", "-o"])[1]
+        # kept as printed: the nodes read what Slurm registers for them from it
+        listing = client.node_listing()
         members = [n for n in parse_nodes(listing) if partition in n["partitions"]]
         ready = [n for n in members if idle(n)]
         result["not_checked"] = [not_checked_row(n) for n in members if not idle(n)]
