@@ -62,10 +62,12 @@ FAULTS_SCRIPT = textwrap.dedent("""
         del buffers
     for _ in range(5):  # the heap grows to the steps' size
         step()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    counts = []
     for _ in range(50):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         step()
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        counts.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    print(" ".join(map(str, counts)))
 """)
 
 
@@ -76,13 +78,16 @@ def test_kept_buffers_are_not_faulted_in_again_at_every_step():
     # back at free, and the next step faults them in again; how many it maps varies from run to run
     # with its sliding threshold (0 to 491,600 faults were seen here), so the baseline pins the
     # threshold at its documented start, 128 KiB, where every buffer of these is mapped: the
-    # measure itself is then shown to count. Kept, the buffers are reused.
+    # measure itself is then shown to count. Kept, the buffers are reused: a step now and then may
+    # still fault once (4,883 faults in one of 50 steps were seen in a CI run, the heap laid out
+    # anew once), so what is checked is the typical step, the median of 50, not their sum.
     for mode, env in (("default", trainer_env(MALLOC_MMAP_THRESHOLD_=131072)), ("keep", trainer_env())):
         done = subprocess.run([sys.executable, "-c", FAULTS_SCRIPT, mode], cwd=FILES_DIR, env=env,
                               capture_output=True, text=True, check=True, timeout=60)
-        faults[mode] = int(done.stdout.split()[-1])
-    assert faults["default"] > 1000, faults
-    assert faults["keep"] <= 50 * 10, faults
+        faults[mode] = sorted(int(count) for count in done.stdout.split())
+    typical = {mode: counts[len(counts) // 2] for mode, counts in faults.items()}
+    assert typical["default"] > 1000, faults
+    assert typical["keep"] <= 10, faults
 
 
 def test_the_start_record_says_what_the_trainer_did_with_host_memory(tmp_path, reference_run, train_args):
