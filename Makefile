@@ -44,8 +44,13 @@ UNIT_WORKERS ?= 2
 test-unit: venv
 	$(BIN)/pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)
 
+# Integration tests in INTEGRATION_STREAMS parallel streams (pytest-xdist workers), each on a
+# local cluster of its own (tests/integration/cluster.py): while one stream waits on Slurm the
+# other works. The end says how long each stream took, and the slowest tests.
+# INTEGRATION_STREAMS=0 runs them in one process on the one cluster `make cluster` makes.
+INTEGRATION_STREAMS ?= 2
 test-integration: venv
-	$(BIN)/pytest tests/integration --durations=40 $(PYTEST_ARGS)
+	$(BIN)/pytest tests/integration -n $(INTEGRATION_STREAMS) --durations=40 $(PYTEST_ARGS)
 
 # Molecule scenarios on the real local cluster (extensions/molecule, built-in default driver
 # on localhost): default brings the cluster up, runs playbooks/pretrain.yml, runs it again

@@ -2,6 +2,7 @@
 
 import os
 import re
+import fcntl
 import json
 import signal
 import stat
@@ -11,10 +12,81 @@ import tempfile
 import time
 import uuid
 
+import yaml
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
-CLUSTER_DIR = "/var/lib/llmtrain-local-cluster"
+LOCAL_INVENTORY = os.path.join(ROOT, "inventories", "local")
+
+
+def stream_number():
+    """Which stream of the integration tests this process runs: pytest-xdist's worker gwN runs
+    stream N, a plain pytest stream 0."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+
+
+# Each stream has a local cluster of its own, side by side on this machine. Stream 0's is the
+# one `make cluster` brings up (the role's defaults, inventories/local, the /etc/slurm link);
+# every other stream's differs in each name, address and port, and leaves /etc/slurm alone.
+# Every command the tests run reaches the stream's cluster through SLURM_CONF.
+STREAM = stream_number()
+if STREAM == 0:
+    CLUSTER_VARS = {}
+    WORKSPACE = "/var/tmp/llmtrain-workspace"
+    RUNS = os.path.join(ROOT, "runs")
+    INVENTORY_DIR = LOCAL_INVENTORY
+else:
+    CLUSTER_VARS = dict(local_cluster_dir="/var/lib/llmtrain-local-cluster-%d" % STREAM,
+                        local_cluster_cluster_name="llmtrain%d" % STREAM,
+                        local_cluster_node_prefix="slurm%d-worker-" % STREAM,
+                        local_cluster_subnet_prefix="10.213.%d" % STREAM,
+                        local_cluster_bridge="llmtbr%d" % STREAM,
+                        local_cluster_netns_prefix="llmt%d-" % STREAM,
+                        local_cluster_slurmctld_port=6817 + 100 * STREAM,
+                        local_cluster_slurmd_port=6818 + 100 * STREAM,
+                        local_cluster_link_system_config=False)
+    WORKSPACE = "/var/tmp/llmtrain-workspace-%d" % STREAM
+    RUNS = os.path.join(ROOT, "tests", "output", "runs-%d" % STREAM)
+    INVENTORY_DIR = os.path.join(ROOT, "tests", "output", "inventory-%d" % STREAM)
+INVENTORY = os.path.join(INVENTORY_DIR, "hosts.yml")
+ROLE_DEFAULTS = dict(local_cluster_dir="/var/lib/llmtrain-local-cluster", local_cluster_node_prefix="slurm-worker-",
+                     local_cluster_subnet_prefix="10.213.0", local_cluster_bridge="llmtbr0",
+                     local_cluster_netns_prefix="llmt-", local_cluster_link_system_config=True)
+CLUSTER = dict(ROLE_DEFAULTS, **CLUSTER_VARS)
+CLUSTER_DIR = CLUSTER["local_cluster_dir"]
 SLURM_CONF = os.path.join(CLUSTER_DIR, "etc", "slurm.conf")
+NODE_PREFIX = CLUSTER["local_cluster_node_prefix"]
+NETNS_PREFIX = CLUSTER["local_cluster_netns_prefix"]
+BRIDGE = CLUSTER["local_cluster_bridge"]
+SUBNET = CLUSTER["local_cluster_subnet_prefix"]
+
+
+def node(index):
+    """The name of the stream's node `index` (slurm-worker-<index> in stream 0)."""
+    return NODE_PREFIX + str(index)
+
+
+NODES = [node(index) for index in range(3)]
+NODE_RE = re.escape(NODE_PREFIX) + r"\d"  # any of its nodes, in a regular expression
+
+
+def write_stream_inventory():
+    """inventories/local for this stream's cluster: the same settings, its own node names,
+    cluster, workspace and runs directory (stream 0 uses inventories/local itself)."""
+    if STREAM == 0:
+        return
+    with open(os.path.join(LOCAL_INVENTORY, "hosts.yml")) as handle:
+        hosts = yaml.safe_load(handle)
+    hosts["all"]["children"]["slurm_workers"]["hosts"] = dict((name, None) for name in NODES)
+    with open(os.path.join(LOCAL_INVENTORY, "group_vars", "all.yml")) as handle:
+        values = yaml.safe_load(handle)
+    values.update(CLUSTER_VARS, slurm_workspace=WORKSPACE, pretrain_runs_dir=RUNS)
+    os.makedirs(os.path.join(INVENTORY_DIR, "group_vars"), exist_ok=True)
+    with open(INVENTORY, "w") as handle:
+        yaml.safe_dump(hosts, handle)
+    with open(os.path.join(INVENTORY_DIR, "group_vars", "all.yml"), "w") as handle:
+        yaml.safe_dump(values, handle)
 
 
 class PlaybookResult:
@@ -36,11 +108,19 @@ def login_umask(umask):
     return None if umask is None else (lambda: os.umask(umask))
 
 
+# The streams' clusters share this machine's /etc/hosts, /etc/slurm and package manager: the
+# local_cluster role runs for one stream at a time.
+ROLE_LOCK = "/tmp/llmtrain-local-cluster-role.lock"
+
+
 def run_playbook(playbook, *extra, check=True, timeout=900, umask=None):
     """ansible-playbook from the repository root, as a user runs it (with umask: under that umask)."""
     argv = playbook_argv(playbook, *extra)
-    proc = subprocess.run(argv, cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True, timeout=timeout, check=False, preexec_fn=login_umask(umask))
+    with open(ROLE_LOCK if playbook == "local_cluster.yml" else os.devnull, "a") as lock:
+        if playbook == "local_cluster.yml":
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.run(argv, cwd=ROOT, env=ansible_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              universal_newlines=True, timeout=timeout, check=False, preexec_fn=login_umask(umask))
     result = PlaybookResult(proc)
     if check and result.rc != 0:
         raise AssertionError("%s failed (rc %d):\n%s" % (" ".join(argv), result.rc, proc.stdout[-6000:]))
@@ -124,9 +204,11 @@ def controller_running():
 
 
 def ansible_env():
-    # JSON results: messages appear unwrapped, as the tests quote them.
+    # JSON results: messages appear unwrapped, as the tests quote them. The stream's inventory
+    # and cluster (a user's -i overrides the inventory).
     return dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json", PATH=BIN + os.pathsep + os.environ["PATH"])
+                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json", PATH=BIN + os.pathsep + os.environ["PATH"],
+                ANSIBLE_INVENTORY=INVENTORY, SLURM_CONF=SLURM_CONF)
 
 
 def module(name, args, tmp_path, check=False):

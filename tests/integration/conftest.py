@@ -1,19 +1,98 @@
 """The integration session runs on a real Slurm cluster brought up by the project's own
-local_cluster role, and takes it down at the end unless it was already up before."""
+local_cluster role, and takes it down at the end unless it was already up before.
+
+Under pytest-xdist (make test-integration: -n 2) every worker is a stream with a cluster of its
+own (cluster.py: stream N's names, addresses, ports, inventory, workspace and runs directory),
+so that one stream's waits on Slurm overlap the other's work. Each test goes to the next free
+worker, except that tests which share something made once stay together (SHARED); the end of
+the session says how long each stream took."""
 
 import os
+import time
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
-from cluster import CLUSTER_DIR, controller_running, run_playbook
+from cluster import CLUSTER_DIR, STREAM, controller_running, run_playbook, write_stream_inventory
 
 
 @pytest.fixture(scope="session")
 def local_cluster():
     if os.geteuid() != 0:
         pytest.fail("the integration tests run a real Slurm cluster and need root")
+    write_stream_inventory()
     was_up = controller_running()
     run_playbook("local_cluster.yml")
     yield CLUSTER_DIR
     if not was_up:
         run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
+
+
+# Tests that share a module-scoped fixture (a run made once), or the machine's one /etc/slurm
+# link, run on one worker, one after the other: a module's name, or module::test.
+SHARED = {
+    "test_deploy_venv.py": "the venv the module makes once",
+    "test_local_cluster.py": "/etc/slurm/slurm.conf",
+    "test_minimal_inventory.py": "the minimal inventory's run",
+    "test_pipeline.py": "the local inventory's run",
+    "test_reliability.py::test_preemption_requeue_checkpoints_and_resumes_at_the_same_step": "the reference run",
+    "test_reliability.py::test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_matches_ddp":
+        "the reference run",
+}
+
+
+def shared_by(nodeid):
+    """What a test shares with others (SHARED), or None."""
+    path, _sep, name = nodeid.partition("::")
+    module = os.path.basename(path)
+    return SHARED.get(module) or SHARED.get("%s::%s" % (module, name.split("[")[0]))
+
+
+class StreamScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling with a scope per test, or per thing shared (SHARED): a worker
+    takes the next scope when it is free, and a scope runs whole on one worker."""
+
+    def _split_scope(self, nodeid):
+        return shared_by(nodeid) or nodeid
+
+
+def pytest_xdist_make_scheduler(config, log):
+    return StreamScheduling(config, log)
+
+
+class StreamTimes:
+    """On the controller of an xdist session: per worker, the tests it ran, the seconds they
+    took (set-up, call and teardown) and when it finished."""
+
+    def __init__(self):
+        self.started = time.monotonic()
+        self.tests, self.busy, self.ended = {}, {}, {}
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report):
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        if worker is None:
+            return
+        self.busy[worker.id] = self.busy.get(worker.id, 0.0) + report.duration
+        if report.when == "call":
+            self.tests[worker.id] = self.tests.get(worker.id, 0) + 1
+
+    @pytest.hookimpl
+    def pytest_testnodedown(self, node, error):
+        self.ended[node.gateway.id] = time.monotonic() - self.started
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter):
+        if not self.busy:
+            return
+        terminalreporter.section("integration streams")
+        for worker in sorted(self.busy):
+            ended = self.ended.get(worker)
+            terminalreporter.write_line("stream %s: %d tests, %.0f s in tests, done %s after the start" % (
+                worker[2:], self.tests.get(worker, 0), self.busy[worker],
+                "%.0f s" % ended if ended is not None else "(not seen)"))
+
+
+def pytest_configure(config):
+    if STREAM == 0 and getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(StreamTimes(), "llmtrain-stream-times")

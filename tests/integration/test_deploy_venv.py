@@ -18,9 +18,8 @@ from importlib import metadata
 
 import pytest
 
-from cluster import BIN, run_playbook, slurm
+from cluster import BIN, NODES, WORKSPACE, run_playbook, slurm
 
-WORKSPACE = "/var/tmp/llmtrain-workspace"
 VENV = os.path.join(WORKSPACE, "venvs", "venv-test")
 LOGS = os.path.join(WORKSPACE, "logs")
 
@@ -67,7 +66,7 @@ def test_deploy_makes_the_venv_in_one_job_and_the_node_check_finds_torch_in_it(m
     assert result.output.count("/%s" % metadata.version("torch")) >= 3, result.output[-3000:]
     out = slurm("srun", "--nodes=3", "--ntasks=3", "--ntasks-per-node=1", os.path.join(VENV, "bin", "python"),
                 "-c", "import socket, torch; print(socket.gethostname(), torch.__version__)")
-    assert sorted(line.split()[0] for line in out.splitlines()) == ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
+    assert sorted(line.split()[0] for line in out.splitlines()) == NODES
     recorded = json.load(open(os.path.join(VENV, ".llmtrain-venv.json")))  # the job's record
     assert recorded["state"] == "COMPLETED" and log.count("llmtrain: making") == 1
     assert os.path.exists(os.path.join(VENV, ".llmtrain-venv"))  # the mark that lets a later job replace it

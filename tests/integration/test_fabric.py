@@ -16,12 +16,10 @@ import time
 
 import pytest
 
-from cluster import ROOT, run_playbook
+from cluster import NETNS_PREFIX, NODE_RE, NODES, ROOT, RUNS, WORKSPACE, node, run_playbook
 
-WORKSPACE = "/var/tmp/llmtrain-workspace"
-RUNS = os.path.join(ROOT, "runs")
-# the local cluster's veth of slurm-worker-N on the host side (roles/local_cluster: <prefix>v<N>)
-VETH = "llmtv%d"
+# the local cluster's veth of node N on the host side (roles/local_cluster: <prefix>v<N>)
+VETH = NETNS_PREFIX.replace("-", "") + "v%d"
 QUICK = dict(pretrain_steps=10, pretrain_checkpoint_interval=0, pretrain_poll_interval=2,
              pretrain_model={"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}, pretrain_batch_size=4,
              pretrain_extra_args=["--log-interval", "5", "--eval-interval", "0"], deploy_dataset_max_bytes=200000)
@@ -51,24 +49,26 @@ def job_log(run):
 
 @pytest.fixture
 def slow_node(local_cluster):
-    """slurm-worker-2's traffic from the bridge held to 20 Mbit/s for the test, removed after it
+    """Node 2's traffic from the bridge held to 20 Mbit/s for the test, removed after it
     whatever the test did."""
-    node = 2
-    subprocess.run(["tc", "qdisc", "add", "dev", VETH % node, "root", "tbf", "rate", "20mbit", "burst", "32kbit",
+    index = 2
+    subprocess.run(["tc", "qdisc", "add", "dev", VETH % index, "root", "tbf", "rate", "20mbit", "burst", "32kbit",
                     "latency", "50ms"], check=True)
     try:
-        yield "slurm-worker-%d" % node
+        yield node(index)
     finally:
-        subprocess.run(["tc", "qdisc", "del", "dev", VETH % node, "root"], check=True)
+        subprocess.run(["tc", "qdisc", "del", "dev", VETH % index, "root"], check=True)
 
 
-STRAGGLER, STRAGGLER_S = "slurm-worker-1", 0.05
+# 150 ms more work a step on node 1: a step's work on the others is 10-60 ms here, and varies by
+# about as much when the other test stream keeps the cores busy; the straggler stays apart.
+STRAGGLER, STRAGGLER_S = node(1), 0.15
 
 
 def test_every_training_job_measures_its_fabric_and_the_watch_names_a_straggler(local_cluster):
     run = fresh("fabric-ok")
     started = time.monotonic()
-    # 24 steps, a loss record every 4: slurm-worker-1's ranks sleep 50 ms before each step
+    # 24 steps, a loss record every 4: node 1's ranks sleep STRAGGLER_S before each step
     straggler = dict(pretrain_steps=24, pretrain_extra_args=["--log-interval", "4", "--eval-interval", "0"],
                      nccl_env_extra={"PYTHONPATH": os.path.join(ROOT, "tests", "faults"),
                                      "TRAINER_FAULT_SLOW_NODE": "%s:%s" % (STRAGGLER, STRAGGLER_S)})
@@ -80,17 +80,17 @@ def test_every_training_job_measures_its_fabric_and_the_watch_names_a_straggler(
         < log.index("llmtrain: network check: all-reduce over 3 ranks (gloo)")
     network = network_record(run)
     assert network["backend"] == "gloo" and network["ranks"] == 3
-    assert [n["node"] for n in network["nodes"]] == ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
-    for node in network["nodes"]:
+    assert [n["node"] for n in network["nodes"]] == NODES
+    for entry in network["nodes"]:
         # veths report no speed; a bus bandwidth between 1 MB/s and 100 GB/s, a latency under a second
-        assert node["interfaces"] == ["eth0"] and node["gbps"] is None and node["fraction"] is None
-        assert 0.001 < node["busbw"] < 100 and 0 < node["latency_us"] < 1e6, node
+        assert entry["interfaces"] == ["eth0"] and entry["gbps"] is None and entry["fraction"] is None
+        assert 0.001 < entry["busbw"] < 100 and 0 < entry["latency_us"] < 1e6, entry
     assert network["slow"] == {} and network["slow_fabric"] is None, network
     assert network["seconds"] < 30, network
     report = open(os.path.join(RUNS, run, "report.md")).read()
     section = report[report.index("## Network"):report.index("## Jobs")]
     assert "over 3 rank(s) with gloo: all-reduce bus bandwidth" in section
-    assert len(re.findall(r"\| slurm-worker-\d \| eth0 \| unknown \(the link reports none\) \| [0-9.]+ GB/s \| - \| "
+    assert len(re.findall(r"\| " + NODE_RE + r" \| eth0 \| unknown \(the link reports none\) \| [0-9.]+ GB/s \| - \| "
                           r"\d+ us \| ok \|", section)) == 3, section
     # the watch printed the table once
     assert result.output.count("network check of job") == 1, result.output[-4000:]
@@ -105,20 +105,20 @@ def test_every_training_job_measures_its_fabric_and_the_watch_names_a_straggler(
     timed = [r["node_times"]["slowest"] for r in records if "node_times" in r]
     assert all(r["node_times"]["count"] == 3 for r in records if "node_times" in r)
     history = json.load(open(os.path.join(RUNS, run, "node_times.json")))
-    assert sorted(history["nodes"]) == ["slurm-worker-%d" % n for n in range(3)], history
+    assert sorted(history["nodes"]) == NODES, history
     assert history["records"] == len(timed), (history["records"], len(timed))
     work = [{node: times["work_ms"] for node, times in nodes.items()} for nodes in timed]
     print("stragglers: named=%s, work_ms per record=%s" % (named, work))
     assert [node for node, _ratio in named] == [STRAGGLER], result.output[-4000:]
-    assert len(timed) == 6 and all(sorted(nodes) == ["slurm-worker-%d" % n for n in range(3)] for nodes in timed)
+    assert len(timed) == 6 and all(sorted(nodes) == NODES for nodes in timed)
     # what the others waited for is the slow node's extra work: it waits least, they wait about as long
     for nodes in timed[1:]:
         others = [nodes[n] for n in nodes if n != STRAGGLER]
         assert all(nodes[STRAGGLER]["work_ms"] > o["work_ms"] + 0.6 * STRAGGLER_S * 1000 for o in others), nodes
         assert all(nodes[STRAGGLER]["wait_ms"] < o["wait_ms"] for o in others), nodes
     table = report.split("## Step time per node\n", 1)[1].split("\n## ")[0]
-    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| slurm-worker-")}
-    assert sorted(rows) == ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"], table
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines() if line.startswith("| " + node(""))}
+    assert sorted(rows) == NODES, table
     assert rows[STRAGGLER].endswith("(straggler) |") and not any("straggler" in rows[n] for n in rows if n != STRAGGLER)
 
 

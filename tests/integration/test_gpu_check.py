@@ -7,9 +7,7 @@ Slurm only, cannot see."""
 import re
 import sys
 
-from cluster import module, run_playbook, slurm
-
-NODES = ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
+from cluster import NODE_RE, NODES, module, node, run_playbook, slurm
 
 
 def check(tmp_path, **args):
@@ -50,16 +48,16 @@ def test_placeholder_gres_is_a_mismatch_on_every_node(local_cluster, tmp_path):
         for name in NODES:
             assert "%s: Slurm registers gpu:2, the node detects 0" % name in survey.output, survey.output[-3000:]
         shown = run_playbook("node_check.yml", "-e", "preflight_gpu_policy=report")
-        rows = [line.split() for line in re.findall(r'"(slurm-worker-\d[^"]*)"', shown.output)]
+        rows = [line.split() for line in re.findall(r'"(%s[^"]*)"' % NODE_RE, shown.output)]
         # GPUs asked/seen by the step/nvidia-smi/torch/registered by Slurm
         assert [row[1] for row in rows] == ["0/0/0/0/2"] * 3, shown.output[-3000:]
 
-        slurm("scontrol", "update", "nodename=slurm-worker-1", "state=drain", "reason=bad gres.conf")
+        slurm("scontrol", "update", "nodename=" + node(1), "state=drain", "reason=bad gres.conf")
         drained = check(tmp_path)
-        row = [r for r in drained["nodes"] if r["name"] == "slurm-worker-1"][0]
+        row = [r for r in drained["nodes"] if r["name"] == node(1)][0]
         assert row["detected"] is None and row["reason"].startswith("node is IDLE+DRAIN: bad gres.conf")
-        assert "--nodelist=slurm-worker-0,slurm-worker-2" in drained["cmd"]
+        assert "--nodelist=%s,%s" % (node(0), node(2)) in drained["cmd"]
         survey = run_playbook("node_check.yml", "-e", "preflight_gpu_policy=report")
-        assert '"slurm-worker-1  not checked: IDLE+DRAIN (bad gres.conf' in survey.output, survey.output[-3000:]
+        assert '"%s  not checked: IDLE+DRAIN (bad gres.conf' % node(1) in survey.output, survey.output[-3000:]
     finally:
         run_playbook("local_cluster.yml")

@@ -1,5 +1,8 @@
 """The local cluster is a real Slurm cluster: what `make cluster` promises, checked the
-way a user would check it."""
+way a user would check it, on this stream's cluster (cluster.py). The tests that give the
+cluster the /etc/slurm link ask for it (LINK): the link is one per machine, so these tests
+stay on one worker (conftest.py, SHARED), and other streams reach their clusters through
+SLURM_CONF."""
 
 import os
 import re
@@ -8,9 +11,9 @@ import time
 
 import pytest
 
-from cluster import CLUSTER_DIR, controller_running, run_playbook, slurm
+from cluster import BRIDGE, CLUSTER_DIR, NETNS_PREFIX, NODES, SLURM_CONF, SUBNET, controller_running, node, run_playbook, slurm
 
-NODES = ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
+LINK = ("-e", "local_cluster_link_system_config=true")
 
 
 def node_states():
@@ -28,18 +31,20 @@ def test_three_idle_nodes(local_cluster):
 
 
 def test_plain_sinfo_finds_the_cluster_through_etc_slurm(local_cluster):
+    run_playbook("local_cluster.yml", *LINK)  # the default; another stream's link is given back at its end
+    assert os.readlink("/etc/slurm/slurm.conf") == SLURM_CONF
     env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-    out = subprocess.run(["sinfo", "--noheader", "--format", "%D %T"], env=env, check=True,
+    out = subprocess.run(["sinfo", "--noheader", "--format", "%D %T %N"], env=env, check=True,
                          stdout=subprocess.PIPE, universal_newlines=True).stdout
-    assert out.split() == ["3", "idle"]
+    assert out.split() == ["3", "idle", "%s[0-2]" % node("")]
 
 
 def test_srun_runs_on_three_distinct_hosts_with_their_own_addresses(local_cluster):
     names = slurm("srun", "-N3", "hostname").split()
     assert sorted(names) == NODES
     addresses = slurm("srun", "-N3", "--label", "ip", "-4", "-o", "addr", "show", "dev", "eth0")
-    found = sorted(set(re.findall(r"inet (10\.213\.0\.\d+)/24", addresses)))
-    assert found == ["10.213.0.10", "10.213.0.11", "10.213.0.12"]
+    found = sorted(set(re.findall(r"inet (%s\.\d+)/24" % re.escape(SUBNET), addresses)))
+    assert found == [SUBNET + ".10", SUBNET + ".11", SUBNET + ".12"]
 
 
 def test_each_node_runs_in_its_own_network_namespace(local_cluster):
@@ -75,22 +80,22 @@ def test_gres_change_restarts_slurm_only_and_registers_placeholder_gpus(local_cl
 def test_node_count_change_adds_and_removes_nodes(local_cluster):
     try:
         run_playbook("local_cluster.yml", "-e", "local_cluster_nodes=4")
-        assert sorted(node_states()) == NODES + ["slurm-worker-3"]
-        assert sorted(slurm("srun", "-N4", "hostname").split()) == NODES + ["slurm-worker-3"]
+        assert sorted(node_states()) == NODES + [node(3)]
+        assert sorted(slurm("srun", "-N4", "hostname").split()) == NODES + [node(3)]
     finally:
         run_playbook("local_cluster.yml")
     assert sorted(node_states()) == NODES
-    assert "llmt-slurm-worker-3" not in subprocess.check_output(["ip", "netns", "list"], universal_newlines=True)
-    assert not os.path.exists(os.path.join(CLUSTER_DIR, "run", "slurmd-slurm-worker-3.pid")) or \
-        not os.path.exists("/proc/%d" % pid_of("run/slurmd-slurm-worker-3.pid"))
+    assert NETNS_PREFIX + node(3) not in subprocess.check_output(["ip", "netns", "list"], universal_newlines=True)
+    assert not os.path.exists(os.path.join(CLUSTER_DIR, "run", "slurmd-%s.pid" % node(3))) or \
+        not os.path.exists("/proc/%d" % pid_of("run/slurmd-%s.pid" % node(3)))
 
 
 def test_killed_slurmd_is_brought_back(local_cluster):
-    pid = pid_of("run/slurmd-slurm-worker-1.pid")
+    pid = pid_of("run/slurmd-%s.pid" % node(1))
     os.kill(pid, 9)
     result = run_playbook("local_cluster.yml")
     assert result.changed >= 1
-    assert pid_of("run/slurmd-slurm-worker-1.pid") != pid
+    assert pid_of("run/slurmd-%s.pid" % node(1)) != pid
     assert sorted(slurm("srun", "-N3", "hostname").split()) == NODES
 
 
@@ -133,7 +138,7 @@ def test_absent_stops_everything_it_started_and_present_restores(local_cluster):
     inside = set()
     for name in NODES:
         inside |= set(int(p) for p in subprocess.check_output(
-            ["ip", "netns", "pids", "llmt-" + name], universal_newlines=True).split())
+            ["ip", "netns", "pids", NETNS_PREFIX + name], universal_newlines=True).split())
     assert len(inside) > len(NODES)  # more than the slurmds: the job's processes too
     started = {pid: running_identity(pid) for pid in set(pids) | inside}
     run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
@@ -142,12 +147,13 @@ def test_absent_stops_everything_it_started_and_present_restores(local_cluster):
             assert identity is None or running_identity(pid) != identity, "pid %d %s still runs" % (pid, identity)
         assert not controller_running()
         netns = subprocess.check_output(["ip", "netns", "list"], universal_newlines=True)
-        assert "llmt-" not in netns
-        links = subprocess.check_output(["ip", "link", "show"], universal_newlines=True)
-        assert "llmtbr0" not in links
+        assert not re.search(r"^%s" % re.escape(NETNS_PREFIX), netns, flags=re.M), netns
+        links = subprocess.check_output(["ip", "-o", "link", "show"], universal_newlines=True)
+        assert ": %s:" % BRIDGE not in links
         with open("/etc/hosts") as handle:
-            assert "slurm-worker-0" not in handle.read()
-        assert not os.path.islink("/etc/slurm/slurm.conf")
+            assert not re.search(r"\s%s\s" % re.escape(node(0)), handle.read())
+        # its own link is gone (another stream's cluster may have one)
+        assert not (os.path.islink("/etc/slurm/slurm.conf") and os.readlink("/etc/slurm/slurm.conf") == SLURM_CONF)
         again = run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
         assert again.changed == 0
     finally:
@@ -161,21 +167,26 @@ def test_absent_touches_only_what_the_role_made(local_cluster, tmp_path):
     other_conf = tmp_path / "site-slurm.conf"
     other_conf.write_text("# the site's own configuration\n")
     run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
+    before = os.readlink("/etc/slurm/slurm.conf") if os.path.islink("/etc/slurm/slurm.conf") else None
     try:
-        subprocess.run(["ip", "link", "add", "name", "llmtbr0", "type", "bridge"], check=True)
+        subprocess.run(["ip", "link", "add", "name", BRIDGE, "type", "bridge"], check=True)
         os.makedirs("/etc/slurm", exist_ok=True)
+        if before is not None:  # another stream's cluster's link
+            os.unlink("/etc/slurm/slurm.conf")
         os.symlink(str(other_conf), "/etc/slurm/slurm.conf")
-        run_playbook("local_cluster.yml")
-        assert os.readlink("/etc/slurm/slurm.conf") == os.path.join(CLUSTER_DIR, "etc", "slurm.conf")
+        run_playbook("local_cluster.yml", *LINK)
+        assert os.readlink("/etc/slurm/slurm.conf") == SLURM_CONF
         run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
         links = subprocess.check_output(["ip", "-o", "link", "show"], universal_newlines=True)
-        assert "llmtbr0" in links  # not the role's to remove
-        addresses = subprocess.check_output(["ip", "-o", "addr", "show", "dev", "llmtbr0"], universal_newlines=True)
-        assert "10.213.0.1/" not in addresses  # but the address it gave the bridge is gone
+        assert ": %s:" % BRIDGE in links  # not the role's to remove
+        addresses = subprocess.check_output(["ip", "-o", "addr", "show", "dev", BRIDGE], universal_newlines=True)
+        assert SUBNET + ".1/" not in addresses  # but the address it gave the bridge is gone
         assert os.readlink("/etc/slurm/slurm.conf") == str(other_conf)
     finally:
-        subprocess.run(["ip", "link", "del", "llmtbr0"], check=False)
+        subprocess.run(["ip", "link", "del", BRIDGE], check=False)
         if os.path.islink("/etc/slurm/slurm.conf") and os.readlink("/etc/slurm/slurm.conf") == str(other_conf):
             os.unlink("/etc/slurm/slurm.conf")
+            if before is not None:
+                os.symlink(before, "/etc/slurm/slurm.conf")
         run_playbook("local_cluster.yml")
     assert node_states() == {name: ["idle", "(null)"] for name in NODES}

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from cluster import ROOT, ansible_env, login_umask, writable_by_others
+from cluster import ROOT, ansible_env, login_umask, node, writable_by_others
 
 RUN = "pretrain"  # the default run name
 
@@ -81,7 +81,7 @@ def test_a_minimal_inventory_trains_reports_and_generates(minimal):
     assert body == report.split("## " + section, 1)[1].split("\n## ", 1)[0], section
     for text in (report, retrained):  # each training job's check of the 2 nodes it got
         check = text.split("## Node check", 1)[1].split("\n## ", 1)[0]
-        rows = [line.split() for line in check.splitlines() if line.startswith("slurm-worker-")]
+        rows = [line.split() for line in check.splitlines() if line.startswith(node(""))]
         assert len(rows) == 2 and all(row[-1] == "ok" for row in rows), check
     assert "NCCL_SOCKET_IFNAME | eth0" in retrained
 

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from cluster import BIN, ROOT, ansible_env, module, slurm
+from cluster import BIN, NODE_RE, NODES, ROOT, ansible_env, module, slurm
 
 # Small jobs: several share a node.
 SMALL = {"mem": "50M", "partition": "debug"}
@@ -162,9 +162,9 @@ def test_cluster_info_and_facts(local_cluster, tmp_path):
     - ansible.builtin.assert:
         that:
           - ansible_facts.slurm_cluster.version is version('22.05', '>=')
-          - ansible_facts.slurm_cluster.nodes | map(attribute='name') | list == ['slurm-worker-0', 'slurm-worker-1', 'slurm-worker-2']
+          - ansible_facts.slurm_cluster.nodes | map(attribute='name') | list == %s
           - (ansible_facts.slurm_cluster.partitions | selectattr('default') | first).nodes | length == 3
-""", tmp_path)
+""" % json.dumps(NODES), tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
 
 
@@ -193,7 +193,7 @@ def test_callback_prints_progress_per_retry(name, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     lines = re.findall(r"^\[localhost\] job \d+ .*$", result.stdout, re.M)
     assert lines, result.stdout[-3000:]
-    assert any(re.search(r"job \d+ RUNNING on slurm-worker-\d: step \d/5, loss 2.5, 1234 tokens/s, ETA 1m15s \(retry \d+/30\)$", line)
+    assert any(re.search(r"job \d+ RUNNING on " + NODE_RE + r": step \d/5, loss 2.5, 1234 tokens/s, ETA 1m15s \(retry \d+/30\)$", line)
                for line in lines), lines
     assert "FAILED - RETRYING" not in result.stdout  # the progress line stands in for the retry noise
 

@@ -12,11 +12,8 @@ import shutil
 import subprocess
 import time
 
-from cluster import BIN, ROOT, BackgroundPlaybook, run_playbook, slurm, wait_for, writable_by_others
+from cluster import BIN, ROOT, RUNS, STREAM, WORKSPACE, BackgroundPlaybook, run_playbook, slurm, wait_for, writable_by_others
 from wandb_records import wandb_history, wandb_test_env
-
-WORKSPACE = "/var/tmp/llmtrain-workspace"
-RUNS = os.path.join(ROOT, "runs")
 SCRIPT = os.path.join(ROOT, "tests", "integration", "files", "own_script")
 
 
@@ -111,7 +108,7 @@ def test_your_script_from_its_directory_trains_continues_after_a_redeploy_and_a_
 
 
 # Run names of this session: jobs of an earlier session's runs may still be in the queue.
-SESSION = "%05x" % (int(time.time()) % 0xFFFFF)
+SESSION = "%05x%d" % (int(time.time()) % 0xFFFFF, STREAM)
 
 
 def own_run(name, tmp_path, *args, **settings):

@@ -3,12 +3,11 @@ the variable and the fix for every bad input before any job is submitted. What o
 can tell (its GPUs against Slurm's GRES) is found by the node check (test_gpu_check.py)."""
 
 import json
+import os
 
 import pytest
 
-from cluster import run_playbook, slurm
-
-NODES = ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
+from cluster import NODES, WORKSPACE, node, run_playbook, slurm
 ASKS_SLURM = "Ask Slurm for its partitions and nodes"
 
 
@@ -28,7 +27,7 @@ def test_preflight_asks_slurm_and_allocates_nothing(local_cluster):
     result = preflight()
     assert job_ids() - before == set()  # no srun, salloc or sbatch: nothing waits for nodes
     assert "srun" not in result.output
-    record = json.load(open("/var/tmp/llmtrain-workspace/local-demo/preflight.json"))
+    record = json.load(open(os.path.join(WORKSPACE, "local-demo", "preflight.json")))
     assert record["usable_nodes"] == NODES and record["excluded_nodes"] == {}
 
 
@@ -68,12 +67,12 @@ def test_bad_input_is_rejected_before_slurm_is_asked(local_cluster, name, value,
 
 
 @pytest.mark.parametrize("name, value, message", [
-    ("slurm_nodes", 5, "slurm_nodes=5 but partition debug has 3 usable node(s) (slurm-worker-0, slurm-worker-1, slurm-worker-2)"),
+    ("slurm_nodes", 5, "slurm_nodes=5 but partition debug has 3 usable node(s) (%s)" % ", ".join(NODES)),
     ("slurm_partition", "gpu", "slurm_partition=gpu does not exist: Slurm has debug"),
     ("slurm_gpus_per_node", 2, "slurm_gpus_per_node=2 but only 0 usable node(s) of debug register that many GPUs"),
-    ("slurm_exclude_nodes", ["slurm-worker-[0-1]"],
-     "slurm_nodes=3 but partition debug has 1 usable node(s) (slurm-worker-2) besides the excluded ones "
-     "(slurm-worker-0: named in slurm_exclude_nodes; slurm-worker-1: named in slurm_exclude_nodes)"),
+    ("slurm_exclude_nodes", [node("[0-1]")],
+     "slurm_nodes=3 but partition debug has 1 usable node(s) (%s) besides the excluded ones "
+     "(%s: named in slurm_exclude_nodes; %s: named in slurm_exclude_nodes)" % (node(2), node(0), node(1))),
 ])
 def test_what_slurm_cannot_give_is_rejected_before_any_job(local_cluster, name, value, message):
     result = preflight((name, value), check=False)

@@ -18,11 +18,10 @@ import time
 
 import pytest
 
-from cluster import BIN, CLUSTER_DIR, ROOT, BackgroundPlaybook, slurm, wait_for
+from cluster import (BIN, CLUSTER_DIR, NETNS_PREFIX, NODE_RE, ROOT, RUNS, SLURM_CONF, STREAM, WORKSPACE,
+                     BackgroundPlaybook, node, slurm, wait_for)
 from wandb_records import wandb_history, wandb_test_env
 
-WORKSPACE = "/var/tmp/llmtrain-workspace"
-RUNS = os.path.join(ROOT, "runs")
 STAGES = "nccl_env,deploy,pretrain"
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}
 
@@ -68,7 +67,7 @@ def run_playbook_now(values, tags=STAGES, timeout=600):
 
 
 # Run names of this session: jobs of an earlier session's runs may still be in the queue.
-SESSION = "%05x" % (int(time.time()) % 0xFFFFF)
+SESSION = "%05x%d" % (int(time.time()) % 0xFFFFF, STREAM)
 STALE_RUN_S = 3600
 
 
@@ -305,8 +304,8 @@ def test_ctrl_c_of_the_watcher_leaves_the_job_running_and_a_rerun_reattaches(loc
 
 # 3. Node loss ----------------------------------------------------------------------------
 
-def netns_pids(node):
-    out = subprocess.run(["ip", "netns", "pids", "llmt-" + node], stdout=subprocess.PIPE, universal_newlines=True,
+def netns_pids(name):
+    out = subprocess.run(["ip", "netns", "pids", NETNS_PREFIX + name], stdout=subprocess.PIPE, universal_newlines=True,
                          check=True).stdout
     return [int(pid) for pid in out.split()]
 
@@ -317,7 +316,7 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     wait_for(lambda: training_step(run) >= 15, 180, "training to pass step 15", play)
     job_id = only_job(run)
     # the node dies: its slurmd, the job's step daemon, the launcher and both ranks
-    for pid in netns_pids("slurm-worker-1"):
+    for pid in netns_pids(node(1)):
         os.kill(pid, signal.SIGKILL)
     killed_at, at_kill = time.monotonic(), training_step(run)
     result = play.wait(300)
@@ -326,7 +325,7 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     # the controller's SlurmdTimeout (30 s on the local cluster) bounds it
     assert noticed_s < 120, noticed_s
     assert re.search(r"Training job %s \(llmtrain-%s\) lost a node and was requeued" % (job_id, run), result.output)
-    assert re.search(r"Out of service in partition debug: slurm-worker-1 \(down[^)]*Not responding", result.output), \
+    assert re.search(r"Out of service in partition debug: " + re.escape(node(1)) + r" \(down[^)]*Not responding", result.output), \
         result.output[-4000:]
     assert job_state(job_id) == "PENDING"  # requeued: it resumes by itself once the node is back
     last_good = checkpoints(run)[-1]
@@ -371,8 +370,8 @@ def test_rank_crash_ends_the_job_promptly_with_that_ranks_traceback(local_cluste
     assert result.rc != 0
     (job_id, state), = jobs(run)
     assert state == "FAILED"
-    # rank 3 = node_rank 1 (2 ranks per node) = slurm-worker-1
-    assert "Rank 3 failed first (node slurm-worker-1); its traceback:" in result.output, result.output[-6000:]
+    # rank 3 = node_rank 1 (2 ranks per node) = node 1
+    assert "Rank 3 failed first (node %s); its traceback:" % node(1) in result.output, result.output[-6000:]
     traceback = result.output.split("its traceback:", 1)[1].split("First error lines", 1)[0]
     assert "Traceback (most recent call last):" in traceback and "trainer/train.py" in traceback
     assert "RuntimeError: fault injected by TRAINER_FAULT_CRASH=3:12 on rank 3" in traceback
@@ -392,7 +391,7 @@ def test_wrong_interface_fails_within_the_rendezvous_timeout_naming_the_interfac
     assert state == "FAILED"
     observe("rendezvous", job_runtime_s=job_runtime_s(job_id), rendezvous_timeout_s=20)
     assert job_runtime_s(job_id) < 20 + 40  # the timeout, plus start-up and teardown
-    assert re.search(r"train: error: rendezvous failed on rank \d+ \(slurm-worker-\d", result.output), \
+    assert re.search(r"train: error: rendezvous failed on rank \d+ \(" + NODE_RE, result.output), \
         result.output[-6000:]
     assert "GLOO_SOCKET_IFNAME=lo" in result.output and "nccl_env_socket_ifname" in result.output
     assert not step_records(run) and not checkpoints(run)
@@ -402,7 +401,7 @@ def test_wrong_interface_fails_within_the_rendezvous_timeout_naming_the_interfac
 
 def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cluster):
     # A 2-minute limit and the warning signal 45 s before it (Slurm sends it up to 30 s early):
-    # each start trains for 35-65 s. Slurm holds a requeued job for cred_expire (20 s here).
+    # each start trains for 35-65 s. Slurm holds a requeued job for cred_expire (10 s here).
     run = fresh("time-limit")
     # 280 steps of about 0.5 s: more than two starts can train (at most ~130 steps each), so
     # both starts the play allows (the first and one requeue) are stopped by the time limit.
@@ -488,7 +487,7 @@ def stop_controller():
 def start_controller(argv):
     subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    check=True, timeout=60)  # it daemonizes itself
-    env = dict(os.environ, SLURM_CONF=os.path.join(CLUSTER_DIR, "etc", "slurm.conf"))
+    env = dict(os.environ, SLURM_CONF=SLURM_CONF)
     wait_for(lambda: subprocess.run(["scontrol", "ping"], env=env, stdout=subprocess.PIPE,
                                     check=False).returncode == 0, 60, "slurmctld to answer")
 
@@ -571,7 +570,7 @@ def test_disk_full_mid_run_fails_loudly_and_keeps_the_previous_checkpoint(local_
     mounts(ckpt_dir, "size=900k,mode=0755")  # room for two checkpoints of this model (about 370 kB each)
     result = run_playbook_now(run_vars(run, pause=0))
     assert result.rc != 0
-    assert "Rank 0 failed first (node slurm-worker-0)" in result.output, result.output[-6000:]
+    assert "Rank 0 failed first (node %s)" % node(0) in result.output, result.output[-6000:]
     assert re.search(r"CheckpointError: could not write the checkpoint of step 30 in \S+ \(\w+: .*No space left on "
                      r"device.*\); nothing of it is left behind, and step_000020.pt is the newest complete one",
                      result.output), result.output[-6000:]

@@ -5,15 +5,15 @@ import glob
 import os
 import re
 
-from cluster import run_playbook
+from cluster import NODES, WORKSPACE, node, run_playbook
 
-WORKSPACE = "/var/tmp/llmtrain-workspace/seed"
+SEED_DIR = os.path.join(WORKSPACE, "seed")
 
 
 def test_seed_job_runs_six_ranks_across_three_nodes(local_cluster):
-    before = set(glob.glob(os.path.join(WORKSPACE, "TorchDist-*.out")))
+    before = set(glob.glob(os.path.join(SEED_DIR, "TorchDist-*.out")))
     run_playbook("seed_job.yml")
-    outputs = set(glob.glob(os.path.join(WORKSPACE, "TorchDist-*.out"))) - before
+    outputs = set(glob.glob(os.path.join(SEED_DIR, "TorchDist-*.out"))) - before
     assert len(outputs) == 1
     with open(outputs.pop()) as handle:
         text = handle.read()
@@ -21,10 +21,10 @@ def test_seed_job_runs_six_ranks_across_three_nodes(local_cluster):
     assert sorted(int(r[0]) for r in ranks) == list(range(6)), text
     assert {r[1] for r in ranks} == {"6"}
     assert {r[3] for r in ranks} == {str(sum(range(1, 7)))}
-    assert sorted({r[2] for r in ranks}) == ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
-    assert sorted(r[2] for r in ranks).count("slurm-worker-1") == 2
+    assert sorted({r[2] for r in ranks}) == NODES
+    assert sorted(r[2] for r in ranks).count(node(1)) == 2
 
-    with open(os.path.join(WORKSPACE, "job.sh")) as handle:
+    with open(os.path.join(SEED_DIR, "job.sh")) as handle:
         script = handle.read()
     # The shape of the seed's script is kept.
     assert "srun sh -c '" in script

@@ -10,11 +10,7 @@ import subprocess
 
 import pytest
 
-from cluster import BIN, ROOT, ansible_env, run_playbook, slurm
-
-WORKSPACE = "/var/tmp/llmtrain-workspace"
-RUNS = os.path.join(ROOT, "runs")
-INVENTORY = os.path.join(ROOT, "inventories", "local", "hosts.yml")
+from cluster import BIN, INVENTORY, ROOT, RUNS, WORKSPACE, ansible_env, node, run_playbook, slurm
 # short runs: what is tested here is where the jobs run, not what they learn (nor the fabric they
 # got: the network check, which test_fabric.py tests, would add about 5 s to each job start)
 QUICK = dict(pretrain_steps=20, pretrain_checkpoint_interval=0, pretrain_extra_args=["--log-interval", "5"],
@@ -62,8 +58,8 @@ def node_set(hostlist):
 
 @pytest.fixture
 def foreign_job(local_cluster):
-    """Someone else's job holding slurm-worker-2 for the whole test."""
-    job_id = slurm("sbatch", "--parsable", "--job-name=someone-else", "--nodelist=slurm-worker-2", "--exclusive",
+    """Someone else's job holding node 2 for the whole test."""
+    job_id = slurm("sbatch", "--parsable", "--job-name=someone-else", "--nodelist=" + node(2), "--exclusive",
                    "--output=/dev/null", "--wrap", "sleep 900").strip()
     for _attempt in range(30):
         if slurm("squeue", "--noheader", "--jobs", job_id, "--format=%T").strip() == "RUNNING":
@@ -76,8 +72,8 @@ def foreign_job(local_cluster):
 def test_a_busy_node_is_never_waited_for_and_two_runs_share_the_cluster(foreign_job):
     # the survey lists the busy node and checks the others, without waiting for it
     survey = run_playbook("node_check.yml", timeout=120)
-    assert re.search(r'"slurm-worker-2  not checked: ALLOCATED', survey.output), survey.output[-3000:]
-    assert len(re.findall(r'"slurm-worker-[01] [^"]* ok"', survey.output)) == 2, survey.output[-3000:]
+    assert re.search(r'"%s  not checked: ALLOCATED' % re.escape(node(2)), survey.output), survey.output[-3000:]
+    assert len(re.findall(r'"%s[01] [^"]* ok"' % re.escape(node("")), survey.output)) == 2, survey.output[-3000:]
 
     first, second = fresh("shared-a"), fresh("shared-b")
     plays = [subprocess.Popen([os.path.join(BIN, "ansible-playbook"), "playbooks/pretrain.yml"] + values(run, slurm_nodes=n),
@@ -89,7 +85,7 @@ def test_a_busy_node_is_never_waited_for_and_two_runs_share_the_cluster(foreign_
         assert play.returncode == 0, output[-5000:]
     for run in (first, second):
         name, state, nodes, _excluded = training_job(run)
-        assert state == "COMPLETED" and "slurm-worker-2" not in node_set(nodes), (run, nodes)
+        assert state == "COMPLETED" and node(2) not in node_set(nodes), (run, nodes)
         local = os.path.join(RUNS, run)
         assert "Steps: 20 of 20" in open(os.path.join(local, "report.md")).read()
         assert open(os.path.join(local, "samples.txt")).read().startswith('=== prompt 1: "def "')
@@ -100,28 +96,28 @@ def test_a_busy_node_is_never_waited_for_and_two_runs_share_the_cluster(foreign_
 
 
 def test_a_bad_node_is_excluded_the_run_goes_on_and_stays_off_it(local_cluster, tmp_path):
-    """Four nodes, slurm_nodes=3, slurm-worker-0 bad through its host vars."""
+    """Four nodes, slurm_nodes=3, node 0 bad through its host vars."""
     run = fresh("shared-bad")
     four = dict(slurm_nodes=3, local_cluster_nodes=4)
     try:
         run_playbook("local_cluster.yml", *values(run, **four))
         # data first, with an inventory that is right, so that the training job meets the bad node
         run_playbook("deploy.yml", *values(run, **four))
-        bad = bad_node_inventory(tmp_path, "slurm-worker-0")
+        bad = bad_node_inventory(tmp_path, node(0))
         # the stages from preflight to training (the cluster was made above; inference is not what is tested)
         result = run_playbook("pretrain.yml", "--skip-tags", "local_cluster,inference", *bad, *values(run, **four))
-        reason = "no network interface ib0 on slurm-worker-0 (it has eth0, lo)"
-        assert re.search(r"node check excluded slurm-worker-0 \(%s" % re.escape(reason), result.output), \
+        reason = "no network interface ib0 on %s (it has eth0, lo)" % node(0)
+        assert re.search(r"node check excluded %s \(%s" % (re.escape(node(0)), re.escape(reason)), result.output), \
             result.output[-5000:]
         name, state, nodes, excluded = training_job(run)
-        assert state == "COMPLETED" and node_set(nodes) == {"slurm-worker-1", "slurm-worker-2", "slurm-worker-3"}, \
+        assert state == "COMPLETED" and node_set(nodes) == {node(1), node(2), node(3)}, \
             (nodes, excluded)
         report = open(os.path.join(RUNS, run, "report.md")).read()
         kept_off = report.split("Nodes the run keeps off", 1)[1]
-        assert "| slurm-worker-0 | %s" % reason in kept_off, report
+        assert "| %s | %s" % (node(0), reason) in kept_off, report
         assert "Steps: 20 of 20" in report
         recorded = json.load(open(os.path.join(WORKSPACE, run, "bad_nodes.json")))
-        assert recorded["slurm-worker-0"]["reason"].startswith(reason)
+        assert recorded[node(0)]["reason"].startswith(reason)
 
         # pretrain_bad_node_policy=fail: the job ends at its check, naming the node; nothing trained
         os.unlink(os.path.join(WORKSPACE, run, "bad_nodes.json"))
@@ -129,7 +125,7 @@ def test_a_bad_node_is_excluded_the_run_goes_on_and_stays_off_it(local_cluster, 
                               *values(run, pretrain_force=True, pretrain_bad_node_policy="fail", **four), check=False)
         assert failed.rc != 0
         assert "Its node check found bad node(s) and started nothing" in failed.output, failed.output[-5000:]
-        assert "  slurm-worker-0: " + reason in failed.output
+        assert "  %s: %s" % (node(0), reason) in failed.output
         assert not os.path.exists(os.path.join(WORKSPACE, run, "metrics.jsonl"))  # archived; no new training
 
         # a forced rerun keeps off the recorded bad node from the start: no exclusion, no requeue
@@ -137,7 +133,7 @@ def test_a_bad_node_is_excluded_the_run_goes_on_and_stays_off_it(local_cluster, 
                              *values(run, pretrain_force=True, **four))
         assert "node check excluded" not in again.output
         name, state, nodes, excluded = training_job(run)
-        assert state == "COMPLETED" and "slurm-worker-0" not in node_set(nodes) and excluded == "slurm-worker-0"
+        assert state == "COMPLETED" and node(0) not in node_set(nodes) and excluded == node(0)
     finally:
         run_playbook("local_cluster.yml")
 
@@ -148,7 +144,7 @@ def test_every_node_bad_fails_naming_each_and_leaves_nothing_queued(local_cluste
     assert result.rc != 0
     assert "The job is cancelled; nothing of this run is left queued. Bad nodes:" in result.output, result.output[-5000:]
     for n in range(3):
-        assert "  slurm-worker-%d: no network interface ib0 on slurm-worker-%d (it has eth0, lo)" % (n, n) in result.output
+        assert "  %s: no network interface ib0 on %s (it has eth0, lo)" % (node(n), node(n)) in result.output
     assert all(state not in ("PENDING", "RUNNING") for _name, state, _n, _e in jobs_of(run).values()), jobs_of(run)
     assert training_job(run) is None  # the training job was never submitted
     # a rerun stops at preflight, before any job: every node of the partition is recorded bad
@@ -160,5 +156,5 @@ def test_a_python_that_does_not_run_fails_the_first_job_naming_it(local_cluster)
     run = fresh("shared-no-python")
     result = run_playbook("pretrain.yml", *values(run, slurm_python="/nonexistent/python"), check=False)
     assert result.rc != 0
-    assert "slurm_python=/nonexistent/python does not run on slurm-worker-" in result.output, result.output[-5000:]
+    assert "slurm_python=/nonexistent/python does not run on " + node("") in result.output, result.output[-5000:]
     assert training_job(run) is None

@@ -8,10 +8,7 @@ import re
 import shutil
 import subprocess
 
-from cluster import BIN, ROOT, run_playbook
-
-WORKSPACE = "/var/tmp/llmtrain-workspace"
-RUNS = os.path.join(ROOT, "runs")
+from cluster import BIN, RUNS, WORKSPACE, run_playbook
 RUN = "bpe-demo"
 
 
