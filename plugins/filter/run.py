@@ -5,6 +5,9 @@
   text | llmtrain.slurm.env_file_values -> {NAME: value} of an env file the nccl_env role wrote
   [(path, real path, stat)] | llmtrain.slurm.fetch_refusals(real run dir, max bytes) -> {path: why not fetched}
   log text | llmtrain.slurm.log_metrics(patterns) -> metrics JSONL from your script's progress lines
+  run values | llmtrain.slurm.pipeline_fingerprint(workers, source digest) -> what the run is made from
+  read_files result | llmtrain.slurm.pipeline_verdict(fingerprint, missing) -> may a rerun stop here
+  read_files result | llmtrain.slurm.pipeline_record(fingerprint) -> the text of <run>/pipeline.json
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, node_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, node_check, pipeline_record
 
 display = Display()
 
@@ -51,7 +54,30 @@ def log_metrics(text, patterns=None):
     return "".join(json.dumps(dict(r, source="log"), sort_keys=True) + "\n" for r in records)
 
 
+def pipeline_fingerprint(values, workers=None, source_digest=None, facts=None):
+    """sha256 of what the run is made from: its variables (the facts named in `facts` left out),
+    the compute nodes' own nccl_env_* values, your code's digest and the collection's own files
+    (pipeline_record.py)."""
+    if not isinstance(values, dict):
+        raise AnsibleFilterError("pipeline_fingerprint: the input must be the run's variables by name")
+    return pipeline_record.fingerprint(values, workers or {}, source_digest, facts=list(facts or []))
+
+
+def pipeline_verdict(read, fingerprint, local_missing=None):
+    """{finished, why} of a rerun, from read_files of the run directory (pipeline.json and the
+    stage records), this inventory's fingerprint and the files this controller lacks."""
+    finished, why = pipeline_record.verdict(read or {}, fingerprint, list(local_missing or []))
+    return {"finished": finished, "why": why}
+
+
+def pipeline_record_text(read, fingerprint):
+    """The text of <run>/pipeline.json for this fingerprint and the stage records as read; None
+    when one could not be read."""
+    return pipeline_record.record_text(fingerprint, read or {})
+
+
 class FilterModule(object):
     def filters(self):
         return {"env_file_values": env_file_values, "fetch_refusals": fetch_refusals,
-                "log_metrics": log_metrics}
+                "log_metrics": log_metrics, "pipeline_fingerprint": pipeline_fingerprint,
+                "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text}

@@ -13,11 +13,9 @@ import struct
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster import ROOT, run_playbook, slurm
+from cluster import INVENTORY, NODES, RUNS, WORKSPACE, node, run_playbook, slurm
 
-WORKSPACE = "/var/tmp/llmtrain-workspace"
 RUN = "local-demo"
-RUNS = os.path.join(ROOT, "runs")
 
 
 def job_ids():
@@ -42,6 +40,8 @@ def test_pipeline_trains_reports_and_generates(pipeline):
     losses = [r["loss"] for r in records if "loss" in r]
     assert losses[-1] < losses[0] - 1.5, (losses[0], losses[-1])  # it learned
     assert records[-1] == dict(records[-1], event="done", step=1200)
+    # every stage ended well: the record a rerun with the same inputs stops at
+    assert json.load(open(os.path.join(run_dir, "pipeline.json")))["stages"]["train.done.json"]
     with open(os.path.join(local, "loss.png"), "rb") as handle:
         header = handle.read(24)
     assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24])[0] > 100
@@ -49,9 +49,9 @@ def test_pipeline_trains_reports_and_generates(pipeline):
     assert "![loss](loss.png)" in report and "Steps: 1,200 of 1,200" in report
     assert re.search(r"^- Slurm version: \d+\.\d+", report, flags=re.M), report
     check = report.split("## Node check", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split() for line in check.splitlines() if line.startswith("slurm-worker-")]
+    rows = [line.split() for line in check.splitlines() if line.startswith(node(""))]
     # the training job's own check of the three nodes it got, before training
-    assert [row[0] for row in rows] == ["slurm-worker-%d" % n for n in range(3)], check
+    assert [row[0] for row in rows] == NODES, check
     assert all(row[1] == "0/0/0/0/0" and row[-1] == "ok" for row in rows), check
     samples = open(os.path.join(local, "samples.txt")).read()
     completions = re.split(r"^=== prompt \d+: .*$", samples, flags=re.M)[1:]
@@ -82,9 +82,18 @@ def test_reruns_submit_nothing_a_controller_without_the_run_gets_it_all_then_not
     with open(os.path.join(local, "loss.png"), "rb") as handle:
         assert handle.read(8) == b"\x89PNG\r\n\x1a\n"
     assert restored.changed > 0
+    assert "no stage runs" not in restored.output  # this controller lacked the run: the stages ran
     again = run_playbook("pretrain.yml")
     assert again.changed == 0, again.output[-4000:]  # it has everything now
     assert job_ids() - before == set()  # (finished jobs may age out of the controller meanwhile)
+    # the run's pipeline.json holds what it was made from: one step decides, no stage runs
+    assert "Run %s finished with these inputs" % RUN in again.output and "no stage runs" in again.output, \
+        again.output[-4000:]
+    assert "Ask Slurm" not in again.output and "Submit the training job" not in again.output
+    # a variable the stages read, set otherwise: they run (their jobs are the same: nothing is submitted)
+    other = run_playbook("pretrain.yml", "-e", "pretrain_poll_interval=3")
+    assert "no stage runs" not in other.output and "Submit the training job" in other.output, other.output[-4000:]
+    assert job_ids() - before == set()
 
 
 def test_check_mode_submits_nothing(pipeline):
@@ -98,19 +107,19 @@ def test_check_mode_submits_nothing(pipeline):
 def test_nodes_with_different_host_vars_get_different_env_files(pipeline, tmp_path):
     extra = tmp_path / "per_node.yml"
     extra.write_text("all:\n  children:\n    slurm_workers:\n      hosts:\n"
-                     "        slurm-worker-1:\n          nccl_env_ib_hca: mlx5_1:1\n          nccl_env_debug: INFO\n")
-    run_playbook("nccl_env.yml", "-i", os.path.join(ROOT, "inventories", "local", "hosts.yml"), "-i", str(extra),
+                     "        %s:\n          nccl_env_ib_hca: mlx5_1:1\n          nccl_env_debug: INFO\n" % node(1))
+    run_playbook("nccl_env.yml", "-i", INVENTORY, "-i", str(extra),
                  "-e", "pretrain_run_name=env-files-run")
     env_dir = os.path.join(WORKSPACE, "env-files-run", "env")
-    one = open(os.path.join(env_dir, "slurm-worker-1.env")).read()
+    one = open(os.path.join(env_dir, node(1) + ".env")).read()
     # a node whose host vars change nothing has no file of its own: it sources cluster.env
-    assert sorted(os.listdir(env_dir)) == ["cluster.env", "slurm-worker-1.env"]
+    assert sorted(os.listdir(env_dir)) == ["cluster.env", node(1) + ".env"]
     zero = open(os.path.join(env_dir, "cluster.env")).read()
     assert "export NCCL_IB_HCA=mlx5_1:1" in one and "export NCCL_DEBUG=INFO" in one
     assert "NCCL_IB_HCA" not in zero and "NCCL_DEBUG" not in zero
     for text in (one, zero):
         assert "export NCCL_SOCKET_IFNAME=eth0" in text and "export GLOO_SOCKET_IFNAME=eth0" in text
-    assert oct(os.stat(os.path.join(env_dir, "slurm-worker-1.env")).st_mode & 0o777) == "0o644"
+    assert oct(os.stat(os.path.join(env_dir, node(1) + ".env")).st_mode & 0o777) == "0o644"
 
 
 def test_failing_job_fails_the_play_with_its_log_tail_and_keeps_its_logs(pipeline, tmp_path):
