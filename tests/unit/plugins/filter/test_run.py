@@ -1,4 +1,7 @@
+import json
+
 from ansible_collections.llmtrain.slurm.plugins.filter import deploy, run
+from ansible_collections.llmtrain.slurm.plugins.module_utils import pipeline_record
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.module_utils.test_log_progress import (
     ADVERSARIAL, CATASTROPHIC, PROGRESS, overrun)
 
@@ -66,3 +69,20 @@ def test_log_metrics_reads_any_line_in_linear_time_and_warns_of_a_pattern_that_b
     assert run.log_metrics(text, [CATASTROPHIC, r"^iter (?P<step>\d+): loss (?P<loss>\S+)"]) == (
         '{"loss": 5.68, "source": "log", "step": 0}\n{"loss": 3.02, "source": "log", "step": 10}\n')
     assert warned == [overrun(CATASTROPHIC, "line 2")]
+
+
+def test_pipeline_filters_leave_out_facts_and_say_why():
+    """slurm_cluster_info returns the facts slurm_cluster: present at the end of a pipeline, not
+    before its first stage; the record written at the end must match the rerun's first step."""
+    filters = run.FilterModule().filters()
+    values = {"slurm_nodes": 3, "pretrain_steps": 200}
+    before = filters["pipeline_fingerprint"](values, {}, None, ["slurm_cluster"])
+    after = filters["pipeline_fingerprint"](dict(values, slurm_cluster={"nodes": []}), {}, None, ["slurm_cluster"])
+    assert before == after == pipeline_record.fingerprint(values, {}, None)
+    read = {"files": {"train.done.json": "{}"}, "missing": ["pipeline.json"], "errors": {}}
+    record = filters["pipeline_record"](read, before)
+    assert json.loads(record)["fingerprint"] == before
+    assert filters["pipeline_verdict"](read, before, []) == {
+        "finished": False, "why": "no pipeline.json: the pipeline has not finished with these inputs"}
+    done = dict(read, files=dict(read["files"], **{"pipeline.json": record}), missing=[])
+    assert filters["pipeline_verdict"](done, before, []) == {"finished": True, "why": "finished with these inputs"}

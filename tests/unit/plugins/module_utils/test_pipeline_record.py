@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.llmtrain.slurm.plugins.filter.run import FilterModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils import pipeline_record
-
-FILTERS = FilterModule().filters()
 STAGES = ["data/prepare.done.json", "train.done.json", "generate.done.json", "deployed.json"]
 VALUES = {"slurm_nodes": 3, "pretrain_steps": 200, "pretrain_model": {"n_layer": 2}, "nccl_env_socket_ifname": "eth0",
           "slurm_secret_env": {"WANDB_API_KEY": "secret"}, "ansible_host": "login1"}
@@ -37,15 +34,14 @@ DONE = dict(data_prepare_done_json='{"job_id": 1}\n', train_done_json='{"job_id"
 def finished(values=VALUES, workers=None, source=None, **stages):
     """A run directory as a full pipeline leaves it: the stage records and pipeline.json."""
     fingerprint = pipeline_record.fingerprint(values, workers or {}, source)
-    record = FILTERS["pipeline_record"](read(**stages), fingerprint)
+    record = pipeline_record.record_text(fingerprint, read(**stages))
     return fingerprint, record
 
 
 def test_the_same_inputs_and_records_are_finished():
     fingerprint, record = finished(**DONE)
     assert json.loads(record)["fingerprint"] == fingerprint
-    assert FILTERS["pipeline_verdict"](read(record, **DONE), fingerprint, []) == \
-        {"finished": True, "why": "finished with these inputs"}
+    assert pipeline_record.verdict(read(record, **DONE), fingerprint, []) == (True, "finished with these inputs")
     # the same inputs give the same text: a rerun that changed nothing writes nothing
     assert finished(**DONE)[1] == record
 
@@ -56,8 +52,8 @@ def test_any_run_variable_changed_is_not_finished():
                         ("inference_prompts", ["def "]), ("deploy_dataset_max_bytes", 1)):
         changed = pipeline_record.fingerprint(dict(VALUES, **{name: value}), {}, None)
         assert changed != fingerprint, name
-        verdict = FILTERS["pipeline_verdict"](read(record, **DONE), changed, [])
-        assert verdict == {"finished": False, "why": "the inputs differ from those of the finished pipeline"}, name
+        verdict = pipeline_record.verdict(read(record, **DONE), changed, [])
+        assert verdict == (False, "the inputs differ from those of the finished pipeline"), name
 
 
 def test_other_variables_and_secrets_do_not_enter_the_fingerprint():
@@ -94,13 +90,13 @@ def test_the_collections_own_files_count(tmp_path):
 def test_a_stage_that_ran_since_or_a_record_that_cannot_be_read_is_not_finished():
     fingerprint, record = finished(**DONE)
     again = dict(DONE, train_done_json='{"job_id": 9}\n')  # trained again (pretrain_force, --tags pretrain)
-    assert FILTERS["pipeline_verdict"](read(record, **again), fingerprint, [])["why"] == \
-        "a stage ran again since the pipeline finished"
+    assert pipeline_record.verdict(read(record, **again), fingerprint, []) == \
+        (False, "a stage ran again since the pipeline finished")
     gone = dict(DONE, generate_done_json=None)
-    assert not FILTERS["pipeline_verdict"](read(record, **gone), fingerprint, [])["finished"]
+    assert not pipeline_record.verdict(read(record, **gone), fingerprint, [])[0]
     unreadable = dict(DONE, train_done_json=OSError("a link, not followed"))
-    assert not FILTERS["pipeline_verdict"](read(record, **unreadable), fingerprint, [])["finished"]
-    assert FILTERS["pipeline_record"](read(**unreadable), fingerprint) is None  # and none is written
+    assert not pipeline_record.verdict(read(record, **unreadable), fingerprint, [])[0]
+    assert pipeline_record.record_text(fingerprint, read(**unreadable)) is None  # and none is written
 
 
 def test_no_record_a_bad_one_or_a_controller_without_the_run_is_not_finished():
@@ -111,12 +107,5 @@ def test_no_record_a_bad_one_or_a_controller_without_the_run_is_not_finished():
              (read("[1]", **DONE), [], "the inputs differ from those of the finished pipeline"),
              (read(record, **DONE), ["runs/x/report.md"], "this controller lacks runs/x/report.md")]
     for result, missing, why in cases:
-        assert FILTERS["pipeline_verdict"](result, fingerprint, missing) == {"finished": False, "why": why}
+        assert pipeline_record.verdict(result, fingerprint, missing) == (False, why)
 
-
-def test_facts_a_stage_found_are_not_inputs():
-    """slurm_cluster_info returns the facts slurm_cluster: present at the end of a pipeline, not
-    before its first stage; the record written at the end must match the rerun's first step."""
-    before = FILTERS["pipeline_fingerprint"](VALUES, {}, None, ["slurm_cluster"])
-    after = FILTERS["pipeline_fingerprint"](dict(VALUES, slurm_cluster={"nodes": []}), {}, None, ["slurm_cluster"])
-    assert before == after == pipeline_record.fingerprint(VALUES, {}, None)
