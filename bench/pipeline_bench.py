@@ -364,8 +364,10 @@ def render(args, pipeline, manual, noops, scale):
         "|---|---|---|",
         "| 1. pipeline wall time | %s | |" % fmt(p_wall),
         "| 1. same 3 jobs by hand, `sbatch --wait` each | %s | |" % fmt(m_wall),
-        "| 1. pipeline / by hand | %s | <= 1.0: %s |" % (
-            fmt(ratios, unit="", digits=2), verdict(ratios["median"] <= 1.0, "by %.0f%%" % (100 * (ratios["median"] - 1)))),
+        "| 1. pipeline / by hand | %s | <= 0.9: %s |" % (
+            fmt(ratios, unit="", digits=2), verdict(ratios["median"] <= 0.9, "by %.0f%%" % (100 * (ratios["median"] - 0.9)))),
+        "| 1. before the first job starts (preflight, env files, deploy) | %s | <= 8 s: %s |" % (
+            fmt(before_first), verdict(before_first["median"] <= 8, "by %.1f s" % (before_first["median"] - 8))),
         "| 2. job end -> watch task returns | %s | <= 1 s: %s |" % (
             fmt(latency, digits=2),
             verdict(latency["median"] is not None and latency["median"] <= 1.0, "by %.2f s" % ((latency["median"] or 0) - 1.0))),
@@ -378,12 +380,13 @@ def render(args, pipeline, manual, noops, scale):
         "| 5. Ansible tasks per pipeline run | %d ok, %d skipped | report |" % (
             pipeline[0]["tasks_ok"], pipeline[0]["tasks_skipped"]),
         "",
-        "What dominates the pipeline's extra time: everything before its first job starts (preflight, "
-        "the env files, deploy) takes %s, against nothing by hand; `sbatch --wait` by hand loses "
-        "time instead after each job ends (its polling backs off), which the pipeline's once-a-second watch "
-        "does not." % fmt(before_first),
+        "Everything before the pipeline's first job starts (preflight, the env files, deploy) takes %s, against "
+        "nothing by hand; `sbatch --wait` by hand loses time instead after each job ends (its polling backs off), "
+        "which the pipeline's once-a-second watch does not. A no-op rerun reads the run's pipeline.json and "
+        "runs no stage." % fmt(before_first),
         "",
-        "Where a no-op rerun spends its time (one run; %d tasks, the rest under 0.3 s each):" % len(slowest),
+        "Where a no-op rerun spends its time (one run; %d tasks, the rest under 0.3 s each; Ansible's own "
+        "start is the rest of its wall time):" % len(slowest),
         "",
         "| seconds | task |",
         "|---:|---|",
