@@ -41,6 +41,19 @@ SHARED = {
 }
 
 
+# The streams take the tests in this order, the modules whose tests took longest in a CI run
+# first (the rest after them, as collected), so that no stream is left alone with a long test
+# at the end while the other has finished.
+LONGEST_FIRST = ["test_minimal_inventory.py", "test_reliability.py", "test_own_script.py", "test_shared_cluster.py",
+                 "test_pipeline.py", "test_tokenizer.py", "test_gpu_check.py", "test_deploy_venv.py", "test_fabric.py",
+                 "test_local_cluster.py"]
+
+
+def pytest_collection_modifyitems(items):
+    rank = dict((name, index) for index, name in enumerate(LONGEST_FIRST))
+    items.sort(key=lambda item: rank.get(os.path.basename(str(item.path)), len(rank)))
+
+
 def shared_by(nodeid):
     """What a test shares with others (SHARED), or None."""
     path, _sep, name = nodeid.partition("::")

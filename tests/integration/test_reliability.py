@@ -390,7 +390,9 @@ def test_wrong_interface_fails_within_the_rendezvous_timeout_naming_the_interfac
     (job_id, state), = jobs(run)
     assert state == "FAILED"
     observe("rendezvous", job_runtime_s=job_runtime_s(job_id), rendezvous_timeout_s=20)
-    assert job_runtime_s(job_id) < 20 + 40  # the timeout, plus start-up and teardown
+    # the timeout, plus start-up and teardown: 67 s in all once when the other test stream kept both
+    # cores busy (the node check imports torch on each node); far from torch's own 15 to 30 minutes
+    assert job_runtime_s(job_id) < 20 + 100
     assert re.search(r"train: error: rendezvous failed on rank \d+ \(" + NODE_RE, result.output), \
         result.output[-6000:]
     assert "GLOO_SOCKET_IFNAME=lo" in result.output and "nccl_env_socket_ifname" in result.output
