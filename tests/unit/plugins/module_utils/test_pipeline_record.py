@@ -31,9 +31,9 @@ DONE = dict(data_prepare_done_json='{"job_id": 1}\n', train_done_json='{"job_id"
             generate_done_json='{"job_id": 3}\n')
 
 
-def finished(values=VALUES, workers=None, source=None, **stages):
+def finished(values=None, workers=None, source=None, **stages):
     """A run directory as a full pipeline leaves it: the stage records and pipeline.json."""
-    fingerprint = pipeline_record.fingerprint(values, workers or {}, source)
+    fingerprint = pipeline_record.fingerprint(values or VALUES, workers or {}, source)
     record = pipeline_record.record_text(fingerprint, read(**stages))
     return fingerprint, record
 
@@ -89,12 +89,12 @@ def test_the_collections_own_files_count(tmp_path):
 
 def test_a_stage_that_ran_since_or_a_record_that_cannot_be_read_is_not_finished():
     fingerprint, record = finished(**DONE)
-    again = dict(DONE, train_done_json='{"job_id": 9}\n')  # trained again (pretrain_force, --tags pretrain)
+    again = {**DONE, "train_done_json": '{"job_id": 9}\n'}  # trained again (pretrain_force, --tags pretrain)
     assert pipeline_record.verdict(read(record, **again), fingerprint, []) == \
         (False, "a stage ran again since the pipeline finished")
-    gone = dict(DONE, generate_done_json=None)
+    gone = {**DONE, "generate_done_json": None}
     assert not pipeline_record.verdict(read(record, **gone), fingerprint, [])[0]
-    unreadable = dict(DONE, train_done_json=OSError("a link, not followed"))
+    unreadable = {**DONE, "train_done_json": OSError("a link, not followed")}
     assert not pipeline_record.verdict(read(record, **unreadable), fingerprint, [])[0]
     assert pipeline_record.record_text(fingerprint, read(**unreadable)) is None  # and none is written
 
@@ -108,4 +108,3 @@ def test_no_record_a_bad_one_or_a_controller_without_the_run_is_not_finished():
              (read(record, **DONE), ["runs/x/report.md"], "this controller lacks runs/x/report.md")]
     for result, missing, why in cases:
         assert pipeline_record.verdict(result, fingerprint, missing) == (False, why)
-
