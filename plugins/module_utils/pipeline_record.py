@@ -94,9 +94,9 @@ def stage_digests(read):
     manifest: the run role's _run_stage_records); a stage that ran since changed its record.
     None when one could not be read (then nothing can be told)."""
     files, errors = read.get("files") or {}, read.get("errors") or {}
-    names = (set(files) | set(read.get("missing") or []) | set(errors)) - set([RECORD])
-    if any(name in errors for name in names):
+    if set(errors) - set([RECORD]):
         return None
+    names = (set(files) | set(read.get("missing") or [])) - set([RECORD])
     return dict((name, digest(files.get(name))) for name in sorted(names))
 
 
