@@ -182,6 +182,13 @@ def slurm(*argv, timeout=120):
     return proc.stdout
 
 
+def job_ids():
+    """Ids of every job the stream's controller still knows, ended ones included for MinJobAge
+    (300 s). Jobs that ended before a test age out during it, so a test checks the ids that
+    appear (job_ids() - before), never the whole set."""
+    return set(slurm("squeue", "--noheader", "--states=all", "--format=%i").split())
+
+
 def writable_by_others(top):
     """The paths under top (itself included) that group or others can write, links aside."""
     found = []

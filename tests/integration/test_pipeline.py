@@ -13,16 +13,9 @@ import struct
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster import INVENTORY, NODES, RUNS, WORKSPACE, node, run_playbook, slurm
+from cluster import INVENTORY, NODES, RUNS, WORKSPACE, job_ids, node, run_playbook
 
 RUN = "local-demo"
-
-
-def job_ids():
-    """Ids of every job the controller still knows: a rerun of a finished run adds none, not
-    even a preflight step (preflight asks Slurm and allocates nothing)."""
-    lines = slurm("squeue", "--noheader", "--states=all", "--format=%i %j").splitlines()
-    return set(line.split()[0] for line in lines)
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,8 @@ import os
 
 import pytest
 
-from cluster import NODES, WORKSPACE, node, run_playbook, slurm
+from cluster import NODES, WORKSPACE, job_ids, node, run_playbook
 ASKS_SLURM = "Ask Slurm for its partitions and nodes"
-
-
-def job_ids():
-    return set(slurm("squeue", "--noheader", "--states=all", "--format=%i").split())
 
 
 def preflight(*extra_vars, check=False):
