@@ -158,6 +158,7 @@ def run_pipeline(steps):
     starts = [j["start"] for j in work if j["start"]]
     before_first = (min(starts) - started) if starts else None
     return dict(wall=wall, lines=lines, started=started, jobs=jobs, work_elapsed=elapsed, before_first_job=before_first,
+                tasks=task_times([(t - started, line) for t, line in lines], (lines[-1][0] - started) if lines else 0),
                 tasks_ok=int(recap.group(1)), tasks_skipped=int(recap.group(3)),
                 latency=watch_latency(lines), polls=watch_polls(lines))
 
@@ -228,6 +229,7 @@ def run_by_hand(scripts):
             pass
     first = next_job_id()
     started = time.monotonic()
+    returned = {}  # name -> seconds from its sbatch --wait to its return
     for name, job in scripts.items():
         argv = ["sbatch", "--wait", "--parsable", "--job-name=%s-manual" % name, "--chdir=%s" % job["workdir"],
                 "--nodes=%s" % job["nodes"], "--cpus-per-task=%s" % job["cpus"], "--time=%s" % job["time"],
@@ -236,10 +238,28 @@ def run_by_hand(scripts):
             argv.append("--mem=%s" % job["mem"])
         elif job["mem_per_cpu"]:
             argv.append("--mem-per-cpu=%s" % job["mem_per_cpu"])
+        submitted = time.monotonic()
         subprocess.run(argv + [str(job["path"])], check=True, stdout=subprocess.PIPE, timeout=3600)
+        returned[name] = time.monotonic() - submitted
     wall = time.monotonic() - started
-    jobs = [j for name, js in jobs_after(first).items() if name.endswith("-manual") for j in js]
-    return dict(wall=wall, work_elapsed=sum(j["end"] - j["start"] for j in jobs if j["start"] and j["end"]))
+    by_name = jobs_after(first)
+    jobs = [j for name, js in by_name.items() if name.endswith("-manual") for j in js]
+    ran = dict((name, elapsed(by_name.get(name + "-manual", []))) for name in scripts)
+    return dict(wall=wall, work_elapsed=sum(j["end"] - j["start"] for j in jobs if j["start"] and j["end"]),
+                returned=returned, ran=ran)
+
+
+def elapsed(jobs):
+    """Seconds the newest of these jobs ran (Slurm's start and end, whole seconds), or None."""
+    return (jobs[-1]["end"] - jobs[-1]["start"]) if jobs and jobs[-1]["start"] and jobs[-1]["end"] else None
+
+
+def gap(jobs, before, after):
+    """Seconds from the end of job `before` to the start of job `after` (whole seconds), or None."""
+    first, second = jobs.get(before, [{}])[-1], jobs.get(after, [{}])[-1]
+    if first.get("end") and second.get("start"):
+        return second["start"] - first["end"]
+    return None
 
 
 def task_times(lines, wall):
@@ -349,8 +369,21 @@ def render(args, pipeline, manual, noops, scale):
     submitted = sum(r["submitted"] for r in noops)
     changed = max(r["changed"] for r in noops)
     slowest = noops[len(noops) // 2]["tasks"]
+    median_run = sorted(pipeline, key=lambda r: r["wall"])[len(pipeline) // 2]
     one, most = scale[min(scale)], scale[max(scale)]
     scale_ratio = most["preflight"]["median"] / one["preflight"]["median"]
+    kinds = (("prepare", "llmtrain-prepare-%s" % RUN), ("training", "llmtrain-%s" % RUN),
+             ("generation", "llmtrain-generate-%s" % RUN))
+    by_hand = "; ".join("%s job: ran %s, `sbatch --wait` returned after %s" % (
+        kind, fmt(stats([m["ran"].get(name) for m in manual]), digits=0),
+        fmt(stats([m["returned"].get(name) for m in manual]))) for kind, name in kinds)
+    gaps = [("prepare job's end -> training job's start", kinds[0][1], kinds[1][1]),
+            ("training job's end -> generation job's start (watch, collect, report, inference's tasks)",
+             kinds[1][1], kinds[2][1])]
+    gap_rows = []
+    for what, before, after in gaps:
+        gap_s = stats([gap(r["jobs"], before, after) for r in pipeline])
+        gap_rows.append("| 5. pipeline: %s | %s | report |" % (what, fmt(gap_s, digits=0)))
 
     def verdict(ok, what):
         return "met" if ok else "missed: %s" % what
@@ -379,6 +412,13 @@ def render(args, pipeline, manual, noops, scale):
         "| 5. the same for the jobs by hand (`sbatch --wait` polling) | %s | report |" % fmt(m_overhead),
         "| 5. Ansible tasks per pipeline run | %d ok, %d skipped | report |" % (
             pipeline[0]["tasks_ok"], pipeline[0]["tasks_skipped"]),
+    ] + gap_rows + [
+        "",
+        "By hand, each job (Slurm's times, whole seconds): %s. `sbatch --wait` looks at its job 2, 10, 42, "
+        "74, ... s after submitting it (Slurm's src/sbatch/sbatch.c, `_job_wait`: it sleeps 2 s, then four "
+        "times as long each time, up to 32 s), so a job by hand takes the first of those points after its "
+        "end, and the by-hand wall time, and with it the ratio above, moves in steps as the jobs get longer "
+        "or shorter: a training job that ends after 42 s takes 74 s by hand." % by_hand,
         "",
         "Everything before the pipeline's first job starts (preflight, the env files, deploy) takes %s, against "
         "nothing by hand; `sbatch --wait` by hand loses time instead after each job ends (its polling backs off), "
@@ -394,6 +434,13 @@ def render(args, pipeline, manual, noops, scale):
         "| seconds | task |",
         "|---:|---|",
     ] + ["| %.2f | %s |" % (d, t.replace("|", "/")) for d, t in slowest if d >= 0.3] + [
+        "",
+        "Where a pipeline run spends its time (the run of median wall time; its tasks of 0.5 s or more, "
+        "the waits on its jobs included, %d tasks in all):" % len(median_run["tasks"]),
+        "",
+        "| seconds | task |",
+        "|---:|---|",
+    ] + ["| %.2f | %s |" % (d, t.replace("|", "/")) for d, t in median_run["tasks"] if d >= 0.5] + [
         "",
         "4. Preflight (inputs and what Slurm has; no allocation) and the node check step every job starts "
         "with (one job of that many nodes running only the check, timed by the job itself), by local node count:",
