@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import socket
 import sys
 import tempfile
@@ -309,7 +310,16 @@ def parser():
     return top
 
 
+def ignore_stop_notice():
+    """SIGUSR2 is the job's stop notice (#SBATCH --signal=USR2@lead, or scancel --signal=USR2
+    for a preemption), sent to every process of the job's steps. Arriving during a check, it
+    would end the check's processes and make every node look as if it had not answered; the
+    check has nothing to save, so it lets the notice pass."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
 def main(argv=None):
+    ignore_stop_notice()
     args = parser().parse_args(argv)
     if args.command == "check":
         check(args)

@@ -183,12 +183,14 @@ def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(lo
 def test_a_script_that_ignores_sigusr2_is_stopped_at_its_time_limit_and_the_play_says_so(local_cluster, tmp_path):
     run, play = own_run("time-limit", tmp_path, "--max_iters=100000", "--iter_pause=0.2", "--log_interval=20",
                         "--ckpt_interval=20", "--stop_on_sigusr2=False",
-                        slurm_time_limit="00:01:00", pretrain_signal_lead=30)
+                        # Slurm's limits are whole minutes; the notice comes 60 s in, after the job's checks
+                        # even with both cores busy (one that overlaps them is let pass: test_node_check_script.py)
+                        slurm_time_limit="00:02:00", pretrain_signal_lead=60)
     result = play.wait(600)
     assert result.rc != 0
     job = newest_job(run)
     assert "Training job %d (llmtrain-%s) ended TIMEOUT" % (job, run) in result.output, result.output[-6000:]
-    assert "Slurm stopped it at its time limit (00:01:00): it sent SIGUSR2" in result.output
+    assert "Slurm stopped it at its time limit (00:02:00): it sent SIGUSR2" in result.output
     log = job_log(run, job)
     assert "stopped by SIGUSR2" not in log and "requeue 1 of" not in log
     # the signal did not end it: it trained past the moment the signal came, up to the limit;

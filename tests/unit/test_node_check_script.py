@@ -11,7 +11,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "slurm"
 NODES = ["gpu-worker-0", "slurm-worker-1"]
-TOOLS = ["sh", "bash", "cat", "dirname", "hostname", "mkdir", "printf", "rm", "tail", "timeout", "wc"]
+TOOLS = ["sh", "bash", "cat", "cut", "dirname", "grep", "hostname", "kill", "mkdir", "printf", "rm", "sleep", "tail", "timeout",
+         "wc"]
 
 FAKE_SCONTROL = """#!/bin/sh
 echo "$*" >> "$FAKE_CALLS"
@@ -28,8 +29,27 @@ while [ "${1#--}" != "$1" ]; do shift; done
 for node in $FAKE_NODES; do SLURMD_NODENAME=$node "$@" || exit $?; done
 """
 
+# srun as above, and Slurm's stop notice (#SBATCH --signal=USR2@lead, or scancel --signal=USR2)
+# sent to the step's process while it checks: as soon as it ignores SIGUSR2 (its SigIgn mask),
+# or once it maps libtorch (the check imports torch, which takes seconds), then every 50 ms
+FAKE_SRUN_NOTICE = """#!/bin/bash
+echo "srun $*" >> "$FAKE_CALLS"
+while [ "${1#--}" != "$1" ]; do shift; done
+for node in $FAKE_NODES; do
+    SLURMD_NODENAME=$node "$@" & pid=$!
+    while kill -0 $pid 2>/dev/null; do
+        mask=$(grep '^SigIgn:' /proc/$pid/status 2>/dev/null | cut -f2)
+        [ -n "$mask" ] && [ $(( 0x$mask & 0x800 )) -ne 0 ] && break
+        grep -q libtorch /proc/$pid/maps 2>/dev/null && break
+        sleep 0.01
+    done
+    while kill -USR2 $pid 2>/dev/null; do echo "USR2 $node" >> "$FAKE_CALLS"; sleep 0.05; done
+    wait $pid || exit $?
+done
+"""
 
-def job_start(tmp_path, node_answer):
+
+def job_start(tmp_path, node_answer, srun=FAKE_SRUN):
     """Runs node_check.sh as a job of NODES would; -> (exit status, output, Slurm calls, summary)."""
     run = tmp_path / "run"
     scripts = run / "scripts"
@@ -43,7 +63,7 @@ def job_start(tmp_path, node_answer):
         "python=%s\ntimeout_s=60\npolicy=fail\nrequeue_max=0\ngpu_policy=strict\n" % sys.executable)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, text in (("scontrol", FAKE_SCONTROL), ("srun", FAKE_SRUN)):
+    for name, text in (("scontrol", FAKE_SCONTROL), ("srun", srun)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     for tool in TOOLS:  # and nothing else: no nvidia-smi of the machine the tests run on
@@ -80,3 +100,14 @@ def test_a_failed_query_leaves_what_slurm_registers_untold(tmp_path):
     assert ("llmtrain: node check: 'scontrol show node -o gpu-worker-0,slurm-worker-1' failed on %s (Unable to "
             "contact slurm controller): the GPUs Slurm registers are not compared this start; check that the "
             "controller answers there" % os.uname()[1]) in output
+
+
+def test_a_stop_notice_during_the_check_does_not_make_the_nodes_look_dead(tmp_path):
+    """A preemption or time-limit notice that comes while the nodes check themselves: the check
+    has nothing to save and goes on, rather than dying and having every node named as one that
+    did not answer (and excluded)."""
+    rc, output, calls, summary = job_start(tmp_path, "", srun=FAKE_SRUN_NOTICE)
+    assert sorted(set(c for c in calls if c.startswith("USR2 "))) == ["USR2 " + n for n in NODES]  # signalled
+    assert rc == 0, output
+    assert "did not answer" not in output and "User defined signal" not in output, output
+    assert [n["node"] for n in summary["nodes"]] == NODES
