@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import signal
 import socket
 import statistics
 import sys
@@ -338,9 +337,6 @@ def parser():
 
 def main(argv=None):
     started = time.monotonic()
-    # the job's stop notice (SIGUSR2) during the measurement would end the ranks and lose the
-    # check; nothing here needs saving, so it passes (node_check.ignore_stop_notice says more)
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
     args = parser().parse_args(argv)
     if args.max_bytes is None:
         args.max_bytes = (256 if args.gpus > 0 else 16) * 1024 * 1024
