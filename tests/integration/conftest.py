@@ -4,8 +4,9 @@ local_cluster role, and takes it down at the end unless it was already up before
 Under pytest-xdist (make test-integration: -n 2) every worker is a stream with a cluster of its
 own (cluster.py: stream N's names, addresses, ports, inventory, workspace and runs directory),
 so that one stream's waits on Slurm overlap the other's work. Each test goes to the next free
-worker, except that tests which share something made once stay together (SHARED); the end of
-the session says how long each stream took."""
+worker, except that tests which share something made once stay together (SHARED), and the tests
+of the machine's one /etc/slurm link run on stream 0, the only stream whose cluster takes that
+link (STREAM_0_ONLY); the end of the session says how long each stream took."""
 
 import os
 import time
@@ -61,12 +62,35 @@ def shared_by(nodeid):
     return SHARED.get(module) or SHARED.get("%s::%s" % (module, name.split("[")[0]))
 
 
+# What only stream 0 may run. Stream 0's cluster is the role's default, which points the
+# machine's /etc/slurm/slurm.conf at itself each time the role runs (every pretrain.yml of that
+# stream); a test of the link on another stream would have it taken away between its playbook
+# and its assertion (seen in CI: the link test on stream 1 found stream 0's link, and stream 0's
+# no-op rerun found a changed link).
+STREAM_0_ONLY = {"/etc/slurm/slurm.conf"}
+
+
 class StreamScheduling(LoadScopeScheduling):
     """xdist's scope scheduling with a scope per test, or per thing shared (SHARED): a worker
-    takes the next scope when it is free, and a scope runs whole on one worker."""
+    takes the next scope when it is free, and a scope runs whole on one worker. Stream 0 takes
+    the scopes only it may run (STREAM_0_ONLY) before any other; another stream skips them, and
+    stops when they are all that is left."""
 
     def _split_scope(self, nodeid):
         return shared_by(nodeid) or nodeid
+
+    def _assign_work_unit(self, node):
+        first = node.gateway.id == "gw0"
+        scopes = [scope for scope in self.workqueue if (scope in STREAM_0_ONLY) == first]
+        if not scopes and first:
+            scopes = list(self.workqueue)
+        if not scopes:
+            node.shutdown()
+            return
+        work_unit = self.workqueue.pop(scopes[0])
+        self.assigned_work.setdefault(node, {})[scopes[0]] = work_unit
+        collection = self.registered_collections[node]
+        node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -1,8 +1,8 @@
 """The local cluster is a real Slurm cluster: what `make cluster` promises, checked the
 way a user would check it, on this stream's cluster (cluster.py). The tests that give the
-cluster the /etc/slurm link ask for it (LINK): the link is one per machine, so these tests
-stay on one worker (conftest.py, SHARED), and other streams reach their clusters through
-SLURM_CONF."""
+cluster the /etc/slurm link ask for it (LINK): the link is one per machine, and only stream 0's
+cluster takes it, so these tests run on stream 0 (conftest.py, STREAM_0_ONLY); other streams
+reach their clusters through SLURM_CONF."""
 
 import os
 import re
@@ -31,7 +31,7 @@ def test_three_idle_nodes(local_cluster):
 
 
 def test_plain_sinfo_finds_the_cluster_through_etc_slurm(local_cluster):
-    run_playbook("local_cluster.yml", *LINK)  # the default; another stream's link is given back at its end
+    run_playbook("local_cluster.yml", *LINK)  # stream 0's default, said
     assert os.readlink("/etc/slurm/slurm.conf") == SLURM_CONF
     env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
     out = subprocess.run(["sinfo", "--noheader", "--format", "%D %T %N"], env=env, check=True,
@@ -152,7 +152,7 @@ def test_absent_stops_everything_it_started_and_present_restores(local_cluster):
         assert ": %s:" % BRIDGE not in links
         with open("/etc/hosts") as handle:
             assert not re.search(r"\s%s\s" % re.escape(node(0)), handle.read())
-        # its own link is gone (another stream's cluster may have one)
+        # its own link is gone (a link the machine had before the cluster is back)
         assert not (os.path.islink("/etc/slurm/slurm.conf") and os.readlink("/etc/slurm/slurm.conf") == SLURM_CONF)
         again = run_playbook("local_cluster.yml", "-e", "local_cluster_state=absent")
         assert again.changed == 0
@@ -171,7 +171,7 @@ def test_absent_touches_only_what_the_role_made(local_cluster, tmp_path):
     try:
         subprocess.run(["ip", "link", "add", "name", BRIDGE, "type", "bridge"], check=True)
         os.makedirs("/etc/slurm", exist_ok=True)
-        if before is not None:  # another stream's cluster's link
+        if before is not None:  # the link the machine had before the cluster
             os.unlink("/etc/slurm/slurm.conf")
         os.symlink(str(other_conf), "/etc/slurm/slurm.conf")
         run_playbook("local_cluster.yml", *LINK)
