@@ -80,17 +80,17 @@ class StreamScheduling(LoadScopeScheduling):
         return shared_by(nodeid) or nodeid
 
     def _assign_work_unit(self, node):
+        """The first scope this worker may run goes to the front of xdist's queue, and xdist
+        assigns it as usual."""
         first = node.gateway.id == "gw0"
-        scopes = [scope for scope in self.workqueue if (scope in STREAM_0_ONLY) == first]
-        if not scopes and first:
-            scopes = list(self.workqueue)
-        if not scopes:
+        scope = next((s for s in self.workqueue if (s in STREAM_0_ONLY) == first), None)
+        if scope is None and first:
+            scope = next(iter(self.workqueue))
+        if scope is None:
             node.shutdown()
             return
-        work_unit = self.workqueue.pop(scopes[0])
-        self.assigned_work.setdefault(node, {})[scopes[0]] = work_unit
-        collection = self.registered_collections[node]
-        node.send_runtest_some([collection.index(nodeid) for nodeid, done in work_unit.items() if not done])
+        self.workqueue.move_to_end(scope, last=False)
+        super()._assign_work_unit(node)
 
 
 def pytest_xdist_make_scheduler(config, log):
