@@ -46,7 +46,10 @@ def name(local_cluster):
 
 
 def test_submit_is_idempotent_and_changes_make_new_jobs(name, tmp_path):
-    args = dict(name=name, content="#!/bin/bash\nsleep 20\n", options=SMALL)
+    # The jobs sleep far longer than the test can take under load (module starts of several
+    # seconds each): state=absent must find both still there to cancel; the fixture cancels
+    # them whatever happens.
+    args = dict(name=name, content="#!/bin/bash\nsleep 600\n", options=SMALL)
     first = module("sbatch", args, tmp_path)
     assert first["changed"] and first["job_id"], first["_output"]
     again = module("sbatch", args, tmp_path)
@@ -54,11 +57,11 @@ def test_submit_is_idempotent_and_changes_make_new_jobs(name, tmp_path):
     assert len(jobs_named(name)) == 1
     assert scontrol_job(first["job_id"])["Comment"] == "llmtrain:" + first["fingerprint"]
 
-    changed = module("sbatch", dict(args, content="#!/bin/bash\nsleep 21\n"), tmp_path)
+    changed = module("sbatch", dict(args, content="#!/bin/bash\nsleep 601\n"), tmp_path)
     assert changed["changed"] and changed["job_id"] != first["job_id"]
     assert changed["fingerprint"] != first["fingerprint"]
 
-    checked = module("sbatch", dict(args, content="#!/bin/bash\nsleep 22\n"), tmp_path, check=True)
+    checked = module("sbatch", dict(args, content="#!/bin/bash\nsleep 602\n"), tmp_path, check=True)
     assert checked["changed"] and checked["job_id"] is None and checked["cmd"][1] == "--parsable"
     assert len(jobs_named(name)) == 2
 
