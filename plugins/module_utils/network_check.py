@@ -37,10 +37,10 @@ import time
 
 try:
     from ansible_collections.llmtrain.slurm.plugins.module_utils import link_speed
-    from ansible_collections.llmtrain.slurm.plugins.module_utils.node_check import read_json, write_json
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.node_check import read_json, record_stop_notice, write_json
 except ImportError:  # run as a script beside link_speed.py and node_check.py
     import link_speed  # type: ignore[no-redef]
-    from node_check import read_json, write_json  # type: ignore[no-redef]
+    from node_check import read_json, record_stop_notice, write_json  # type: ignore[no-redef]
 
 LATENCY_BYTES = 8
 PAIR_PASSES = 3
@@ -337,6 +337,7 @@ def parser():
 
 def main(argv=None):
     started = time.monotonic()
+    record_stop_notice()  # the step's shell ignored it until here (torchrun still does)
     args = parser().parse_args(argv)
     if args.max_bytes is None:
         args.max_bytes = (256 if args.gpus > 0 else 16) * 1024 * 1024

@@ -310,16 +310,38 @@ def parser():
     return top
 
 
-def ignore_stop_notice():
+STOP_NOTICE_ENV = "LLMTRAIN_STOP_NOTICE"
+
+
+def record_stop_notice():
     """SIGUSR2 is the job's stop notice (#SBATCH --signal=USR2@lead, or scancel --signal=USR2
     for a preemption), sent to every process of the job's steps. Arriving during a check, it
     would end the check's processes and make every node look as if it had not answered; the
-    check has nothing to save, so it lets the notice pass."""
-    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    check has nothing to save, so it goes on, and appends the signal and the node to the file
+    $LLMTRAIN_STOP_NOTICE (the training job sets it): the job then requeues itself instead of
+    starting a training that Slurm would stop without a checkpoint. Without that variable (the
+    other stages' jobs, which get no notice) the notice is ignored."""
+    path = os.environ.get(STOP_NOTICE_ENV)
+    if not path:
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+        return
+    line = ("SIGUSR2 on %s\n" % (os.environ.get("SLURMD_NODENAME") or socket.gethostname())).encode()
+
+    def noted(_signum, _frame):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # the job then starts its training, which gets no notice
+            sys.stderr.write("llmtrain: the stop notice came and %s could not be written: %s\n" % (path, exc))
+
+    signal.signal(signal.SIGUSR2, noted)
 
 
 def main(argv=None):
-    ignore_stop_notice()
+    record_stop_notice()
     args = parser().parse_args(argv)
     if args.command == "check":
         check(args)

@@ -242,12 +242,23 @@ def test_preemption_requeue_checkpoints_and_resumes_at_the_same_step(reference, 
 
 # 11. Sharded (FSDP) run preempted ---------------------------------------------------------
 
+def node_check_running(job_id):
+    return "node-check" in slurm("squeue", "--steps", "--noheader", "--jobs", job_id, "--format=%j").split()
+
+
 def test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_matches_ddp(reference):
     run = fresh("fsdp")
     play = Playbook(run_vars(run, pretrain_parallel="fsdp"))
-    wait_for(lambda: training_step(run) >= 15, 180, "training to pass step 15", play)
-    job_id = only_job(run)
+    # A notice while the first start's nodes check themselves (the check's processes run for
+    # seconds: each imports torch): the check goes on, the job requeues itself before any
+    # training, and the second start trains from step 1.
+    job_id = wait_for(lambda: jobs(run) and only_job(run), 120, "the training job", play)
+    wait_for(lambda: node_check_running(job_id), 180, "the first start's node check", play)
+    time.sleep(1.5)  # past the check's start-up, where it takes the notice in
     slurm("scancel", "--signal=USR2", job_id)  # to the job's steps, as a preemption notice is sent
+    wait_for(lambda: "before training started" in job_logs(run), 120, "the job to requeue itself before training", play)
+    wait_for(lambda: training_step(run) >= 15, 240, "training to pass step 15", play)
+    slurm("scancel", "--signal=USR2", job_id)
     signalled_at = time.monotonic()
     result = play.wait()
     assert result.rc == 0, result.output[-6000:]
@@ -261,7 +272,11 @@ def test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_mat
     shards = os.listdir(os.path.join(WORKSPACE, run, "checkpoints", "step_%06d" % resumed["step"]))
     assert sorted(name for name in shards if name.endswith(".distcp")) == ["__%d_0.distcp" % rank for rank in range(6)]
     assert load_checkpoint(run, resumed["step"], sharded=True) == resumed["step"]
-    assert job_logs(run).count("requeue 1 of") == 1 and "requeue 2 of" not in job_logs(run)
+    log = job_logs(run)
+    assert log.count("llmtrain: the stop notice (SIGUSR2 on ") == 1, log[-6000:]
+    assert "came during the checks, before training started; nothing new to save; requeue 1 of 3" in log, log[-6000:]
+    assert log.count("requeue 2 of 3") == 1 and "requeue 3 of" not in log
+    assert not os.path.exists(os.path.join(WORKSPACE, run, "STOP_NOTICE"))
     assert [job for job, _state_now in jobs(run)] == [job_id]
     assert checkpoints(run)[-1] == 60 == max(reference)
     assert_every_step_once(run, 60)
@@ -413,20 +428,29 @@ def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cl
     assert first.rc != 0
     assert "pretrain_requeue_max=1 requeues are used up" in first.output, first.output[-6000:]
     assert "requeue 1 of 1" in job_logs(run)
+    # Each start is stopped by the notice: in training (a checkpoint), or, when a loaded
+    # machine let the node and network checks run past the notice's moment, before training
+    # (the checks record it and the job requeues itself, nothing to save). At least one start
+    # trained.
     preempted = events(run, "preempted")
-    assert len(preempted) == 2 and all(p["signal"] == "SIGUSR2" for p in preempted)
-    assert 0 < preempted[0]["step"] < preempted[1]["step"] < 280
-    assert [r["step"] for r in events(run, "resume")] == [preempted[0]["step"]]
-    assert checkpoints(run) == [p["step"] for p in preempted]
-    assert load_checkpoint(run, preempted[1]["step"]) == preempted[1]["step"]
+    before_training = job_logs(run).count("came during the checks, before training started")
+    assert len(preempted) + before_training == 2 and len(preempted) >= 1, job_logs(run)[-6000:]
+    assert all(p["signal"] == "SIGUSR2" for p in preempted)
+    steps = [p["step"] for p in preempted]
+    assert 0 < steps[0] < 280 and steps == sorted(set(steps))
+    # a start resumes from the checkpoint of the start before it, if that one trained
+    assert [r["step"] for r in events(run, "resume")] == steps[:-1], job_logs(run)[-6000:]
+    assert checkpoints(run) == steps
+    assert load_checkpoint(run, steps[-1]) == steps[-1]
     # The rerun, with more requeues allowed and no time limit, continues from the checkpoint
     # (unslowed: what is left to train proves nothing more).
     values.update(pretrain_requeue_max=5, slurm_time_limit=None, nccl_env_extra={})
     second = run_playbook_now(values, timeout=600)
     assert second.rc == 0, second.output[-6000:]
     resumes = events(run, "resume")
-    assert [r["step"] for r in resumes] == [p["step"] for p in preempted]
-    observe("time-limit", stops=len(preempted), steps_lost=sum(p["step"] - r["step"] for p, r in zip(preempted, resumes)))
+    assert [r["step"] for r in resumes] == steps
+    observe("time-limit", stops=len(preempted), stops_before_training=before_training,
+            steps_lost=sum(p["step"] - r["step"] for p, r in zip(preempted, resumes)))
     assert checkpoints(run)[-1] == 280
     assert_every_step_once(run, 280)  # the signal lands on a step boundary: nothing is lost
 

@@ -51,7 +51,7 @@ echo "llmtrain: network check of job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} ($
 # reach each other) ends the step at once
 # shellcheck disable=SC2016  # expanded by the step's shell, on each node
 timeout --kill-after=10 "${timeout_s}" srun --ntasks="${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 \
-    --kill-on-bad-exit=1 --job-name=network-check sh -c 'trap "" USR2  # the stop notice: nothing to save; ignored by torchrun and the ranks too
+    --kill-on-bad-exit=1 --job-name=network-check sh -c 'trap "" USR2  # the stop notice: ignored by torchrun; each rank records it (LLMTRAIN_STOP_NOTICE)
     env_file="${LLMTRAIN_RUN_DIR}/env/${SLURMD_NODENAME:-$(hostname)}.env"
     [ -f "${env_file}" ] || env_file="${LLMTRAIN_RUN_DIR}/env/cluster.env"
     [ -f "${env_file}" ] && . "${env_file}"

@@ -4,6 +4,7 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -454,3 +455,49 @@ def test_it_runs_as_a_script_beside_gpu_and_nccl(tmp_path):
     assert proc.returncode == 3, proc.stderr
     assert "llmtrain: node check: n2 is bad: n2 did not answer the node check within 90 s" in proc.stdout
     assert list(json.loads((tmp_path / "bad_nodes.json").read_text())) == ["n2"]
+
+
+# ---------------------------------------------------------------- the stop notice during a check
+
+@pytest.fixture
+def usr2_restored():
+    before = signal.getsignal(signal.SIGUSR2)
+    yield
+    signal.signal(signal.SIGUSR2, before)
+
+
+def test_a_stop_notice_during_the_check_is_recorded_for_the_job_script_and_the_check_goes_on(
+        tmp_path, monkeypatch, usr2_restored):
+    notice = tmp_path / "STOP_NOTICE"
+    monkeypatch.setenv("LLMTRAIN_STOP_NOTICE", str(notice))
+    monkeypatch.setenv("SLURMD_NODENAME", "node7")
+    node_check.record_stop_notice()
+    os.kill(os.getpid(), signal.SIGUSR2)  # would end this process with the default action
+    os.kill(os.getpid(), signal.SIGUSR2)
+    assert notice.read_text() == "SIGUSR2 on node7\n" * 2
+    assert oct(notice.stat().st_mode & 0o777) == oct(0o644 & ~current_umask())
+
+
+def test_without_the_job_scripts_file_the_notice_is_ignored(tmp_path, monkeypatch, usr2_restored):
+    monkeypatch.delenv("LLMTRAIN_STOP_NOTICE", raising=False)
+    node_check.record_stop_notice()
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGUSR2)
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_a_notice_file_that_is_a_link_is_not_followed(tmp_path, monkeypatch, usr2_restored, capsys):
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    os.symlink(str(target), str(tmp_path / "STOP_NOTICE"))
+    monkeypatch.setenv("LLMTRAIN_STOP_NOTICE", str(tmp_path / "STOP_NOTICE"))
+    node_check.record_stop_notice()
+    os.kill(os.getpid(), signal.SIGUSR2)
+    assert target.read_text() == ""
+    assert "could not be written" in capsys.readouterr().err
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
