@@ -59,13 +59,15 @@ def minimal(local_cluster, tmp_path_factory):
 
 
 def test_a_minimal_inventory_trains_reports_and_generates(minimal):
-    result = minimal("pretrain.yml")
+    # 50 steps, not the default 200: what this test checks (the stages, the report, the
+    # samples, the modes under umask 002) needs a trained checkpoint, not a good one
+    result = minimal("pretrain.yml", "-e", "pretrain_steps=50")
     assert "Traceback" not in result.stdout
     run_dir = os.path.join(minimal.workspace, RUN)
-    assert os.path.exists(os.path.join(run_dir, "checkpoints", "step_000200.pt"))  # pretrain_steps' default
+    assert os.path.exists(os.path.join(run_dir, "checkpoints", "step_000050.pt"))
     local = minimal.home / "runs" / RUN
     report = (local / "report.md").read_text()
-    assert "Steps: 200 of 200" in report, report
+    assert "Steps: 50 of 50" in report, report
     samples = (local / "samples.txt").read_text()
     assert len(re.findall(r"^=== prompt \d+: ", samples, flags=re.M)) == 3  # inference_prompts' default
     # what the stages and the jobs made (node_check/, checkpoints, logs, ...) under umask 002

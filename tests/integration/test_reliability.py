@@ -45,7 +45,6 @@ def run_vars(run, steps=60, pause=0.2, interval=10, extra_env=None, **more):
         "pretrain_checkpoint_interval": interval,
         "pretrain_extra_args": ["--log-interval", "1", "--eval-interval", "0", "--warmup", "5",
                                 "--keep-checkpoints", "100"],
-        "pretrain_poll_interval": 2,
         "deploy_dataset_max_bytes": 200000,
         "nccl_env_extra": env,
         # the faults come after it: the network check (test_fabric.py) would add about 5 s to each start

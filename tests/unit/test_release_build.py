@@ -26,7 +26,7 @@ DEBRIS = [
     ".ansible/tmp/ansible-local-1/x",
     ".cache/pip/http/x",
     "runs/local-demo/report.md",
-    "runs/local-demo/checkpoints/step_001200.pt",
+    "runs/local-demo/checkpoints/step_000800.pt",
     "tests/output/collection/ansible_collections/llmtrain/slurm/galaxy.yml",
     "tests/output/junit/python3.11-modules-units.xml",
     "plugins/modules/__pycache__/sbatch.cpython-311.pyc",
