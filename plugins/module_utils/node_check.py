@@ -10,9 +10,10 @@ node, `check`), then judges the nodes' records on the batch node (`gather`):
     python node_check.py gather --dir DIR --nodes NODE... --out FILE [--bad-nodes-file FILE]
                                 [--timeout S] [--python P] [--job ID] [--restart N]
 
-`check` writes DIR/<node>.json and prints it; it never fails on what it finds. The
-interfaces it looks for are those NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name in the env
-file the job sources on that node (RUN/env/<node>.env, else RUN/env/cluster.env). The GPUs
+`check` writes DIR/<node>.json and prints it; it never fails on what it finds. It imports
+torch only when the job asks for GPUs (--gpus N > 0) or imports torch itself (--require-torch).
+The interfaces it looks for are those NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name in the
+env file the job sources on that node (RUN/env/<node>.env, else RUN/env/cluster.env). The GPUs
 Slurm registers come from the node's line in --slurm-nodes, else from its own scontrol. `gather`
 prints the per-node table, writes FILE (every record and the verdict), adds the bad nodes
 to --bad-nodes-file, and exits 0 when every node is good, 3 when one or more is bad.
@@ -43,6 +44,9 @@ except ImportError:  # run as a script beside gpu.py, nccl.py and atomic.py
     from atomic import replace_file  # type: ignore[no-redef]
 
 BAD_NODES_RC = 3
+# A node's torch when the job asks for no GPU and does not import torch (the dataset preparation):
+# importing torch takes seconds of CPU on every node, for nothing the job uses; the table shows "-".
+NOT_CHECKED = dict(checked=False, error="torch not checked: the job asks for no GPU and does not import torch")
 INTERFACES_FIX = ("set nccl_env_socket_ifname (or nccl_env_gloo_socket_ifname), per node under "
                   "slurm_workers where nodes differ")
 
@@ -192,7 +196,8 @@ def check(args, environ=None, runner=gpu.run):
         writable = True
     except OSError:
         writable = False
-    detection = gpu.detect(sys.executable, runner=runner, environ=environ, torch=gpu.torch_here())
+    torch = gpu.torch_here() if args.gpus > 0 or args.require_torch else dict(NOT_CHECKED)
+    detection = gpu.detect(sys.executable, runner=runner, environ=environ, torch=torch)
     record = dict(
         node=node, token=args.token, dir=args.dir,
         python=sys.executable, python_version=sys.version.split()[0],
@@ -219,14 +224,19 @@ def no_answer(node, timeout, python):
         "does not work there; see the job log" % (node, timeout, python)])
 
 
+def torch_cell(torch):
+    if torch.get("checked") is False:
+        return "-"
+    return torch.get("version") if torch.get("importable") else "NO TORCH"
+
+
 def cell(record):
     if not record.get("answered", True):
         return ["-", "-", "-", "-", "NO ANSWER"]
-    torch = record["torch"]
     return [
         "%d/%d/%d/%d/%s" % (record["gpus_requested"], record["gpus_visible"], record["nvidia_smi_count"],
                             record["torch_count"], "?" if record["registered"] is None else record["registered"]),
-        "%s/%s" % (record["python_version"], torch.get("version") if torch.get("importable") else "NO TORCH"),
+        "%s/%s" % (record["python_version"], torch_cell(record["torch"])),
         "missing " + ",".join(record["missing_interfaces"]) if record["missing_interfaces"] else "ok",
         "ok" if record["workspace_shared"] and record["workspace_writable"]
         else "NOT SHARED" if not record["workspace_shared"] else "READ-ONLY",

@@ -91,24 +91,11 @@ removed:
 
 import fnmatch
 import os
-import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
-
-
-def same(path, data, mode):
-    """Whether path is a regular file (not a link) with this content and mode."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != mode or info.st_size != len(data):
-        return False
-    with open(path, "rb") as handle:
-        return handle.read() == data
+from ansible_collections.llmtrain.slurm.plugins.module_utils.put import parse_mode, write_files
 
 
 def prune(dest, pattern, wanted, check_mode):
@@ -145,9 +132,7 @@ def main():
     )
     p = module.params
     try:
-        mode = int(p["mode"], 8)
-        if not 0 <= mode <= 0o7777:
-            raise ValueError(p["mode"])
+        mode = parse_mode(p["mode"])
     except ValueError:
         module.fail_json(msg="mode=%r: give an octal mode such as '0644'" % p["mode"])
     problems = ["%r %s" % (name, why) for name, why in ((n, relative_name_error(n)) for n in sorted(p["files"]))
@@ -159,23 +144,9 @@ def main():
     if p["prune"] is not None and (not p["prune"] or "/" in p["prune"]):
         module.fail_json(msg="prune=%r: give a pattern of names directly in dest, such as '*.env'" % p["prune"])
 
-    written, unchanged = [], []
-    for name in sorted(p["files"]):
-        text = p["files"][name]
-        data = ("" if text is None else str(text)).encode("utf-8", "surrogateescape")
-        path = os.path.join(p["dest"], name)
-        if same(path, data, mode):
-            unchanged.append(name)
-            continue
-        written.append(name)
-        if module.check_mode:
-            continue
-        try:
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            replace_file(path, data, mode, prefix="." + os.path.basename(path) + ".", fsync=True)
-        except OSError as err:
-            module.fail_json(msg="cannot write %s: %s" % (path, err.strerror or err), written=written[:-1],
-                             unchanged=unchanged)
+    written, unchanged, problem = write_files(p["dest"], p["files"], mode, module.check_mode)
+    if problem:
+        module.fail_json(msg=problem, written=written, unchanged=unchanged)
     removed = []
     if p["prune"]:
         try:

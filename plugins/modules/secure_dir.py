@@ -23,6 +23,8 @@ description:
     then refuse, and a private umask such as 077 is kept. O(private) ones are made C(0700), and
     an existing one is narrowed to C(0700).
   - Fails, naming each directory, why, and the fix, before it makes anything.
+  - Then it puts O(files) in those directories, as M(llmtrain.slurm.put_files) does, so that a stage
+    checks, makes and fills the run directory with one module call.
 version_added: 0.1.0
 author:
   - llmtrain.slurm maintainers (!UNKNOWN)
@@ -54,8 +56,25 @@ options:
       - The inventory variable the path comes from, named in the messages.
     type: str
     default: slurm_workspace
+  files:
+    description:
+      - "File name relative to O(path) -> the file's text, written as UTF-8, as M(llmtrain.slurm.put_files) takes
+        them: small text files, such as the scripts a job runs first."
+      - Each file goes directly into O(path) or into one of O(subdirs) (such as C(scripts/node_check.sh)), so
+        only into directories this call has checked or made.
+      - Written after the directories are checked and made, and never when one is refused; only those that
+        are missing or differ in content or mode, each to a temporary file beside it that is renamed into
+        place, so that a job that starts meanwhile reads the old file or the new one, never half of one.
+      - Needs O(create=true).
+    type: dict
+    default: {}
+  files_mode:
+    description:
+      - The mode of every file of O(files), as an octal string.
+    type: str
+    default: "0644"
 notes:
-  - Supports check mode (it checks, and says what it would make).
+  - Supports check mode (it checks, and says what it would make and write).
   - Root runs the same checks against uid 0.
 """
 
@@ -65,6 +84,15 @@ EXAMPLES = r"""
     path: /shared/me/runs/tiny
     subdirs: [env, scripts, scripts/trainer, data, checkpoints, logs]
     private: [env]
+
+- name: Check and make the run directory, and put the node check in its scripts directory
+  llmtrain.slurm.secure_dir:
+    path: /shared/me/runs/tiny
+    subdirs: [env, scripts]
+    private: [env]
+    files:
+      scripts/node_check.sh: "{{ lookup('ansible.builtin.file', 'node_check.sh', rstrip=false) }}"
+      scripts/node_check.conf: "timeout_s=120\n"
 
 - name: Check where the venv goes, making nothing
   llmtrain.slurm.secure_dir:
@@ -85,6 +113,17 @@ narrowed:
   returned: always
   type: list
   elements: str
+written:
+  description: The names of O(files) written (in check mode, that would be), because they were missing or differed.
+  returned: always
+  type: list
+  elements: str
+  sample: [scripts/node_check.sh]
+unchanged:
+  description: The names of O(files) that were already in place with the same content and mode.
+  returned: always
+  type: list
+  elements: str
 uid:
   description: The user the checks were made for.
   returned: always
@@ -98,6 +137,19 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
+from ansible_collections.llmtrain.slurm.plugins.module_utils.put import parse_mode, write_files
+
+
+def file_name_error(name, subdirs):
+    """Why a name of files cannot be written (None when it can): only into the directories checked."""
+    why = relative_name_error(name)
+    if why:
+        return why
+    if name in subdirs:
+        return "is one of subdirs, a directory"
+    if os.path.dirname(name) and os.path.dirname(name) not in subdirs:
+        return "is in %s, which is not among subdirs" % os.path.dirname(name)
+    return None
 
 
 def main():
@@ -108,6 +160,8 @@ def main():
             private=dict(type="list", elements="str", default=[]),
             create=dict(type="bool", default=True),
             variable=dict(type="str", default="slurm_workspace"),
+            files=dict(type="dict", default={}),
+            files_mode=dict(type="str", default="0644"),
         ),
         supports_check_mode=True,
     )
@@ -118,19 +172,30 @@ def main():
     wrong += ["%r is not among subdirs" % name for name in p["private"] if name not in p["subdirs"]]
     if wrong:
         module.fail_json(msg="subdirs and private: %s" % "; ".join(wrong))
+    wrong = ["%r %s" % (name, why) for name, why in ((n, file_name_error(n, p["subdirs"])) for n in sorted(p["files"]))
+             if why]
+    if wrong:
+        module.fail_json(msg="files: each name is a file directly in path or in one of subdirs: %s" % "; ".join(wrong))
+    if p["files"] and not p["create"]:
+        module.fail_json(msg="files needs create=true: nothing is written where nothing may be made")
+    try:
+        files_mode = parse_mode(p["files_mode"])
+    except ValueError:
+        module.fail_json(msg="files_mode=%r: give an octal mode such as '0644'" % p["files_mode"])
     uid = os.geteuid()
     path = os.path.normpath(p["path"])
     try:
         problems, own, missing = trusted_dirs.check(path, uid, p["variable"], p["subdirs"])
     except OSError as err:
         module.fail_json(msg="cannot check %s: %s" % (path, err))
-    result = dict(changed=False, created=[], narrowed=[], uid=uid)
+    result = dict(changed=False, created=[], narrowed=[], written=[], unchanged=[], uid=uid)
     if problems:
         module.fail_json(msg="\n".join(problems), problems=problems, **result)
     if not p["create"]:
         module.exit_json(**result)
     if module.check_mode:
-        result.update(changed=bool(missing), created=missing)
+        result["written"], result["unchanged"], _problem = write_files(path, p["files"], files_mode, check_mode=True)
+        result.update(changed=bool(missing or result["written"]), created=missing)
         module.exit_json(**result)
     private = [os.path.join(own, name) for name in p["private"]]
     made, problems = trusted_dirs.make(missing, uid, p["variable"], private)
@@ -141,7 +206,10 @@ def main():
         if directory not in made and stat.S_IMODE(os.lstat(directory).st_mode) & 0o077:
             os.chmod(directory, 0o700)
             result["narrowed"].append(directory)
-    result["changed"] = bool(made or result["narrowed"])
+    result["written"], result["unchanged"], problem = write_files(path, p["files"], files_mode)
+    result["changed"] = bool(made or result["narrowed"] or result["written"])
+    if problem:
+        module.fail_json(msg=problem, **result)
     module.exit_json(**result)
 
 

@@ -31,7 +31,7 @@ for node in $FAKE_NODES; do SLURMD_NODENAME=$node "$@" || exit $?; done
 
 # srun as above, and Slurm's stop notice (#SBATCH --signal=USR2@lead, or scancel --signal=USR2)
 # sent to the step's process while it checks: as soon as it ignores SIGUSR2 (its SigIgn mask),
-# or once it maps libtorch (the check imports torch, which takes seconds), then every 50 ms
+# or once it maps libtorch (a check with --require-torch imports torch, which takes seconds), then every 50 ms
 FAKE_SRUN_NOTICE = """#!/bin/bash
 echo "srun $*" >> "$FAKE_CALLS"
 while [ "${1#--}" != "$1" ]; do shift; done
@@ -49,8 +49,9 @@ done
 """
 
 
-def job_start(tmp_path, node_answer, srun=FAKE_SRUN):
-    """Runs node_check.sh as a job of NODES would; -> (exit status, output, Slurm calls, summary)."""
+def job_start(tmp_path, node_answer, srun=FAKE_SRUN, args=()):
+    """Runs node_check.sh as a job of NODES would, with args (node_check.py check options);
+    -> (exit status, output, Slurm calls, summary)."""
     run = tmp_path / "run"
     scripts = run / "scripts"
     scripts.mkdir(parents=True)
@@ -72,7 +73,7 @@ def job_start(tmp_path, node_answer, srun=FAKE_SRUN):
     env = dict(os.environ, PATH=str(bin_dir), CUDA_VISIBLE_DEVICES="", FAKE_CALLS=str(calls),
                FAKE_NODES=" ".join(NODES), FAKE_NODE_ANSWER=node_answer, SLURM_JOB_ID="42", SLURM_JOB_NAME="llmtrain-t",
                SLURM_JOB_NODELIST="gpu-worker-0,slurm-worker-1", SLURM_JOB_NUM_NODES="2", LLMTRAIN_RUN_DIR=str(run))
-    proc = subprocess.run(["bash", str(scripts / "node_check.sh")], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.run(["bash", str(scripts / "node_check.sh")] + list(args), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True, check=False, timeout=300)
     summary = json.loads((run / "node_check" / "llmtrain-t.json").read_text())
     return proc.returncode, proc.stdout, calls.read_text().splitlines(), summary
@@ -105,8 +106,9 @@ def test_a_failed_query_leaves_what_slurm_registers_untold(tmp_path):
 def test_a_stop_notice_during_the_check_does_not_make_the_nodes_look_dead(tmp_path):
     """A preemption or time-limit notice that comes while the nodes check themselves: the check
     has nothing to save and goes on, rather than dying and having every node named as one that
-    did not answer (and excluded)."""
-    rc, output, calls, summary = job_start(tmp_path, "", srun=FAKE_SRUN_NOTICE)
+    did not answer (and excluded). The check of a job that imports torch (the training job's) takes
+    seconds, the time a notice has to come."""
+    rc, output, calls, summary = job_start(tmp_path, "", srun=FAKE_SRUN_NOTICE, args=["--require-torch"])
     assert sorted(set(c for c in calls if c.startswith("USR2 "))) == ["USR2 " + n for n in NODES]  # signalled
     assert rc == 0, output
     assert "did not answer" not in output and "User defined signal" not in output, output

@@ -9,11 +9,12 @@
 # makes a finished job run again.
 #
 # The batch node asks Slurm once for the job's nodes (`scontrol show node -o`); then one task per
-# node runs `node_check.py check` (GPUs, the GPUs Slurm registers from that answer, Python and
-# torch, the interfaces of the node's env file, a token the batch node wrote, a write test),
-# bounded by timeout_s; the batch node then judges the records (`node_check.py gather`), prints
-# the per-node table and writes $LLMTRAIN_RUN_DIR/node_check/<job name>.json. Bad nodes are
-# added to $LLMTRAIN_RUN_DIR/bad_nodes.json.
+# node runs `node_check.py check` (GPUs, the GPUs Slurm registers from that answer, Python,
+# torch where the job asks for GPUs or gives --require-torch, the interfaces of the node's env
+# file, a token the batch node wrote, a write test), bounded by timeout_s; the batch node then
+# judges the records (`node_check.py gather`), prints the per-node table and writes
+# $LLMTRAIN_RUN_DIR/node_check/<job name>.json. Bad nodes are added to
+# $LLMTRAIN_RUN_DIR/bad_nodes.json.
 #
 # Exit status: 0 every node is good (go on); 100 the job has asked Slurm to requeue it held
 # (policy exclude, requeues left): the watcher excludes the bad nodes and releases it, and

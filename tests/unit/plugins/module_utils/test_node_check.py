@@ -339,6 +339,51 @@ def test_check_refuses_an_unknown_gpu_policy(tmp_path, capsys):
     assert "invalid choice: 'lenient'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra, imports_torch", [
+    ([], False),  # the dataset preparation: no GPU, no torch
+    (["--gpus", "0"], False),
+    (["--require-torch"], True),
+    (["--gpus", "1"], True),
+])
+def test_check_looks_at_torch_only_where_the_job_asks_for_gpus_or_torch(fake_node, monkeypatch, extra, imports_torch):
+    imported = []
+    monkeypatch.setattr(gpu, "torch_here", lambda: imported.append(True) or dict(CPU_TORCH))
+    found = node_check.check(check_args(fake_node, *extra), environ={"SLURMD_NODENAME": "n1"},
+                             runner=Runner((["scontrol"], (0, "NodeName=n1 State=IDLE\n", ""))))
+    assert bool(imported) is imports_torch
+    if imports_torch:
+        assert found["torch"] == CPU_TORCH and node_check.table([found])[1].split()[2] == found["python_version"] + "/2.13.0+cpu"
+    else:
+        assert found["torch"] == node_check.NOT_CHECKED and found["torch"]["checked"] is False
+        assert node_check.table([found])[1].split()[2] == found["python_version"] + "/-"
+        assert found["ok"] is True and found["problems"] == []
+
+
+def test_the_check_of_a_job_without_gpus_or_torch_does_not_import_torch(tmp_path):
+    """The real import, in a process of its own: torch costs seconds of CPU on every node."""
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py"):
+        shutil.copy(os.path.join(MODULE_UTILS, name), str(scripts / name))
+    (tmp_path / "check").mkdir()
+    (tmp_path / "check" / "token").write_text("t0k\n")
+    (tmp_path / "run" / "env").mkdir(parents=True)
+    (tmp_path / "bin").mkdir()
+    code = ("import sys, node_check\n"
+            "node_check.main(sys.argv[1:])\n"
+            "sys.stdout.write('torch imported: %s\\n' % ('torch' in sys.modules))\n")
+    env = dict((k, v) for k, v in os.environ.items() if k != "PYTHONPATH")
+    env.update(PATH=str(tmp_path / "bin"), SLURMD_NODENAME="n1")
+    proc = subprocess.run([sys.executable, "-c", code, "check", "--dir", str(tmp_path / "check"), "--token", "t0k",
+                           "--run-dir", str(tmp_path / "run"), "--gpus", "0",
+                           "--slurm-nodes", str(tmp_path / "check" / "slurm_nodes.txt")],
+                          cwd=str(scripts), env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "torch imported: False"
+    record = json.loads((tmp_path / "check" / "n1.json").read_text())
+    assert record["torch"] == node_check.NOT_CHECKED and record["ok"] is True
+
+
 # ---------------------------------------------------------------- gather: the verdict on the job's nodes
 
 def gather_args(tmp_path, *nodes, bad_nodes_file=True):

@@ -57,3 +57,71 @@ def test_names_below_the_directory_must_stay_below_it(tmp_path, capsys):
     result = run(secure_dir.main, dict(path=str(tmp_path / "run"), subdirs=["../x"], private=["env"]), capsys)
     assert result["failed"] is True and "'../x' must not contain '..'" in result["msg"]
     assert "'env' is not among subdirs" in result["msg"]
+
+
+CHECKS = {"scripts/node_check.sh": "#!/bin/sh\necho {{ not a template }}\n", "scripts/node_check.conf": "timeout_s=60\n",
+          "README": "the run directory\n"}
+
+
+def test_puts_the_files_in_the_directories_it_made_under_umask_002_then_only_those_that_differ(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    args = dict(path=str(run_dir), subdirs=["env", "scripts"], private=["env"], files=CHECKS)
+    old = os.umask(0o002)
+    try:
+        first = run(secure_dir.main, args, capsys)
+        assert first["changed"] is True and first["written"] == ["README", "scripts/node_check.conf", "scripts/node_check.sh"]
+        assert first["created"] == [str(run_dir), str(run_dir / "env"), str(run_dir / "scripts")]
+        for name, text in CHECKS.items():
+            assert (run_dir / name).read_text() == text and mode_of(run_dir / name) == 0o644
+        assert sorted(os.listdir(str(run_dir / "scripts"))) == ["node_check.conf", "node_check.sh"]  # no temporary file
+        # a rerun that finds everything in place changes nothing, and rewrites nothing
+        again = run(secure_dir.main, args, capsys)
+        assert again["changed"] is False and again["written"] == [] and again["unchanged"] == first["written"]
+
+        (run_dir / "scripts" / "node_check.conf").write_text("timeout_s=1\n")
+        os.chmod(str(run_dir / "README"), 0o664)
+        third = run(secure_dir.main, args, capsys)
+        assert third["changed"] is True and third["written"] == ["README", "scripts/node_check.conf"]
+        assert third["created"] == [] and third["unchanged"] == ["scripts/node_check.sh"]
+        assert (run_dir / "scripts" / "node_check.conf").read_text() == "timeout_s=60\n"
+        assert mode_of(run_dir / "README") == 0o644
+
+        executable = run(secure_dir.main, dict(args, files={"scripts/node_check.sh": CHECKS["scripts/node_check.sh"]},
+                                               files_mode="0755"), capsys)
+        assert executable["written"] == ["scripts/node_check.sh"] and mode_of(run_dir / "scripts" / "node_check.sh") == 0o755
+    finally:
+        os.umask(old)
+
+
+def test_check_mode_says_which_files_it_would_write_and_writes_nothing(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    args = dict(path=str(run_dir), subdirs=["scripts"], files=CHECKS)
+    result = run(secure_dir.main, args, capsys, check_mode=True)
+    assert result["changed"] is True and result["written"] == sorted(CHECKS) and not run_dir.exists()
+    run(secure_dir.main, args, capsys)
+    (run_dir / "README").write_text("changed by hand\n")
+    result = run(secure_dir.main, args, capsys, check_mode=True)
+    assert result["changed"] is True and result["written"] == ["README"] and result["created"] == []
+    assert (run_dir / "README").read_text() == "changed by hand\n"
+
+
+def test_no_file_is_written_in_a_refused_directory(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    (run_dir / "scripts").mkdir(parents=True)
+    os.chmod(str(run_dir / "scripts"), 0o777)  # anyone could put their own node_check.sh there
+    result = run(secure_dir.main, dict(path=str(run_dir), subdirs=["scripts"], files=CHECKS), capsys)
+    assert result["failed"] is True and result["written"] == [] and str(run_dir / "scripts") in result["msg"]
+    assert os.listdir(str(run_dir / "scripts")) == [] and sorted(os.listdir(str(run_dir))) == ["scripts"]
+
+
+def test_files_go_only_into_the_directories_it_checks(tmp_path, capsys):
+    files = {"scripts/x.sh": "", "other/y.sh": "", "../z": "", "scripts": ""}
+    result = run(secure_dir.main, dict(path=str(tmp_path / "run"), subdirs=["scripts"], files=files), capsys)
+    assert result["failed"] is True and result["msg"].startswith("files: each name is a file directly in path or in")
+    assert "'other/y.sh' is in other, which is not among subdirs" in result["msg"]
+    assert "'../z' must not contain" in result["msg"] and "'scripts' is one of subdirs" in result["msg"]
+    assert "scripts/x.sh" not in result["msg"] and not (tmp_path / "run").exists()
+    result = run(secure_dir.main, dict(path=str(tmp_path / "run"), files={"a": ""}, create=False), capsys)
+    assert result["failed"] is True and "files needs create=true" in result["msg"]
+    result = run(secure_dir.main, dict(path=str(tmp_path / "run"), files={"a": ""}, files_mode="rw-"), capsys)
+    assert result["failed"] is True and "files_mode='rw-'" in result["msg"] and not (tmp_path / "run").exists()
