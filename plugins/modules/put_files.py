@@ -91,24 +91,11 @@ removed:
 
 import fnmatch
 import os
-import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
+from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import holds, replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
-
-
-def same(path, data, mode):
-    """Whether path is a regular file (not a link) with this content and mode."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != mode or info.st_size != len(data):
-        return False
-    with open(path, "rb") as handle:
-        return handle.read() == data
 
 
 def prune(dest, pattern, wanted, check_mode):
@@ -164,7 +151,7 @@ def main():
         text = p["files"][name]
         data = ("" if text is None else str(text)).encode("utf-8", "surrogateescape")
         path = os.path.join(p["dest"], name)
-        if same(path, data, mode):
+        if holds(path, data, mode):
             unchanged.append(name)
             continue
         written.append(name)
