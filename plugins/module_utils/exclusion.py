@@ -15,6 +15,7 @@ import datetime
 import json
 import time
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
 
 # scontrol's Reason for a job that `scontrol requeuehold` put back in the queue
@@ -28,23 +29,40 @@ HELD_AFTER_CHECK = "job_requeued_in_held_state"
 RELAUNCH_AFTER_S = 2
 SCONTROL_TIME = "%Y-%m-%dT%H:%M:%S"
 
+# a record of 2,048 bad nodes is about 300 KB; a file larger than this is no such record
+BAD_NODES_MAX_BYTES = 16 * 1048576
+
 
 def held_after_check(job):
     return job.get("state") == "PENDING" and (job.get("reason") or "").startswith(HELD_AFTER_CHECK)
 
 
+def load_bad_nodes(path):
+    """(the run's bad-nodes record {node: {reason, job_id, time}}, None); ({}, None) when it is
+    missing; ({}, a warning that names the file and the fix) when it cannot be used, as it then
+    keeps no node off. A link is not followed, and the file is read up to BAD_NODES_MAX_BYTES."""
+    text, why = read_text(path, BAD_NODES_MAX_BYTES)
+    if text is not None:
+        try:
+            record = json.loads(text)
+        except ValueError as err:
+            why = "not valid JSON: %s" % err
+        else:
+            if isinstance(record, dict):
+                return record, None
+            why = "not a JSON object of nodes"
+    if why is None:
+        return {}, None
+    return {}, ("The run's bad-nodes file %s cannot be used (%s), so it keeps no node off this run. Fix it "
+                "(a JSON object {node: {reason, job_id, time}}) or delete it: the run's node checks write it "
+                "again when they find a bad node." % (path, why))
+
+
 def read_bad_nodes(path):
     """{node: reason} from the run's bad-nodes file ({node: {reason, job_id, time}}); {} when
-    it is missing or unreadable."""
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (IOError, OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
+    it is missing or cannot be used (see load_bad_nodes)."""
     return dict((str(node), (entry.get("reason") if isinstance(entry, dict) else str(entry)) or "bad")
-                for node, entry in data.items())
+                for node, entry in load_bad_nodes(path)[0].items())
 
 
 def plan(job, bad, nodes):

@@ -9,9 +9,8 @@ has just checked, in the same module call).
 from __future__ import annotations
 
 import os
-import stat
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
+from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import holds, replace_file
 
 
 def parse_mode(text):
@@ -27,18 +26,6 @@ def encode(text):
     return ("" if text is None else str(text)).encode("utf-8", "surrogateescape")
 
 
-def same(path, data, mode):
-    """Whether path is a regular file (not a link) with this content and mode."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or stat.S_IMODE(info.st_mode) != mode or info.st_size != len(data):
-        return False
-    with open(path, "rb") as handle:
-        return handle.read() == data
-
-
 def write_files(dest, files, mode, check_mode=False):
     """Write each name -> text of files (names relative to dest, already checked) that is not
     already in dest with that content and mode: to a temporary file beside it, fsynced, then
@@ -50,7 +37,7 @@ def write_files(dest, files, mode, check_mode=False):
     for name in sorted(files):
         data = encode(files[name])
         path = os.path.join(dest, name)
-        if same(path, data, mode):
+        if holds(path, data, mode):
             unchanged.append(name)
             continue
         if not check_mode:

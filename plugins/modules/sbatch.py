@@ -122,6 +122,17 @@ options:
         record names, so removing the file runs the job again.
     type: path
     version_added: 0.1.0
+  keep_script:
+    description:
+      - "Path on the target where the module keeps the text of the job's script, for people to read
+        and to submit again by hand: the text it submits, or the script of the job it re-attaches to
+        or finds done (the same text, as the script is part of the job's identity)."
+      - Written only when the file does not already hold that text with mode C(0755), atomically (a
+        temporary file in the same directory, renamed over it; a link there is replaced, not
+        followed), with mode C(0755) whatever the umask. Its directory must exist.
+      - Writing it counts as a change. Nothing is written in check mode.
+    type: path
+    version_added: 0.1.0
   wait:
     description: Wait until the job has left the active states.
     type: bool
@@ -177,6 +188,13 @@ EXAMPLES = r"""
       nodes: 2
     wait: true
     wait_timeout: 120
+
+- name: Submit a rendered script once, keeping its text in the run directory to read and rerun by hand
+  llmtrain.slurm.sbatch:
+    name: pretrain-tiny
+    content: "{{ lookup('ansible.builtin.template', 'train.sbatch.j2') }}"
+    chdir: /shared/runs/tiny
+    keep_script: /shared/runs/tiny/scripts/train.sbatch
 
 - name: Prepare the dataset once; later runs return at once from the record, Slurm asked nothing
   llmtrain.slurm.sbatch:
@@ -258,6 +276,12 @@ submitted:
   description: Whether this task submitted the job (or would, in check mode).
   returned: with state=present
   type: bool
+script_kept:
+  description: O(keep_script), which holds the job's script (in check mode, would hold it).
+  returned: with keep_script and state=present
+  type: str
+  sample: /shared/runs/tiny/scripts/train.sbatch
+  version_added: 0.1.0
 done:
   description:
     - Whether the job has completed successfully, by O(done_file)'s record or as Slurm reports it.
@@ -288,11 +312,15 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, sbatch_argv, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import holds, replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import failure_message, output_tail
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES, unknown_job
 from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
+
+# a script people read and run again by hand, as the template module would write it
+KEPT_SCRIPT_MODE = 0o755
 
 JOB_FIELDS = ("job_id", "state", "exit_code", "signal", "elapsed", "nodelist", "reason",
               "stdout_path", "stderr_path")
@@ -346,6 +374,7 @@ def main():
             done_file=dict(type="path"),
             exclude=dict(type="list", elements="str", default=[]),
             bad_nodes_file=dict(type="path"),
+            keep_script=dict(type="path"),
             wait=dict(type="bool", default=False),
             wait_timeout=dict(type="float", default=3600.0),
             poll_interval=dict(type="float", default=1.0),
@@ -402,6 +431,8 @@ def present(module, client, p):
             result.update(job_result(unknown_job(record.get("job_id"))), reason=None, done=True,
                           state=record.get("state"), exit_code=record.get("exit_code"),
                           stdout_path=record.get("stdout_path"))
+            if p["keep_script"]:
+                keep_script(module, p["keep_script"], content, result)
             module.exit_json(**result)
 
     if p["chdir"] and not os.path.isdir(p["chdir"]):
@@ -421,6 +452,9 @@ def present(module, client, p):
                                    option_argv + (["--exclude=" + ",".join(exclude)] if exclude else []),
                                    export_argv, p["script"])
 
+    # written before the job is submitted: a job sbatch rejects can be submitted again by hand
+    if p["keep_script"]:
+        keep_script(module, p["keep_script"], content, result)
     found = existing_job(client, p["name"], fp, submitted)
     if found is not None:
         job = client.show_job(found["job_id"]) if found.get("source") != "sacct" else found
@@ -473,6 +507,21 @@ def present(module, client, p):
     if result["done"] and p["done_file"] and not module.check_mode:
         write_record(module, p["done_file"], dict(job, name=p["name"]), fp, result)
     module.exit_json(**result)
+
+
+def keep_script(module, path, content, result):
+    """Writes the job's script to path, unless it already holds it; a write is a change."""
+    data = content.encode("utf-8", "surrogateescape")
+    result["script_kept"] = path
+    if holds(path, data, KEPT_SCRIPT_MODE):
+        return
+    result["changed"] = True
+    if module.check_mode:
+        return
+    try:
+        replace_file(path, data, KEPT_SCRIPT_MODE, prefix=".%s." % os.path.basename(path))
+    except (IOError, OSError) as err:
+        module.fail_json(msg="cannot write keep_script %s: %s" % (path, err.strerror or err), **result)
 
 
 def write_record(module, path, job, fp, result):

@@ -12,12 +12,24 @@ description:
   - Reads C(scontrol --version), C(scontrol show partition -o) and C(scontrol show node -o).
   - Host lists are expanded and GRES strings parsed into counts per type.
   - Returns the result, and the same as the fact C(ansible_facts.slurm_cluster).
+  - With O(bad_nodes), also returns the run's record of the nodes its node checks found bad, read in
+    the same call, as RV(bad_nodes).
 version_added: 0.1.0
 author:
   - llmtrain.slurm maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - llmtrain.slurm.slurm
-options: {}
+options:
+  bad_nodes:
+    description:
+      - "Path of a run's bad-nodes file on the target (JSON C({node: {reason, job_id, time}}), written
+        by the node and network checks of the run's jobs), returned as RV(bad_nodes)."
+      - A file that does not exist means no bad nodes.
+      - "A file that cannot be used keeps no node off and does not fail the task: it gives a warning
+        that names the file and says to fix or delete it. So does a link (never followed), a file
+        that is not a regular file or is larger than 16 MiB, and one that is not a JSON object."
+    type: path
+    version_added: 0.1.0
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -25,6 +37,11 @@ notes:
 EXAMPLES = r"""
 - name: Learn the cluster's shape
   llmtrain.slurm.slurm_cluster_info:
+
+- name: Learn the cluster's shape and the nodes a run's node checks found bad, in one call
+  llmtrain.slurm.slurm_cluster_info:
+    bad_nodes: /shared/runs/tiny/bad_nodes.json
+  register: cluster
 
 - name: Every node of partition gpu has 4 GPUs
   ansible.builtin.assert:
@@ -80,6 +97,15 @@ nodes:
     address: {description: NodeAddr., type: str}
     reason: {description: Why the node is down or drained., type: str}
     version: {description: Slurm version of its slurmd., type: str}
+bad_nodes:
+  description:
+    - "The content of the file O(bad_nodes) names, C({node: {reason, job_id, time}}); empty when the file does not
+      exist or cannot be used (then with a warning). Not part of the facts."
+  returned: with bad_nodes
+  type: dict
+  sample: {"slurm-worker-1": {"reason": "no network interface ib0 on slurm-worker-1 (it has eth0, lo)",
+                              "job_id": "42", "time": "2026-11-29T21:44:31Z"}}
+  version_added: 0.1.0
 ansible_facts:
   description: The same data as C(slurm_cluster), with keys C(version), C(partitions), C(nodes).
   returned: always
@@ -88,17 +114,23 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(bad_nodes=dict(type="path")), supports_check_mode=True)
     client = Slurm(module)
     try:
         info = dict(version=client.version(), partitions=client.partitions(), nodes=client.nodes())
     except (SlurmError, ValueError) as err:
         module.fail_json(msg=str(err))
-    module.exit_json(changed=False, ansible_facts=dict(slurm_cluster=info), **info)
+    result = dict(changed=False, ansible_facts=dict(slurm_cluster=info), **info)
+    if module.params["bad_nodes"]:
+        result["bad_nodes"], unusable = load_bad_nodes(module.params["bad_nodes"])
+        if unusable:
+            module.warn(unusable)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,42 @@ def test_read_bad_nodes(tmp_path):
         "n7": "edited by hand", "n8": "bad"}
 
 
+def test_load_bad_nodes(tmp_path):
+    path = tmp_path / "bad_nodes.json"
+    assert exclusion.load_bad_nodes(str(path)) == ({}, None)  # missing: no bad nodes
+    path.write_text(json.dumps(BAD_NODES))
+    assert exclusion.load_bad_nodes(str(path)) == (BAD_NODES, None)
+
+
+@pytest.mark.parametrize("content, why", [
+    ("{not json", "not valid JSON: "),
+    ("[\"n1\"]", "not a JSON object of nodes"),
+    (b"{\"n\xff\": {}}", "not UTF-8 text"),
+])
+def test_load_bad_nodes_that_cannot_be_used_names_the_file_and_the_fix(tmp_path, content, why):
+    path = tmp_path / "bad_nodes.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    record, warning = exclusion.load_bad_nodes(str(path))
+    assert record == {}
+    assert warning.startswith("The run's bad-nodes file %s cannot be used (%s" % (path, why))
+    assert "keeps no node off" in warning and "Fix it" in warning and "delete it" in warning
+
+
+def test_load_bad_nodes_follows_no_link_and_reads_a_bounded_size(tmp_path, monkeypatch):
+    target, link = tmp_path / "elsewhere.json", tmp_path / "bad_nodes.json"
+    target.write_text(json.dumps(BAD_NODES))
+    link.symlink_to(target)
+    record, warning = exclusion.load_bad_nodes(str(link))
+    assert record == {} and "(a link, not followed)" in warning
+    assert exclusion.read_bad_nodes(str(link)) == {}
+    monkeypatch.setattr(exclusion, "BAD_NODES_MAX_BYTES", 10)
+    record, warning = exclusion.load_bad_nodes(str(target))
+    assert record == {} and "more than" in warning and str(target) in warning
+
+
 def test_plan_excludes_the_bad_nodes_and_those_the_job_kept_off_already():
     nodes = [node("n1"), node("n2"), node("n3", state="allocated"), node("n4", state="mixed"),
              node("n5", flags=["drain"]), node("n6", state="down"), node("n7", partitions=["cpu"]),

@@ -205,6 +205,132 @@ def test_other_or_unreadable_record_means_not_done(monkeypatch, capsys, tmp_path
         assert warned == []
 
 
+# ---------------------------------------------------------------- keep_script
+
+def active(fp):
+    """Slurm's answers for a pending job of this fingerprint, which the task re-attaches to."""
+    return [(SQUEUE, (0, squeue_rows(["21", "PENDING", "train", "llmtrain:" + fp]), "")),
+            (scontrol_job(21), (0, fixture("scontrol_job_pending.txt"), ""))]
+
+
+def kept(path):
+    info = os.lstat(str(path))
+    return path.read_text(), info.st_mode & 0o7777, info.st_ino, info.st_mtime_ns
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_keep_script_writes_the_submitted_text_with_mode_0755(monkeypatch, capsys, tmp_path, umask):
+    script = tmp_path / "pretrain.sbatch"
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(), (0, "16\n", "")),
+        (scontrol_job(16), (0, job_text("pending", 16), "")),
+    ])
+    old = os.umask(umask)
+    try:
+        result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys)
+    finally:
+        os.umask(old)
+    s.done()
+    assert result["changed"] and result["submitted"] and result["script_kept"] == str(script)
+    assert script.read_text() == s.kwargs[1]["data"] == SCRIPT
+    assert script.stat().st_mode & 0o7777 == 0o755
+    assert [p.name for p in tmp_path.iterdir()] == ["pretrain.sbatch"]  # no temporary file left
+
+
+def test_keep_script_holding_the_text_is_not_rewritten(monkeypatch, capsys, tmp_path):
+    """A no-op rerun: the job is re-attached to and the kept file is left as it is (changed=false)."""
+    script = tmp_path / "pretrain.sbatch"
+    script.write_text(SCRIPT)
+    script.chmod(0o755)
+    before = kept(script)
+    s = Slurm(monkeypatch, active(fp_of()))
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys)
+    s.done()
+    assert not result["changed"] and not result["submitted"] and result["job_id"] == "21"
+    assert result["script_kept"] == str(script) and kept(script) == before
+
+
+@pytest.mark.parametrize("text, mode", [("#!/bin/bash\necho older\n", 0o755), (SCRIPT, 0o644), (SCRIPT, 0o775)])
+def test_keep_script_of_the_job_re_attached_to_is_written(monkeypatch, capsys, tmp_path, text, mode):
+    """The job's identity holds its script, so the job re-attached to runs this text."""
+    script = tmp_path / "pretrain.sbatch"
+    script.write_text(text)
+    script.chmod(mode)
+    s = Slurm(monkeypatch, active(fp_of()))
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys)
+    s.done()
+    assert result["changed"] and not result["submitted"] and result["job_id"] == "21" and result["cmd"] is None
+    assert kept(script)[:2] == (SCRIPT, 0o755)
+
+
+def test_keep_script_is_written_when_missing_on_re_attach(monkeypatch, capsys, tmp_path):
+    script = tmp_path / "pretrain.sbatch"
+    s = Slurm(monkeypatch, active(fp_of()))
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys)
+    s.done()
+    assert result["changed"] and not result["submitted"] and kept(script)[:2] == (SCRIPT, 0o755)
+
+
+def test_keep_script_of_a_job_done_by_its_record(monkeypatch, capsys, tmp_path):
+    done_file, script = tmp_path / "done.json", tmp_path / "pretrain.sbatch"
+    record(done_file)
+    s = Slurm(monkeypatch, [], bins=())
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file), keep_script=str(script)),
+                 capsys)
+    s.done()
+    assert result["done"] and result["changed"] and kept(script)[:2] == (SCRIPT, 0o755)
+    before = kept(script)
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file), keep_script=str(script)),
+                 capsys)
+    assert result["done"] and not result["changed"] and kept(script) == before
+
+
+@pytest.mark.parametrize("reattach", [False, True])
+def test_keep_script_in_check_mode_writes_nothing(monkeypatch, capsys, tmp_path, reattach):
+    script = tmp_path / "scripts" / "pretrain.sbatch"  # check mode: its directory is not made yet
+    s = Slurm(monkeypatch, active(fp_of()) if reattach else [(SQUEUE, (0, "", ""))])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys, check_mode=True)
+    s.done()
+    assert result["changed"] and result["submitted"] is not reattach and result["script_kept"] == str(script)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_keep_script_replaces_a_link_without_following_it(monkeypatch, capsys, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("untouched\n")
+    script = tmp_path / "pretrain.sbatch"
+    script.symlink_to(target)
+    s = Slurm(monkeypatch, active(fp_of()))
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys)
+    s.done()
+    assert result["changed"] and not script.is_symlink() and kept(script)[:2] == (SCRIPT, 0o755)
+    assert target.read_text() == "untouched\n"
+
+
+def test_keep_script_that_cannot_be_written_fails_before_the_job_is_submitted(monkeypatch, capsys, tmp_path):
+    script = tmp_path / "missing" / "pretrain.sbatch"
+    s = Slurm(monkeypatch, [])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys)
+    s.done()
+    assert result["failed"] and result["msg"].startswith("cannot write keep_script %s: " % script)
+    assert not result["submitted"]
+
+
+def test_keep_script_of_a_script_file(monkeypatch, capsys, tmp_path):
+    source, script = tmp_path / "job.sh", tmp_path / "kept.sbatch"
+    source.write_bytes(b"#!/bin/bash\necho \xff\n")  # not UTF-8: kept byte for byte
+    fp = sbatch_argv.fingerprint("train", b"#!/bin/bash\necho \xff\n".decode("utf-8", "surrogateescape"), {}, {}, None)
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(fp=fp, script=str(source)), (0, "16\n", "")),
+        (scontrol_job(16), (0, job_text("pending", 16), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", script=str(source), keep_script=str(script)), capsys)
+    s.done()
+    assert result["changed"] and script.read_bytes() == source.read_bytes()
+
+
 def test_check_mode_submits_nothing(monkeypatch, capsys):
     s = Slurm(monkeypatch, [(SQUEUE, (0, "", ""))])
     result = run(sbatch.main, dict(name="train", content=SCRIPT), capsys, check_mode=True)

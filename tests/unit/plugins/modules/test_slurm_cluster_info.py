@@ -1,21 +1,84 @@
 """slurm_cluster_info with a faked run_command (helpers from test_sbatch)."""
 
+import json
+
+import pytest
+from ansible.module_utils import basic
+
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_cluster_info
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, fixture, run
 
+CLUSTER = [
+    (["/usr/bin/scontrol", "--version"], (0, fixture("scontrol_version.txt"), "")),
+    (["/usr/bin/scontrol", "show", "partition", "-o"], (0, fixture("scontrol_show_partition.txt"), "")),
+    (["/usr/bin/scontrol", "show", "node", "-o"], (0, fixture("scontrol_show_node.txt"), "")),
+]
+
+
+def warnings_of(monkeypatch):
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda module, msg: warned.append(msg))
+    return warned
+
+
+BAD_NODES = {"slurm-worker-1": {"reason": "no network interface ib0 on slurm-worker-1 (it has eth0, lo)",
+                                "job_id": "42", "time": "2026-11-30T10:00:00Z"}}
+
 
 def test_cluster_info(monkeypatch, capsys):
-    s = Slurm(monkeypatch, [
-        (["/usr/bin/scontrol", "--version"], (0, fixture("scontrol_version.txt"), "")),
-        (["/usr/bin/scontrol", "show", "partition", "-o"], (0, fixture("scontrol_show_partition.txt"), "")),
-        (["/usr/bin/scontrol", "show", "node", "-o"], (0, fixture("scontrol_show_node.txt"), "")),
-    ])
+    s = Slurm(monkeypatch, CLUSTER)
     result = run(slurm_cluster_info.main, {}, capsys)
     s.done()
     assert result["version"] == "22.05.8" and not result["changed"]
     assert result["partitions"][0]["nodes"] == ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"]
     assert [n["state"] for n in result["nodes"]] == ["idle"] * 3
     assert result["ansible_facts"]["slurm_cluster"]["nodes"] == result["nodes"]
+    assert "bad_nodes" not in result
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_bad_nodes_are_read_and_returned(monkeypatch, capsys, tmp_path, check_mode):
+    path = tmp_path / "bad_nodes.json"
+    path.write_text(json.dumps(BAD_NODES))
+    warned = warnings_of(monkeypatch)
+    s = Slurm(monkeypatch, CLUSTER)
+    result = run(slurm_cluster_info.main, dict(bad_nodes=str(path)), capsys, check_mode=check_mode)
+    s.done()
+    assert result["bad_nodes"] == BAD_NODES and not result["changed"] and warned == []
+    assert "bad_nodes" not in result["ansible_facts"]["slurm_cluster"]
+
+
+def test_a_missing_bad_nodes_file_is_no_bad_nodes(monkeypatch, capsys, tmp_path):
+    warned = warnings_of(monkeypatch)
+    s = Slurm(monkeypatch, CLUSTER)
+    result = run(slurm_cluster_info.main, dict(bad_nodes=str(tmp_path / "bad_nodes.json")), capsys)
+    s.done()
+    assert result["bad_nodes"] == {} and warned == [] and not result.get("failed")
+
+
+def test_invalid_bad_nodes_file_keeps_no_node_off_with_a_warning(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "bad_nodes.json"
+    path.write_text('{"slurm-worker-1": {"reason": ')  # cut short
+    warned = warnings_of(monkeypatch)
+    s = Slurm(monkeypatch, CLUSTER)
+    result = run(slurm_cluster_info.main, dict(bad_nodes=str(path)), capsys)
+    s.done()
+    assert not result.get("failed") and result["bad_nodes"] == {} and len(result["nodes"]) == 3
+    [warning] = warned
+    assert str(path) in warning and "not valid JSON" in warning and "Fix it" in warning and "delete it" in warning
+
+
+def test_a_link_as_bad_nodes_file_is_refused_with_a_warning(monkeypatch, capsys, tmp_path):
+    target, path = tmp_path / "elsewhere.json", tmp_path / "bad_nodes.json"
+    target.write_text(json.dumps(BAD_NODES))
+    path.symlink_to(target)
+    warned = warnings_of(monkeypatch)
+    s = Slurm(monkeypatch, CLUSTER)
+    result = run(slurm_cluster_info.main, dict(bad_nodes=str(path)), capsys)
+    s.done()
+    assert not result.get("failed") and result["bad_nodes"] == {}
+    [warning] = warned
+    assert str(path) in warning and "a link, not followed" in warning and "delete it" in warning
 
 
 def test_cluster_info_without_slurm(monkeypatch, capsys):
