@@ -37,10 +37,12 @@ import time
 
 try:
     from ansible_collections.llmtrain.slurm.plugins.module_utils import link_speed
-    from ansible_collections.llmtrain.slurm.plugins.module_utils.node_check import read_json, record_stop_notice, write_json
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.node_check import (
+        read_json, record_stop_notice, stop_recording_notices, write_json)
 except ImportError:  # run as a script beside link_speed.py and node_check.py
     import link_speed  # type: ignore[no-redef]
-    from node_check import read_json, record_stop_notice, write_json  # type: ignore[no-redef]
+    from node_check import (  # type: ignore[no-redef]
+        read_json, record_stop_notice, stop_recording_notices, write_json)
 
 LATENCY_BYTES = 8
 PAIR_PASSES = 3
@@ -353,6 +355,8 @@ def main(argv=None):
             os.environ.get("RANK"), os.environ.get("SLURMD_NODENAME") or socket.gethostname(),
             type(exc).__name__, detail[:300]))
         return 2
+    finally:
+        stop_recording_notices()
 
 
 if __name__ == "__main__":

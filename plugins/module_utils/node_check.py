@@ -350,13 +350,23 @@ def record_stop_notice():
     signal.signal(signal.SIGUSR2, noted)
 
 
+def stop_recording_notices():
+    """Ignore the notice from here on, as the process ends: Python gives the signals it handles
+    back to their default action as it exits, where a notice would end the process with a signal
+    (and a node's check look failed). The job's other check processes still record it."""
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
 def main(argv=None):
     record_stop_notice()
-    args = parser().parse_args(argv)
-    if args.command == "check":
-        check(args)
-        return 0
-    return gather(args)[0]
+    try:
+        args = parser().parse_args(argv)
+        if args.command == "check":
+            check(args)
+            return 0
+        return gather(args)[0]
+    finally:
+        stop_recording_notices()
 
 
 if __name__ == "__main__":

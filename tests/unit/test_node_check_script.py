@@ -5,6 +5,8 @@ import json
 import os
 import shutil
 import subprocess
+
+import pytest
 import sys
 from pathlib import Path
 
@@ -49,7 +51,7 @@ done
 """
 
 
-def job_start(tmp_path, node_answer, srun=FAKE_SRUN, args=()):
+def job_start(tmp_path, node_answer, srun=FAKE_SRUN, args=(), extra_env=None):
     """Runs node_check.sh as a job of NODES would, with args (node_check.py check options);
     -> (exit status, output, Slurm calls, summary)."""
     run = tmp_path / "run"
@@ -72,7 +74,7 @@ def job_start(tmp_path, node_answer, srun=FAKE_SRUN, args=()):
     calls = tmp_path / "calls"
     env = dict(os.environ, PATH=str(bin_dir), CUDA_VISIBLE_DEVICES="", FAKE_CALLS=str(calls),
                FAKE_NODES=" ".join(NODES), FAKE_NODE_ANSWER=node_answer, SLURM_JOB_ID="42", SLURM_JOB_NAME="llmtrain-t",
-               SLURM_JOB_NODELIST="gpu-worker-0,slurm-worker-1", SLURM_JOB_NUM_NODES="2", LLMTRAIN_RUN_DIR=str(run))
+               SLURM_JOB_NODELIST="gpu-worker-0,slurm-worker-1", SLURM_JOB_NUM_NODES="2", LLMTRAIN_RUN_DIR=str(run), **(extra_env or {}))
     proc = subprocess.run(["bash", str(scripts / "node_check.sh")] + list(args), env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True, check=False, timeout=300)
     summary = json.loads((run / "node_check" / "llmtrain-t.json").read_text())
@@ -103,12 +105,20 @@ def test_a_failed_query_leaves_what_slurm_registers_untold(tmp_path):
             "controller answers there" % os.uname()[1]) in output
 
 
-def test_a_stop_notice_during_the_check_does_not_make_the_nodes_look_dead(tmp_path):
+@pytest.mark.parametrize("recorded", [False, True], ids=["other-jobs", "training-job"])
+def test_a_stop_notice_during_the_check_does_not_make_the_nodes_look_dead(tmp_path, recorded):
     """A preemption or time-limit notice that comes while the nodes check themselves: the check
     has nothing to save and goes on, rather than dying and having every node named as one that
     did not answer (and excluded). The check of a job that imports torch (the training job's) takes
-    seconds, the time a notice has to come."""
-    rc, output, calls, summary = job_start(tmp_path, "", srun=FAKE_SRUN_NOTICE, args=["--require-torch"])
+    seconds, the time a notice has to come. The training job's script names a file
+    (LLMTRAIN_STOP_NOTICE) where each node's check records it, to requeue before training."""
+    notice = tmp_path / "STOP_NOTICE"
+    rc, output, calls, summary = job_start(tmp_path, "", srun=FAKE_SRUN_NOTICE, args=["--require-torch"],
+                                           extra_env={"LLMTRAIN_STOP_NOTICE": str(notice)} if recorded else None)
+    if recorded:
+        assert sorted(set(notice.read_text().splitlines())) == ["SIGUSR2 on " + n for n in NODES], (calls, output)
+    else:
+        assert not notice.exists()
     assert sorted(set(c for c in calls if c.startswith("USR2 "))) == ["USR2 " + n for n in NODES]  # signalled
     assert rc == 0, output
     assert "did not answer" not in output and "User defined signal" not in output, output
