@@ -103,7 +103,7 @@ def test_one_module_call_then_only_the_connection_and_nothing_the_second_time(tm
     first = action(tmp_path, args_for(tmp_path))
     result = first.run(task_vars={})
     assert result["changed"] is True and result["fetched"] == ALL
-    assert [name for name, _ in first.module_calls] == ["llmtrain.slurm.fetch_files"]
+    assert [call[0] for call in first.module_calls] == ["llmtrain.slurm.fetch_files"]
     assert sorted(first._connection.fetched) == sorted(os.path.realpath(str(run_dir / n)) for n in
                                                        ["logs/job-7.out", "metrics.jsonl",
                                                         "tensorboard/events.out.tfevents.1.n0"])
@@ -177,7 +177,7 @@ def test_with_become_the_file_is_read_with_slurp(tmp_path):
     plugin = action(tmp_path, args_for(tmp_path), become=object())
     result = plugin.run(task_vars={})
     assert result["fetched"] == ALL and plugin._connection.fetched == []
-    assert [name for name, _ in plugin.module_calls] == ["llmtrain.slurm.fetch_files"] + ["ansible.legacy.slurp"] * 3
+    assert [call[0] for call in plugin.module_calls] == ["llmtrain.slurm.fetch_files"] + ["ansible.legacy.slurp"] * 3
     assert (tmp_path / "local" / "runs" / "r" / "logs" / "job-7.out").read_bytes() == b"iter 0\n"
 
 
