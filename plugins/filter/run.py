@@ -3,7 +3,6 @@
 """Filters that read run artifacts back.
 
   text | llmtrain.slurm.env_file_values -> {NAME: value} of an env file the nccl_env role wrote
-  [(path, real path, stat)] | llmtrain.slurm.fetch_refusals(real run dir, max bytes) -> {path: why not fetched}
   log text | llmtrain.slurm.log_metrics(patterns) -> metrics JSONL from your script's progress lines
   run values | llmtrain.slurm.pipeline_fingerprint(workers, source digest) -> what the run is made from
   read_files result | llmtrain.slurm.pipeline_verdict(fingerprint, missing) -> may a rerun stop here
@@ -25,20 +24,6 @@ display = Display()
 def env_file_values(text):
     """The `export NAME=value` lines of an env file, read back as the shell would."""
     return node_check.env_file_values(text)
-
-
-def fetch_refusals(files, real_run_dir, max_bytes):
-    """files: (path, its real path, the stat module's result) triples. A file whose real path
-    leaves the run directory (a planted link) or that is larger than max_bytes is not fetched."""
-    refused = {}
-    inside = real_run_dir.rstrip("/") + "/"
-    for path, real, stat in files:
-        if not real.startswith(inside):
-            refused[path] = "%s is not fetched: it leads to %s, outside the run directory %s." % (path, real, real_run_dir)
-        elif stat.get("exists") and stat.get("size", 0) > max_bytes:
-            refused[path] = ("%s is not fetched: it has %.0f MiB, more than pretrain_fetch_max_mb=%d; it stays in the "
-                             "run directory." % (path, stat["size"] / 1048576.0, max_bytes // 1048576))
-    return refused
 
 
 def log_metrics(text, patterns=None):
@@ -78,6 +63,5 @@ def pipeline_record_text(read, fingerprint):
 
 class FilterModule(object):
     def filters(self):
-        return {"env_file_values": env_file_values, "fetch_refusals": fetch_refusals,
-                "log_metrics": log_metrics, "pipeline_fingerprint": pipeline_fingerprint,
-                "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text}
+        return {"env_file_values": env_file_values, "log_metrics": log_metrics,
+                "pipeline_fingerprint": pipeline_fingerprint, "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text}

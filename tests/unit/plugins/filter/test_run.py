@@ -34,22 +34,6 @@ def test_a_directory_of_the_users_is_refused_naming_it_and_the_fix():
     assert "/home/u/x is not a directory" in message
 
 
-def test_only_files_inside_the_run_and_within_the_cap_are_fetched():
-    run_dir = "/ws/r"
-    files = [("/ws/r/metrics.jsonl", "/home/me/.ssh/id_rsa", dict(exists=True, size=10)),
-             ("/ws/r/logs/a.out", "/ws/r/logs/a.out", dict(exists=True, size=300 * 1048576)),
-             ("/ws/r/logs/b.out", "/ws/r/logs/b.out", dict(exists=True, size=1000)),
-             ("/ws/r/other", "/ws/r-other/x", dict(exists=True, size=1)),
-             ("/ws/r/gone", "/ws/r/gone", dict(exists=False))]
-    refused = run.fetch_refusals(files, run_dir, 256 * 1048576)
-    assert refused == {
-        "/ws/r/metrics.jsonl": "/ws/r/metrics.jsonl is not fetched: it leads to /home/me/.ssh/id_rsa, outside the run "
-                               "directory /ws/r.",
-        "/ws/r/logs/a.out": "/ws/r/logs/a.out is not fetched: it has 300 MiB, more than pretrain_fetch_max_mb=256; it "
-                            "stays in the run directory.",
-        "/ws/r/other": "/ws/r/other is not fetched: it leads to /ws/r-other/x, outside the run directory /ws/r."}
-
-
 def test_log_metrics_turns_progress_lines_into_a_metrics_file():
     text = "config tiny\niter 0: loss 5.68, time 1ms\niter 10: loss 3.02, time 1ms\nsaving\n"
     assert run.log_metrics(text) == ('{"loss": 5.68, "source": "log", "step": 0}\n'
