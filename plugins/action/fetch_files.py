@@ -38,8 +38,17 @@ def local_sha1(path):
     return digest.hexdigest()
 
 
+def private_bits():
+    """What the user's umask keeps from group and others beyond their write bit, which no fetched
+    file or directory gets anyway: an umask of 002 (user-private groups) gives 0755 directories
+    and 0644 files, as 022 does; 077 keeps them the user's alone (0700, 0600)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask & 0o055
+
+
 def make_dirs(path):
-    """Make path and its missing parents, each 0755 whatever the umask."""
+    """Make path and its missing parents, each 0755 less private_bits() whatever the umask."""
     missing = []
     while not os.path.isdir(path):
         missing.append(path)
@@ -54,7 +63,7 @@ def make_dirs(path):
             if err.errno != errno.EEXIST or not os.path.isdir(directory):
                 raise
             continue  # made meanwhile by someone else: theirs to keep as it is
-        os.chmod(directory, 0o755)
+        os.chmod(directory, 0o755 & ~private_bits())
 
 
 class ActionModule(ActionBase):
@@ -101,7 +110,8 @@ class ActionModule(ActionBase):
         return result
 
     def _transfer(self, remote, local, task_vars):
-        """Copy remote into a temporary file beside local and rename it into place (0644)."""
+        """Copy remote into a temporary file beside local and rename it into place (0644 less
+        private_bits())."""
         make_dirs(os.path.dirname(local))
         handle, temp = tempfile.mkstemp(dir=os.path.dirname(local), prefix="." + os.path.basename(local) + ".")
         os.close(handle)
@@ -116,7 +126,7 @@ class ActionModule(ActionBase):
                     stream.write(base64.b64decode(read["content"]))
             else:
                 self._connection.fetch_file(remote, temp)
-            os.chmod(temp, 0o644)
+            os.chmod(temp, 0o644 & ~private_bits())
             os.replace(temp, local)
         except BaseException:
             if os.path.lexists(temp):

@@ -16,7 +16,8 @@ description:
     in RV(refused) with a sentence that says why. A missing file is left out, not an error.
   - The action plugin of the same name then copies each accepted file whose copy under O(dest) on
     the controller differs (by SHA-1) through the connection, into a temporary file beside it that
-    is renamed into place (mode C(0644); directories it makes get C(0755)). With privilege
+    is renamed into place (mode C(0644), directories it makes C(0755), never group-writable; an umask
+    of 077 keeps them C(0600) and C(0700)). With privilege
     escalation (C(become)) the file is read with M(ansible.builtin.slurp) instead, as
     M(ansible.builtin.fetch) does, because the connection reads as the login user.
   - M(ansible.builtin.find), C(realpath), M(ansible.builtin.stat) and M(ansible.builtin.fetch) per

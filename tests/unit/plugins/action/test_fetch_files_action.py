@@ -138,8 +138,8 @@ def test_check_mode_writes_nothing_and_says_what_it_would(tmp_path):
     assert plugin._connection.fetched == [] and not (tmp_path / "local").exists()
 
 
-@pytest.mark.parametrize("umask", [0o002, 0o077])
-def test_directories_0755_and_files_0644_whatever_the_umask(tmp_path, umask):
+@pytest.mark.parametrize("umask, dirs, files", [(0o002, 0o755, 0o644), (0o022, 0o755, 0o644), (0o077, 0o700, 0o600)])
+def test_directories_0755_and_files_0644_never_group_writable_and_a_private_umask_kept(tmp_path, umask, dirs, files):
     make_run(tmp_path)
     old = os.umask(umask)
     try:
@@ -148,9 +148,9 @@ def test_directories_0755_and_files_0644_whatever_the_umask(tmp_path, umask):
         os.umask(old)
     local = tmp_path / "local" / "runs" / "r"
     for directory in (tmp_path / "local", tmp_path / "local" / "runs", local, local / "logs", local / "tensorboard"):
-        assert stat.S_IMODE(os.stat(str(directory)).st_mode) == 0o755, directory
+        assert stat.S_IMODE(os.stat(str(directory)).st_mode) == dirs, directory
     for name in ALL:
-        assert stat.S_IMODE(os.stat(str(local / name)).st_mode) == 0o644, name
+        assert stat.S_IMODE(os.stat(str(local / name)).st_mode) == files, name
 
 
 def test_a_refused_file_is_not_copied_and_a_planted_local_link_is_replaced(tmp_path):
