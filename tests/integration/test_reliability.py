@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from cluster import (BIN, CLUSTER_DIR, NETNS_PREFIX, NODE_RE, ROOT, RUNS, SLURM_CONF, STREAM, WORKSPACE,
+from cluster import (BIN, CLUSTER_DIR, NETNS_PREFIX, NODE_RE, NODES, ROOT, RUNS, SLURM_CONF, STREAM, WORKSPACE,
                      BackgroundPlaybook, job_ids, node, slurm, wait_for)
 from wandb_records import wandb_history, wandb_test_env
 
@@ -241,8 +241,26 @@ def test_preemption_requeue_checkpoints_and_resumes_at_the_same_step(reference, 
 
 # 11. Sharded (FSDP) run preempted ---------------------------------------------------------
 
-def node_check_running(job_id):
-    return "node-check" in slurm("squeue", "--steps", "--noheader", "--jobs", job_id, "--format=%j").split()
+def node_checks_taking_the_notice(run):
+    """The pids of the run's node-check processes (one per node, in this machine's one pid
+    namespace), once every one of them catches SIGUSR2 (its handler is in, /proc's SigCgt);
+    None before."""
+    run_dir = os.path.join(WORKSPACE, run)
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as handle:
+                argv = handle.read().decode(errors="replace").split("\0")
+            with open("/proc/%s/status" % pid) as handle:
+                caught = [int(line.split()[1], 16) for line in handle if line.startswith("SigCgt:")]
+        except OSError:
+            continue  # gone meanwhile
+        # the Python of each node's check itself: not srun or timeout, whose argv holds the same
+        if len(argv) > 2 and argv[1].endswith("/node_check.py") and argv[2] == "check" and run_dir in argv:
+            if not caught or not caught[0] & (1 << (signal.SIGUSR2 - 1)):
+                return None
+            pids.append(int(pid))
+    return pids if len(pids) == len(NODES) else None
 
 
 def test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_matches_ddp(reference):
@@ -252,8 +270,7 @@ def test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_mat
     # seconds: each imports torch): the check goes on, the job requeues itself before any
     # training, and the second start trains from step 1.
     job_id = wait_for(lambda: jobs(run) and only_job(run), 120, "the training job", play)
-    wait_for(lambda: node_check_running(job_id), 180, "the first start's node check", play)
-    time.sleep(1.5)  # past the check's start-up, where it takes the notice in
+    wait_for(lambda: node_checks_taking_the_notice(run), 180, "the first start's node check to take the notice in", play)
     slurm("scancel", "--signal=USR2", job_id)  # to the job's steps, as a preemption notice is sent
     wait_for(lambda: "before training started" in job_logs(run), 120, "the job to requeue itself before training", play)
     wait_for(lambda: training_step(run) >= 15, 240, "training to pass step 15", play)

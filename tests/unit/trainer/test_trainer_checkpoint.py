@@ -14,6 +14,7 @@ from trainer.checkpoint import (
     load_sharded_model,
     save_checkpoint,
     save_sharded,
+    sharded_temp_path,
     strip_wrapper_prefixes,
 )
 from trainer.model import GPT, GPTConfig
@@ -119,13 +120,27 @@ def test_find_checkpoint_accepts_run_dir_checkpoints_dir_and_file(tmp_path):
         find_checkpoint(tmp_path / "nope")
 
 
-def save_sharded_here(step, ckpt_dir, keep, model=None):
+def save_sharded_here(step, ckpt_dir, keep, model=None, barrier=None):
     """A sharded checkpoint written by this one process (no process group: one shard)."""
     model = model or GPT(TINY)
     trainer_state = {k: v for k, v in state(step, model).items() if k != "model"}
     with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
-        return save_sharded({"model": model.state_dict()}, trainer_state, ckpt_dir, keep, is_main=True)
+        return save_sharded({"model": model.state_dict()}, trainer_state, ckpt_dir, keep, is_main=True,
+                            barrier=barrier)
+
+
+def test_no_rank_writes_a_sharded_checkpoint_before_rank_0_has_cleared_its_temporary_directory(tmp_path):
+    # A rank that reaches the checkpoint before rank 0 makes the temporary directory; rank 0's
+    # clearing of a stale one must come before that (the ranks wait for each other in between),
+    # or it removes the directory under the other ranks' shards.
+    stale = sharded_temp_path(tmp_path, 8)
+    stale.mkdir()
+    (stale / "__0_0.distcp").write_bytes(b"half")
+    seen = []
+    save_sharded_here(8, tmp_path, keep=2, barrier=lambda: seen.append(stale.exists()))
+    assert seen == [False]  # the barrier came once, after the stale directory was gone
+    assert [p.name for _s, p in list_checkpoints(tmp_path)] == ["step_000008"]
 
 
 def test_keep_counts_files_and_sharded_directories_alike(tmp_path):

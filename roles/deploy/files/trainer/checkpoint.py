@@ -116,16 +116,21 @@ def sharded_temp_path(ckpt_dir, step):
     return checkpoint_path(ckpt_dir, step, sharded=True).with_name(f".step_{step:06d}.tmp-sharded")
 
 
-def save_sharded(tensors, state, ckpt_dir, keep, is_main):
+def save_sharded(tensors, state, ckpt_dir, keep, is_main, barrier=None):
     """Write the sharded checkpoint of state["step"]; every rank calls this. tensors: the
     model and optimizer state of get_state_dict, each rank's shard. Rank 0 then adds state
-    (everything else) and renames the directory into place; returns its final path."""
+    (everything else) and renames the directory into place; returns its final path.
+    barrier: every rank's wait for the others (the process group's), after rank 0 has cleared
+    the temporary directory: a rank that came to the checkpoint before rank 0 (which writes the
+    metrics first) had made it, and rank 0 removed it under the shards being written."""
     ckpt_dir = Path(ckpt_dir)
     step = state["step"]
     path, tmp = checkpoint_path(ckpt_dir, step, sharded=True), sharded_temp_path(ckpt_dir, step)
     if is_main:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
+    if barrier is not None:
+        barrier()
     try:
         # returns on every rank once every shard and rank 0's .metadata are written (and fsynced)
         dcp.save(tensors, checkpoint_id=tmp)

@@ -836,7 +836,7 @@ class Training:
             if cfg.parallel == "fsdp":
                 model_state, optimizer_state = get_state_dict(self.raw_model, self.optimizer)
                 path = save_sharded({"model": model_state, "optimizer": optimizer_state}, state, ckpt_dir,
-                                    cfg.keep_checkpoints, self.dist.is_main)
+                                    cfg.keep_checkpoints, self.dist.is_main, barrier=self.dist.barrier)
             elif self.dist.is_main:
                 path = save_checkpoint({**state, "model": self.raw_model.state_dict(),
                                         "optimizer": self.optimizer.state_dict()}, ckpt_dir, cfg.keep_checkpoints)
