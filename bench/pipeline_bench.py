@@ -209,7 +209,7 @@ def manual_scripts(jobs):
         path = SHIM_DIR / ("manual-%s.sh" % name)  # outside the run directory, which each pipeline run removes
         slurm("scontrol", "write", "batch_script", str(job["id"]), str(path))
         detail = slurm("scontrol", "show", "job", "-o", str(job["id"]))
-        fields = dict(re.findall(r"(\w+)=(\S+)", detail))
+        fields = dict(re.findall(r"([\w/:]+)=(\S+)", detail))
         scripts[name] = dict(path=path, workdir=fields["WorkDir"], nodes=fields["NumNodes"].split("-")[0],
                              cpus=fields.get("CPUs/Task", "1"), time=fields["TimeLimit"],
                              output=fields["StdOut"], mem=fields.get("MinMemoryNode"), mem_per_cpu=fields.get("MinMemoryCPU"))

@@ -191,6 +191,7 @@ def _script_errors(values):
 # characters W&B refuses in a project name
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 NETWORK_POLICIES = ("warn", "exclude", "fail")
+WANDB_MODES = ("online", "offline")
 
 
 def _number(value):
@@ -278,7 +279,7 @@ def _stage_errors(values):
                                 or set(project) & set(WANDB_PROJECT_FORBIDDEN)):
         errors.append("pretrain_wandb_project=%r must be a W&B project name: 1-128 characters, none of %s (the "
                       "entity goes in pretrain_wandb_entity)." % (project, " ".join(WANDB_PROJECT_FORBIDDEN)))
-    if values.get("pretrain_wandb_mode", "online") not in ("online", "offline"):
+    if values.get("pretrain_wandb_mode", "online") not in WANDB_MODES:
         errors.append("pretrain_wandb_mode=%r must be online (the nodes reach W&B) or offline (wandb sync later)."
                       % (values["pretrain_wandb_mode"],))
     if "inference_prompts" in values:

@@ -44,6 +44,8 @@ except ImportError:  # run as a script beside gpu.py, nccl.py and atomic.py
     from atomic import replace_file  # type: ignore[no-redef]
 
 BAD_NODES_RC = 3
+# preflight_gpu_policy: strict makes a GPU count that differs from what Slurm registers a problem
+GPU_POLICIES = ("strict", "report")
 # A node's torch when the job asks for no GPU and does not import torch (the dataset preparation):
 # importing torch takes seconds of CPU on every node, for nothing the job uses; the table shows "-".
 NOT_CHECKED = dict(checked=False, error="torch not checked: the job asks for no GPU and does not import torch")
@@ -303,7 +305,7 @@ def parser():
     c.add_argument("--token", required=True)
     c.add_argument("--gpus", type=int, default=0)
     c.add_argument("--require-torch", action="store_true")
-    c.add_argument("--gpu-policy", choices=["strict", "report"], default="strict")
+    c.add_argument("--gpu-policy", choices=GPU_POLICIES, default="strict")
     c.add_argument("--run-dir", required=True, help="its env/ holds the env file the job sources on each node")
     c.add_argument("--python-name", default="slurm_python")
     c.add_argument("--slurm-nodes", help="`scontrol show node -o` of the job's nodes, queried once for all of them")

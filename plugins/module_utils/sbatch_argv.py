@@ -118,6 +118,38 @@ def submit_argv(sbatch, name, comment, chdir, options, export, script):
     return argv
 
 
+# a directive value sbatch reads as it is written; any other goes in double quotes, in which
+# sbatch reads \" as a quote
+PLAIN_VALUE = re.compile(r"^[A-Za-z0-9_.,:@/%+=-]*$")
+
+
+def directive(arg):
+    """'--key=value' or '--flag' as an #SBATCH line, or None where no line can carry it (a line
+    break, or a backslash, which a directive reads differently from the command line)."""
+    if "\n" in arg or "\r" in arg or "\\" in arg:
+        return None
+    key, sep, value = arg.partition("=")
+    if sep and not PLAIN_VALUE.match(value):
+        value = '"%s"' % value.replace('"', '\\"')
+    return "#SBATCH " + key + sep + value
+
+
+def kept_script(content, name, chdir, options):
+    """The script as kept for people to read and submit again by hand: the job's options, which
+    the module passes on sbatch's command line, written after its first line as the #SBATCH
+    lines that ask for the same; the body unchanged."""
+    lines = ["# The options it was submitted with (sbatch reads them from these lines when it is",
+             "# submitted by hand: sbatch FILE)."]
+    for arg in ["--job-name=" + name] + (["--chdir=" + chdir] if chdir else []) + list(options):
+        line = directive(arg)
+        lines.append(line if line is not None else "# (%s: not writable as a directive; give it to sbatch)"
+                     % arg.split("=", 1)[0].replace("\n", " ").replace("\r", " "))
+    head, newline, body = content.partition("\n")
+    if head.startswith("#!"):
+        return head + newline + "\n".join(lines) + "\n" + body
+    return "\n".join(lines) + "\n" + content
+
+
 def parse_parsable(stdout):
     """`sbatch --parsable` prints 'JOBID' or 'JOBID;CLUSTER'."""
     line = stdout.strip().splitlines()[-1] if stdout.strip() else ""

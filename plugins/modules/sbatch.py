@@ -126,7 +126,10 @@ options:
     description:
       - "Path on the target where the module keeps the text of the job's script, for people to read
         and to submit again by hand: the text it submits, or the script of the job it re-attaches to
-        or finds done (the same text, as the script is part of the job's identity)."
+        or finds done (the same text, as the script is part of the job's identity), with the job's
+        name, O(chdir), O(options) and C(--export) written after its first line as the C(#SBATCH) lines
+        that ask for the same, so that C(sbatch FILE) submits the same job (a value with a line break or
+        a backslash, which a directive cannot carry, is named in a comment instead)."
       - Written only when the file does not already hold that text with mode C(0755), atomically (a
         temporary file in the same directory, renamed over it; a link there is replaced, not
         followed), with mode C(0755) whatever the umask. Its directory must exist.
@@ -417,6 +420,7 @@ def present(module, client, p):
     else:
         content = p["content"]
     identity = dict(options, export=export) if export is not None else options
+    kept = sbatch_argv.kept_script(content, p["name"], p["chdir"], option_argv + export_argv)
     fp = sbatch_argv.fingerprint(p["name"], content, identity, env, p["chdir"])
     result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None, done=False)
 
@@ -432,7 +436,7 @@ def present(module, client, p):
                           state=record.get("state"), exit_code=record.get("exit_code"),
                           stdout_path=record.get("stdout_path"))
             if p["keep_script"]:
-                keep_script(module, p["keep_script"], content, result)
+                keep_script(module, p["keep_script"], kept, result)
             module.exit_json(**result)
 
     if p["chdir"] and not os.path.isdir(p["chdir"]):
@@ -454,7 +458,7 @@ def present(module, client, p):
 
     # written before the job is submitted: a job sbatch rejects can be submitted again by hand
     if p["keep_script"]:
-        keep_script(module, p["keep_script"], content, result)
+        keep_script(module, p["keep_script"], kept, result)
     found = existing_job(client, p["name"], fp, submitted)
     if found is not None:
         job = client.show_job(found["job_id"]) if found.get("source") != "sacct" else found

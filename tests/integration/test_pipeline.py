@@ -13,7 +13,7 @@ import struct
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster import INVENTORY, NODES, RUNS, WORKSPACE, job_ids, node, run_playbook
+from cluster import INVENTORY, NODES, RUNS, WORKSPACE, job_ids, node, run_playbook, slurm
 
 RUN = "local-demo"
 
@@ -61,6 +61,23 @@ def test_pipeline_trains_reports_and_generates(pipeline):
     accumulator.Reload()
     shown = {e.step: e.value for e in accumulator.Scalars("train/loss")}
     assert shown == pytest.approx({r["step"]: r["loss"] for r in records if "loss" in r}, rel=1e-6)
+
+
+def test_the_kept_job_script_submitted_by_hand_asks_for_what_the_job_asked(pipeline):
+    """scripts/pretrain.sbatch holds the job's options as #SBATCH lines: `sbatch FILE` (held here,
+    then cancelled: it never runs) makes the same request, read back from Slurm."""
+    run_dir = os.path.join(WORKSPACE, RUN)
+    kept = os.path.join(run_dir, "scripts", "pretrain.sbatch")
+    job_id = slurm("sbatch", "--hold", "--parsable", kept).strip().split(";")[0]
+    try:
+        fields = dict(re.findall(r"([\w/:]+)=(\S*)", slurm("scontrol", "show", "job", "-o", job_id)))
+    finally:
+        slurm("scancel", job_id)
+    assert fields["JobName"] == "llmtrain-" + RUN and fields["WorkDir"] == run_dir
+    assert fields["Partition"] == "debug" and fields["NumNodes"].split("-")[0] == "3"
+    assert fields["TimeLimit"] == "00:30:00" and fields["Requeue"] == "1"
+    assert fields["StdOut"] == os.path.join(run_dir, "logs", "llmtrain-%s-%s.out" % (RUN, job_id))
+    assert fields["NumTasks"] == "3" and fields["CPUs/Task"] == "2" and fields["MinMemoryCPU"] == "256M"
 
 
 def test_reruns_submit_nothing_a_controller_without_the_run_gets_it_all_then_nothing_changes(pipeline):

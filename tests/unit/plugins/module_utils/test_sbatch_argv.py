@@ -51,3 +51,33 @@ def test_export_argv():
     assert sbatch_argv.export_argv("PATH,HOME", env) == ["--export=PATH,HOME,A,B"]
     with pytest.raises(ValueError, match="env key .A=B. is not an environment variable name"):
         sbatch_argv.export_argv(None, {"A=B": "1"})
+
+
+def test_kept_script_has_the_options_as_directives_after_the_first_line():
+    options = sbatch_argv.option_argv({"nodes": "3", "output": "logs/%x-%j.out", "requeue": True,
+                                       "signal": "USR2@300", "constraint": 'h100&"ib"'})
+    kept = sbatch_argv.kept_script("#!/usr/bin/env bash\n# body\nsrun true\n", "llmtrain-demo", "/w/demo run",
+                                   options + ["--export=ALL"])
+    lines = kept.splitlines()
+    assert lines[0] == "#!/usr/bin/env bash" and lines[-2:] == ["# body", "srun true"]
+    directives = [line for line in lines if line.startswith("#SBATCH ")]
+    assert directives == [
+        "#SBATCH --job-name=llmtrain-demo",
+        '#SBATCH --chdir="/w/demo run"',
+        '#SBATCH --constraint="h100&\\"ib\\""',
+        "#SBATCH --nodes=3",
+        "#SBATCH --output=logs/%x-%j.out",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=USR2@300",
+        "#SBATCH --export=ALL",
+    ]
+    # sbatch stops reading directives at the first command: they all come before the body's
+    assert lines.index("srun true") > max(lines.index(line) for line in directives)
+
+
+def test_kept_script_names_what_no_directive_can_carry():
+    kept = sbatch_argv.kept_script("echo\n", "a\nb", None, ["--comment=x\\y"])
+    assert "#SBATCH --job-name" not in kept and "\nb" not in kept.replace("\necho", "")
+    assert "# (--job-name: not writable as a directive; give it to sbatch)" in kept
+    assert "# (--comment: not writable as a directive; give it to sbatch)" in kept
+    assert kept.endswith("\necho\n")

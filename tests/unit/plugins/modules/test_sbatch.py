@@ -15,6 +15,8 @@ from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm im
     SQUEUE, Slurm, fixture, job_text, run, scontrol_job, squeue_rows)
 
 SCRIPT = "#!/bin/bash\necho hello\n"
+# what keep_script keeps of it: the job's name as an #SBATCH line after its first line
+KEPT = "#!/bin/bash\n%s\n#SBATCH --job-name=train\necho hello\n" % "\n".join(sbatch_argv.kept_script("", "x", None, []).splitlines()[:2])
 
 
 def fp_of(name="train", content=SCRIPT, options=None, env=None, chdir=None):
@@ -233,7 +235,7 @@ def test_keep_script_writes_the_submitted_text_with_mode_0755(monkeypatch, capsy
         os.umask(old)
     s.done()
     assert result["changed"] and result["submitted"] and result["script_kept"] == str(script)
-    assert script.read_text() == s.kwargs[1]["data"] == SCRIPT
+    assert s.kwargs[1]["data"] == SCRIPT and script.read_text() == KEPT
     assert script.stat().st_mode & 0o7777 == 0o755
     assert [p.name for p in tmp_path.iterdir()] == ["pretrain.sbatch"]  # no temporary file left
 
@@ -241,7 +243,7 @@ def test_keep_script_writes_the_submitted_text_with_mode_0755(monkeypatch, capsy
 def test_keep_script_holding_the_text_is_not_rewritten(monkeypatch, capsys, tmp_path):
     """A no-op rerun: the job is re-attached to and the kept file is left as it is (changed=false)."""
     script = tmp_path / "pretrain.sbatch"
-    script.write_text(SCRIPT)
+    script.write_text(KEPT)
     script.chmod(0o755)
     before = kept(script)
     s = Slurm(monkeypatch, active(fp_of()))
@@ -251,7 +253,7 @@ def test_keep_script_holding_the_text_is_not_rewritten(monkeypatch, capsys, tmp_
     assert result["script_kept"] == str(script) and kept(script) == before
 
 
-@pytest.mark.parametrize("text, mode", [("#!/bin/bash\necho older\n", 0o755), (SCRIPT, 0o644), (SCRIPT, 0o775)])
+@pytest.mark.parametrize("text, mode", [("#!/bin/bash\necho older\n", 0o755), (KEPT, 0o644), (KEPT, 0o775)])
 def test_keep_script_of_the_job_re_attached_to_is_written(monkeypatch, capsys, tmp_path, text, mode):
     """The job's identity holds its script, so the job re-attached to runs this text."""
     script = tmp_path / "pretrain.sbatch"
@@ -261,7 +263,7 @@ def test_keep_script_of_the_job_re_attached_to_is_written(monkeypatch, capsys, t
     result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys)
     s.done()
     assert result["changed"] and not result["submitted"] and result["job_id"] == "21" and result["cmd"] is None
-    assert kept(script)[:2] == (SCRIPT, 0o755)
+    assert kept(script)[:2] == (KEPT, 0o755)
 
 
 def test_keep_script_is_written_when_missing_on_re_attach(monkeypatch, capsys, tmp_path):
@@ -269,7 +271,7 @@ def test_keep_script_is_written_when_missing_on_re_attach(monkeypatch, capsys, t
     s = Slurm(monkeypatch, active(fp_of()))
     result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys)
     s.done()
-    assert result["changed"] and not result["submitted"] and kept(script)[:2] == (SCRIPT, 0o755)
+    assert result["changed"] and not result["submitted"] and kept(script)[:2] == (KEPT, 0o755)
 
 
 def test_keep_script_of_a_job_done_by_its_record(monkeypatch, capsys, tmp_path):
@@ -279,7 +281,7 @@ def test_keep_script_of_a_job_done_by_its_record(monkeypatch, capsys, tmp_path):
     result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file), keep_script=str(script)),
                  capsys)
     s.done()
-    assert result["done"] and result["changed"] and kept(script)[:2] == (SCRIPT, 0o755)
+    assert result["done"] and result["changed"] and kept(script)[:2] == (KEPT, 0o755)
     before = kept(script)
     result = run(sbatch.main, dict(name="train", content=SCRIPT, done_file=str(done_file), keep_script=str(script)),
                  capsys)
@@ -304,7 +306,7 @@ def test_keep_script_replaces_a_link_without_following_it(monkeypatch, capsys, t
     s = Slurm(monkeypatch, active(fp_of()))
     result = run(sbatch.main, dict(name="train", content=SCRIPT, keep_script=str(script)), capsys)
     s.done()
-    assert result["changed"] and not script.is_symlink() and kept(script)[:2] == (SCRIPT, 0o755)
+    assert result["changed"] and not script.is_symlink() and kept(script)[:2] == (KEPT, 0o755)
     assert target.read_text() == "untouched\n"
 
 
@@ -328,7 +330,8 @@ def test_keep_script_of_a_script_file(monkeypatch, capsys, tmp_path):
     ])
     result = run(sbatch.main, dict(name="train", script=str(source), keep_script=str(script)), capsys)
     s.done()
-    assert result["changed"] and script.read_bytes() == source.read_bytes()
+    assert result["changed"] and script.read_bytes() == KEPT.replace("echo hello", "echo \udcff").encode(
+        "utf-8", "surrogateescape")
 
 
 def test_check_mode_submits_nothing(monkeypatch, capsys):
