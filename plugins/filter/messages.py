@@ -97,7 +97,7 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
         limit = " (%s)" % job["time_limit"] if job.get("time_limit") else ""
         lines.append("Slurm stopped it at its time limit%s: it sent SIGUSR2 pretrain_signal_lead seconds before, and the "
                      "script did not stop on it. A script that saves a checkpoint, writes LLMTRAIN_PREEMPT_MARKER and "
-                     "exits on SIGUSR2 is requeued and continues instead (README, \"Your own training script\"); the "
+                     "exits on SIGUSR2 is requeued and continues instead (docs/own-script.md); the "
                      "steps after its newest checkpoint are lost. Raise slurm_time_limit, or make the script stop on "
                      "SIGUSR2." % limit)
     if job.get("exit_code") == NODE_CHECK_FAILED_RC and check.get("bad"):

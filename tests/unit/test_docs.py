@@ -1,7 +1,9 @@
-"""docs/: the committed reference is exactly what tools/docs.py writes from the sources."""
+"""docs/: the committed reference is exactly what tools/docs.py writes from the sources; the README stays
+short, lists its guides, and no link in README.md, CONTRIBUTING.md or docs/ names a missing file."""
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 
@@ -38,3 +40,58 @@ def test_every_page_is_linked_from_the_index():
     index = read(os.path.join(ROOT, "docs", "reference.md"))
     pages = tool.generated_paths(os.path.join(ROOT, "docs")) - {"reference.md"}
     assert pages and all("](%s)" % page in index for page in pages)
+
+
+README_LIMIT = 10240  # bytes: the README is the first page a user reads; the rest is in the guides
+GUIDES_LISTED = re.compile(r"\]\((docs/[^)#]+\.md)(?:#[^)]*)?\)")
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def hand_written_pages():
+    """README.md, CONTRIBUTING.md and the guides in docs/ (the generated reference pages too)."""
+    pages = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "CONTRIBUTING.md")]
+    for folder, _dirs, files in os.walk(os.path.join(ROOT, "docs")):
+        pages += [os.path.join(folder, name) for name in sorted(files) if name.endswith(".md")]
+    return pages
+
+
+def relative_links(text):
+    """The link targets of a Markdown page that name a file of this repository, outside code blocks."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    for target in LINK.findall(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue
+        yield target.split("#", 1)[0]
+
+
+def test_readme_stays_short():
+    size = os.path.getsize(os.path.join(ROOT, "README.md"))
+    assert size <= README_LIMIT, "README.md is %d bytes, over %d: move the detail into a guide in docs/" % (
+        size, README_LIMIT)
+
+
+def test_every_relative_link_names_a_file_that_exists():
+    broken = []
+    for page in hand_written_pages():
+        for target in relative_links(read(page)):
+            path = os.path.normpath(os.path.join(os.path.dirname(page), target))
+            if not os.path.exists(path):
+                broken.append("%s -> %s" % (os.path.relpath(page, ROOT), target))
+    assert not broken, "links to files that do not exist: %s" % ", ".join(broken)
+
+
+def test_every_guide_the_readme_lists_exists():
+    guides = set(GUIDES_LISTED.findall(read(os.path.join(ROOT, "README.md"))))
+    assert {"docs/inventory.md", "docs/shared-cluster.md", "docs/own-script.md", "docs/reliability.md",
+            "docs/tracking.md", "docs/local-cluster.md", "docs/large-runs.md"} <= guides
+    missing = sorted(guide for guide in guides if not os.path.isfile(os.path.join(ROOT, guide)))
+    assert not missing, "the README lists guides that do not exist: %s" % ", ".join(missing)
+    assert os.path.isfile(os.path.join(ROOT, "CONTRIBUTING.md"))
+
+
+def test_the_link_checks_notice_a_broken_link():
+    page = "See [the guide](docs/gone.md#part), [a site](https://example.invalid/x), [here](#top),\n" \
+           "`[not a link](in/code.md)` and\n```\n[nor](this.md)\n```\n"
+    assert list(relative_links(page)) == ["docs/gone.md"]
+    assert GUIDES_LISTED.findall(page) == ["docs/gone.md"]

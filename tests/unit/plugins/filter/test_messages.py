@@ -117,7 +117,7 @@ def test_a_job_stopped_at_its_time_limit_says_the_script_did_not_stop_on_sigusr2
     assert lines[2] == (
         "Slurm stopped it at its time limit (00:01:00): it sent SIGUSR2 pretrain_signal_lead seconds before, and the "
         "script did not stop on it. A script that saves a checkpoint, writes LLMTRAIN_PREEMPT_MARKER and exits on "
-        "SIGUSR2 is requeued and continues instead (README, \"Your own training script\"); the steps after its newest "
+        "SIGUSR2 is requeued and continues instead (docs/own-script.md); the steps after its newest "
         "checkpoint are lost. Raise slurm_time_limit, or make the script stop on SIGUSR2.")
     assert not any("time limit" in line for line in job_failure_message(FAILED, {}, *WHERE).split("\n"))
 
