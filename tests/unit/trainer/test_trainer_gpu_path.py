@@ -14,8 +14,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from trainer import train
 from trainer.checkpoint import WRAPPER_PREFIXES, list_checkpoints, read_state
 from trainer.config import resolve_config
+from trainer.distributed import Distributed
 from trainer.prepare import read_meta
-from trainer.train import EXIT_PREEMPTED, Distributed, Training, build_parser, load_optimizer_state, trains_in_bf16
+from trainer.train import EXIT_PREEMPTED, Training, build_parser, load_optimizer_state, trains_in_bf16
 from trainer_testing import FILES_DIR, TINY_TRAINING, free_port, losses, read_metrics, trainer_env
 
 
