@@ -24,7 +24,6 @@ import signal
 import socket
 import statistics
 import sys
-import time
 from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -39,6 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .checkpoint import (CHECKPOINT_DIR, FORMAT, CheckpointError, clean_checkpoint_dir, is_sharded, list_checkpoints,
                          load_checkpoint, load_latest, load_sharded, save_checkpoint, save_sharded)
+from .clock import RunClock, WaitClock
 from .config import ConfigError, add_config_flags, parse_signal, resolve_config
 from .data import TRAIN_STREAM, VAL_STREAM, open_tokens, window_starts, windows
 from .distributed import Distributed, StopRequest, StopVote, shard_model
@@ -56,58 +56,6 @@ PREEMPTED_MARKER = "PREEMPTED"
 TENSORBOARD_DIR = "tensorboard"
 METRICS_FILE = "metrics.jsonl"
 NODE_TIMES_FILE = "node_times.json"
-
-
-class WaitClock:
-    """How long this rank waits for the others in each step's gradient all-reduce: from the moment
-    its last gradient is computed (a hook on every parameter, armed for the step's last backward,
-    where DDP reduces; the last call wins) to the moment that backward returns with the reduced
-    gradients. The rest of a rank's time is its own work: a slow node's ranks work longer and wait
-    less, and the others wait for them. On CUDA the two moments are events on the stream, read at
-    the log interval (when the loss record syncs anyway)."""
-
-    def __init__(self, params, device):
-        self.cuda = device.type == "cuda"
-        self.armed, self.fired, self.ready, self.spans, self.wait_s = False, False, None, [], 0.0
-        for p in params:
-            if p.requires_grad:
-                p.register_hook(self._gradient_computed)
-
-    def _gradient_computed(self, _grad):
-        if self.armed:
-            self.fired = True
-            if self.cuda:
-                self.ready.record()
-            else:
-                self.ready = time.perf_counter()
-
-    def arm(self):
-        """Called before the backward that reduces the gradients."""
-        self.armed, self.fired = True, False
-        if self.cuda:
-            self.ready = torch.cuda.Event(enable_timing=True)
-
-    def reduced(self):
-        """Called when that backward has returned."""
-        self.armed = False
-        if not self.fired:  # no hook ran (parameters the backward does not reach as leaves): nothing measured
-            pass
-        elif self.cuda:
-            done = torch.cuda.Event(enable_timing=True)
-            done.record()
-            self.spans.append((self.ready, done))
-        else:
-            self.wait_s += time.perf_counter() - self.ready
-        self.ready = None
-
-    def take(self):
-        """Seconds waited since the last take()."""
-        if self.spans:
-            self.spans[-1][1].synchronize()
-            self.wait_s += sum(ready.elapsed_time(done) for ready, done in self.spans) / 1000.0
-            self.spans = []
-        waited, self.wait_s = self.wait_s, 0.0
-        return waited
 
 
 def node_step_times(samples, steps):
@@ -393,7 +341,7 @@ class Training:
         sharded_from = resume_path if state and is_sharded(resume_path) else None
         seed_everything(cfg.seed)  # the same initial weights on every rank
         self.raw_model = GPT(self.model_cfg).to(device)
-        self.tokens_seen, self.prior_elapsed = 0, 0.0
+        self.tokens_seen, prior_elapsed = 0, 0.0
         full_optimizer_state, changed = None, []
         if state and not sharded_from:
             self.raw_model.load_state_dict(state["model"])
@@ -418,7 +366,7 @@ class Training:
                 changed = load_optimizer_state(self.optimizer, state["optimizer"])
             if changed:
                 self.log(f"train: resuming with {', '.join(changed)}")
-            self.tokens_seen, self.prior_elapsed = state["tokens_seen"], state["elapsed_s"]
+            self.tokens_seen, prior_elapsed = state["tokens_seen"], state["elapsed_s"]
             if len(state["rng"]) == dist.world_size:
                 set_rng_state(state["rng"][dist.rank])
             else:
@@ -490,17 +438,12 @@ class Training:
                      f"({cfg.parallel if dist.active else 'one process'}) on "
                      f"{device.type}, {self.tokens_per_step:,} tokens per step, {start_note}")
 
-        self.run_started = time.perf_counter()
-        self.last_record_time, self.last_record_step = self.run_started, self.start_step
-        self.pause_s = 0.0  # time since the last record spent evaluating and checkpointing, not training
+        self.clock = RunClock(self.start_step, prior_elapsed)
         self.model.train()
 
     def log(self, message):
         if self.dist.is_main:
             print(message, flush=True)
-
-    def elapsed_s(self):
-        return self.prior_elapsed + time.perf_counter() - self.run_started
 
     def step(self, step):
         """One optimizer step over the global batch of `step`; returns this rank's summed micro-batch loss."""
@@ -540,29 +483,25 @@ class Training:
 
     def evaluate(self):
         """The validation loss; its time is a pause, not training."""
-        started = time.perf_counter()
-        val_loss = estimate_val_loss(self.eval_model, self.val_tokens, self.cfg, self.dist, self.autocast)
-        self.pause_s += time.perf_counter() - started
-        return val_loss
+        with self.clock.pause():
+            return estimate_val_loss(self.eval_model, self.val_tokens, self.cfg, self.dist, self.autocast)
 
     def record(self, done, loss_sum, evaluate):
         """The loss record of step `done`, with the validation loss if evaluate (every rank takes part)."""
         cfg, W = self.cfg, self.dist.world_size
         loss_value = self.dist.mean(loss_sum / cfg.grad_accum)
         lr = lr_at(done - 1, cfg)
-        now = time.perf_counter()
-        steps = done - self.last_record_step
-        tokens_per_s = steps * self.tokens_per_step / max(1e-9, now - self.last_record_time - self.pause_s)
+        now, steps, trained_s = self.clock.lap(done)
+        tokens_per_s = steps * self.tokens_per_step / max(1e-9, trained_s)
         times = None
         if self.wait_clock:
             waited = self.wait_clock.take()
-            times = self.dist.gather_floats([now - self.last_record_time - self.pause_s - waited, waited])
-        self.last_record_time, self.last_record_step, self.pause_s = now, done, 0.0
-        eta_s = (now - self.run_started) / (done - self.start_step) * (cfg.steps - done)
+            times = self.dist.gather_floats([trained_s - waited, waited])
+        eta_s = self.clock.eta_s(now, done, cfg.steps)
         record = {"step": done, "total_steps": cfg.steps, "loss": loss_value, "lr": lr,
                   "grad_norm": round(float(self.grad_norm), 4),
                   "tokens_seen": self.tokens_seen, "tokens_per_s": round(tokens_per_s, 1),
-                  "elapsed_s": round(self.prior_elapsed + now - self.run_started, 3), "eta_s": round(eta_s, 1)}
+                  "elapsed_s": round(self.clock.elapsed_s(now), 3), "eta_s": round(eta_s, 1)}
         if self.device.type == "cuda":
             record["mfu"] = mfu(self.flops_per_token, tokens_per_s, W, self.peak_flops) if self.peak_flops else None
         if evaluate:
@@ -591,52 +530,51 @@ class Training:
         """Every rank's random state to rank 0, which writes the checkpoint of `step`; with
         fsdp every rank writes its shard of the model and optimizer state, rank 0 the rest."""
         cfg, W = self.cfg, self.dist.world_size
-        started = time.perf_counter()
-        rng_states = self.dist.gather(rng_state())
-        ckpt_dir = self.out_dir / CHECKPOINT_DIR
-        state = {
-            "format": FORMAT,
-            "step": step,
-            "tokens_seen": self.tokens_seen,
-            "elapsed_s": self.elapsed_s(),
-            "model_config": asdict(self.model_cfg),
-            "tokenizer": self.tokenizer,
-            "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
-                          "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},
-            "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
-                     "global_batch": cfg.batch_size * W},
-            "rng": rng_states,
-            "node_times": self.node_times.state if self.node_times else None,
-            "world_size": W,
-            "config": asdict(cfg),
-        }
-        path = None
-        try:
-            if cfg.parallel == "fsdp":
-                model_state, optimizer_state = get_state_dict(self.raw_model, self.optimizer)
-                path = save_sharded({"model": model_state, "optimizer": optimizer_state}, state, ckpt_dir,
-                                    cfg.keep_checkpoints, self.dist.is_main, barrier=self.dist.barrier)
-            elif self.dist.is_main:
-                path = save_checkpoint({**state, "model": self.raw_model.state_dict(),
-                                        "optimizer": self.optimizer.state_dict()}, ckpt_dir, cfg.keep_checkpoints)
-        # disk full, quota, read-only (torch.save wraps some in RuntimeError, DCP all in CheckpointException)
-        except (OSError, RuntimeError, CheckpointException) as e:
-            newest = list_checkpoints(ckpt_dir)
-            cause = first_os_error(e)
-            raise CheckpointError(
-                f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(cause).__name__}: {cause}); nothing of it is left "
-                f"behind, and {newest[-1][1].name if newest else 'no earlier checkpoint'} is the newest complete one "
-                "(a rerun resumes from it once there is room)") from e
-        if self.dist.is_main:
-            self.metrics.write({"event": "checkpoint", "step": step, "path": str(path)})
-        self.pause_s += time.perf_counter() - started
+        with self.clock.pause():
+            rng_states = self.dist.gather(rng_state())
+            ckpt_dir = self.out_dir / CHECKPOINT_DIR
+            state = {
+                "format": FORMAT,
+                "step": step,
+                "tokens_seen": self.tokens_seen,
+                "elapsed_s": self.clock.elapsed_s(),
+                "model_config": asdict(self.model_cfg),
+                "tokenizer": self.tokenizer,
+                "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
+                              "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},
+                "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
+                         "global_batch": cfg.batch_size * W},
+                "rng": rng_states,
+                "node_times": self.node_times.state if self.node_times else None,
+                "world_size": W,
+                "config": asdict(cfg),
+            }
+            path = None
+            try:
+                if cfg.parallel == "fsdp":
+                    model_state, optimizer_state = get_state_dict(self.raw_model, self.optimizer)
+                    path = save_sharded({"model": model_state, "optimizer": optimizer_state}, state, ckpt_dir,
+                                        cfg.keep_checkpoints, self.dist.is_main, barrier=self.dist.barrier)
+                elif self.dist.is_main:
+                    path = save_checkpoint({**state, "model": self.raw_model.state_dict(),
+                                            "optimizer": self.optimizer.state_dict()}, ckpt_dir, cfg.keep_checkpoints)
+            # disk full, quota, read-only (torch.save wraps some in RuntimeError, DCP all in CheckpointException)
+            except (OSError, RuntimeError, CheckpointException) as e:
+                newest = list_checkpoints(ckpt_dir)
+                cause = first_os_error(e)
+                raise CheckpointError(
+                    f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(cause).__name__}: {cause}); nothing of it is left "
+                    f"behind, and {newest[-1][1].name if newest else 'no earlier checkpoint'} is the newest complete one "
+                    "(a rerun resumes from it once there is room)") from e
+            if self.dist.is_main:
+                self.metrics.write({"event": "checkpoint", "step": step, "path": str(path)})
 
     def finish(self, done):
         """Checkpoint the last step; returns 0."""
         self.checkpoint(done)
         if self.dist.is_main:
             self.metrics.write({"event": "done", "step": done, "tokens_seen": self.tokens_seen,
-                                "elapsed_s": round(self.elapsed_s(), 3)})
+                                "elapsed_s": round(self.clock.elapsed_s(), 3)})
         self.dist.barrier()  # no rank exits while rank 0 still writes
         return 0
 
