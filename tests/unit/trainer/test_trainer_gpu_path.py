@@ -17,7 +17,8 @@ from trainer.clock import WaitClock
 from trainer.config import resolve_config
 from trainer.distributed import Distributed
 from trainer.prepare import read_meta
-from trainer.train import EXIT_PREEMPTED, Training, build_parser, load_optimizer_state, trains_in_bf16
+from trainer.state import load_optimizer_state
+from trainer.train import EXIT_PREEMPTED, Training, build_parser, trains_in_bf16
 from trainer_testing import FILES_DIR, TINY_TRAINING, free_port, losses, read_metrics, trainer_env
 
 

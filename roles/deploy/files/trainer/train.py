@@ -19,7 +19,6 @@ import heapq
 import json
 import math
 import os
-import random
 import signal
 import socket
 import statistics
@@ -29,15 +28,13 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
-                                                     set_optimizer_state_dict, set_state_dict)
+from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .checkpoint import (CHECKPOINT_DIR, FORMAT, CheckpointError, clean_checkpoint_dir, is_sharded, list_checkpoints,
-                         load_checkpoint, load_latest, load_sharded, save_checkpoint, save_sharded)
+                         load_checkpoint, load_latest, save_checkpoint, save_sharded)
 from .clock import RunClock, WaitClock
 from .config import ConfigError, add_config_flags, parse_signal, resolve_config
 from .data import TRAIN_STREAM, VAL_STREAM, open_tokens, window_starts, windows
@@ -48,6 +45,7 @@ from .hostmem import keep_freed_memory
 from .mfu import mfu, peak_bf16_flops
 from .model import GPT, GPTConfig, padded_vocab
 from .prepare import DataError, read_meta
+from .state import model_and_optimizer, restore_rng, rng_state, seed_everything
 from .tokenizer import tokenizer_record
 from .wandb_log import WandbLog
 
@@ -188,36 +186,6 @@ class MetricsLog:
         self.file.flush()
 
 
-def seed_everything(*key):
-    """Seed python, numpy and torch (CPU and CUDA) from a tuple of non-negative ints."""
-    seed = int(np.random.SeedSequence(list(key)).generate_state(1)[0])
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def rng_state():
-    _kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state):
-    random.setstate(state["python"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
-
-
 def lr_at(step, cfg):
     """Linear warmup to cfg.lr over cfg.warmup steps, then cosine decay to cfg.min_lr at the last step."""
     if step < cfg.warmup:
@@ -266,49 +234,6 @@ def trains_in_bf16(device, dtype):
     return device.type == "cuda" and dtype != "float32" and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-NOT_OPTIONS = ("params", "param_names", "lr")  # what a param group holds besides options; the lr is set every step
-
-
-def kept_options(optimizer, saved_groups):
-    """saved_groups (a checkpoint's param groups) with optimizer's options, and each option
-    that differs, once, as "name value (the checkpoint had value)"."""
-    differences, groups = {}, []
-    for group, saved_group in zip(optimizer.param_groups, saved_groups):
-        options = {k: v for k, v in group.items() if k not in NOT_OPTIONS}
-        for name, value in options.items():
-            if name not in saved_group:
-                differences[name, repr(value), None] = f"{name} {value} (the checkpoint did not record it)"
-            elif saved_group[name] != value:
-                differences[name, repr(value), repr(saved_group[name])] = (f"{name} {value} (the checkpoint had "
-                                                                           f"{saved_group[name]})")
-        groups.append({**saved_group, **options})
-    return groups, list(differences.values())
-
-
-def load_optimizer_state(optimizer, saved):
-    """Load a checkpoint's optimizer state (moments, step counts) into optimizer, keeping
-    optimizer's options. load_state_dict alone takes the checkpoint's (its kernel, weight decay,
-    betas, eps): a checkpoint made on a CPU would stay unfused on a GPU, and a changed
-    --weight-decay would be ignored. Returns the options that differ (kept_options)."""
-    groups, differences = kept_options(optimizer, saved["param_groups"])
-    # the state is cast as its groups say: a fused optimizer's step counts go to the GPU as float32
-    optimizer.load_state_dict({**saved, "param_groups": groups})
-    return differences
-
-
-def load_sharded_state(model, optimizer, path):
-    """Load the sharded checkpoint at path into model and optimizer (sharded or plain, on any
-    number of ranks: each reads the parts of the tensors it holds), keeping optimizer's options;
-    returns the options that differ. Every rank calls it."""
-    model_state, optimizer_state = get_state_dict(model, optimizer)
-    tensors = {"model": model_state, "optimizer": optimizer_state}
-    load_sharded(tensors, path)
-    groups, differences = kept_options(optimizer, tensors["optimizer"]["param_groups"])
-    set_state_dict(model, optimizer, model_state_dict=tensors["model"],
-                   optim_state_dict={**tensors["optimizer"], "param_groups": groups})
-    return differences
-
-
 class Training:
     """One run's model, optimizer, data, clocks and metrics, and the steps of its loop."""
 
@@ -342,37 +267,16 @@ class Training:
         seed_everything(cfg.seed)  # the same initial weights on every rank
         self.raw_model = GPT(self.model_cfg).to(device)
         self.tokens_seen, prior_elapsed = 0, 0.0
-        full_optimizer_state, changed = None, []
-        if state and not sharded_from:
-            self.raw_model.load_state_dict(state["model"])
-            if cfg.parallel == "fsdp":
-                # a checkpoint of whole tensors, from a ddp run: loaded as ddp would, then handed
-                # to the sharded optimizer by name, each rank keeping its shard
-                whole = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr)
-                changed = load_optimizer_state(whole, state["optimizer"])
-                full_optimizer_state = get_optimizer_state_dict(self.raw_model, whole)
-                del whole
-        if cfg.parallel == "fsdp":
-            shard_model(self.raw_model, use_bf16)  # the model and the optimizer made after it hold only shards
-        self.optimizer = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr)
+        self.optimizer, changed = model_and_optimizer(
+            self.raw_model, cfg, state, sharded_from,
+            shard=(lambda model: shard_model(model, use_bf16)) if cfg.parallel == "fsdp" else None)
         if state:
-            if sharded_from:
-                changed = load_sharded_state(self.raw_model, self.optimizer, sharded_from)
-            elif full_optimizer_state is not None:
-                set_optimizer_state_dict(self.raw_model, self.optimizer, full_optimizer_state,
-                                         options=StateDictOptions(full_state_dict=True))
-                del full_optimizer_state
-            else:
-                changed = load_optimizer_state(self.optimizer, state["optimizer"])
             if changed:
                 self.log(f"train: resuming with {', '.join(changed)}")
             self.tokens_seen, prior_elapsed = state["tokens_seen"], state["elapsed_s"]
-            if len(state["rng"]) == dist.world_size:
-                set_rng_state(state["rng"][dist.rank])
-            else:
+            if restore_rng(state["rng"], dist, cfg.seed, self.start_step):
                 self.log(f"warning: checkpoint from {len(state['rng'])} ranks, now {dist.world_size}: random state "
                          "reseeded")
-                seed_everything(cfg.seed, dist.rank, self.start_step)
         else:
             seed_everything(cfg.seed, dist.rank)  # dropout differs between ranks
 
