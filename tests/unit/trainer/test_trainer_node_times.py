@@ -10,7 +10,8 @@ import types
 import pytest
 import torch
 from trainer.clock import RunClock
-from trainer.train import NODE_TIMES_FILE, RECORD_BYTES, SLOWEST_NODES, MetricsLog, NodeTimes, Training
+from trainer.metrics import NODE_TIMES_FILE, RECORD_BYTES, SLOWEST_NODES, MetricsLog, NodeTimes
+from trainer.train import Training
 
 RANKS_PER_NODE = 8
 
