@@ -12,6 +12,13 @@ A run resumes from the newest checkpoint that loads and continues as if it had n
 0 when all steps are done (also when they were done before), 75 (EX_TEMPFAIL) after
 checkpointing on the preemption signal or SIGTERM, with RUN/PREEMPTED saying so for
 launchers that replace the exit status, 2 for bad flags.
+
+This file is the loop: set-up (model, optimizer, data, the run's outputs), resume, step,
+record and evaluate, checkpoint, finish or stop, and the command line. What it runs on lives
+beside it: distributed.py (process group, collectives, sharding, stop signals and the ranks'
+vote), clock.py (the run's time, each rank's work and wait), state.py (random and optimizer
+state, and a checkpoint's put back), metrics.py (metrics.jsonl, node_times.json, the console
+line), checkpoint.py (the files), model.py, data.py.
 """
 
 import argparse
@@ -97,7 +104,7 @@ def trains_in_bf16(device, dtype):
 
 
 class Training:
-    """One run's model, optimizer, data, clocks and metrics, and the steps of its loop."""
+    """One run's model, optimizer, data, clocks and outputs, and the steps of its loop."""
 
     def __init__(self, cfg, data_dir, out_dir, meta, dist, state, resume_path):
         """Set-up: the model and optimizer (from the checkpoint when resuming), the data, the
@@ -412,7 +419,8 @@ def run_steps(run, cfg, stop):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__,
+    # the help is the docstring's usage part, not its account of the files
+    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__.partition("\nThis file is")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, metavar="DIR", help="directory written by python -m trainer.prepare")
     p.add_argument("--out", required=True, metavar="DIR", help="run directory: metrics.jsonl, checkpoints/, PREEMPTED")
