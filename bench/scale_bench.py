@@ -89,14 +89,12 @@ def step_times(nodes):
 # ---------------------------------------------------------------------------------------------- inputs
 
 
-def loss_record(train, nodes, step=1):
+def loss_record(trainer_metrics, nodes, step=1):
     """A loss record as Trainer.record writes it on a GPU cluster, with node_times of `nodes`."""
     record = {"step": step, "total_steps": 7 * DAY, "loss": 2.875, "lr": 0.00029998, "grad_norm": 0.8125,
               "tokens_seen": step * 4194304, "tokens_per_s": 4194304.0, "elapsed_s": float(step), "eta_s": 604799.0,
               "mfu": 0.4125}
-    room = train.RECORD_BYTES - len("\n") - (len(json.dumps(dict(record, node_times={}))) - len("{}"))
-    record["node_times"] = train.node_times_summary(step_times(nodes), room)
-    return record
+    return trainer_metrics.with_node_times(record, step_times(nodes))
 
 
 def write_metrics(path, record, seconds):
@@ -109,12 +107,12 @@ def write_metrics(path, record, seconds):
                                  for s in range(start, min(seconds, start + 9999) + 1)))
 
 
-def write_node_times(train, path, nodes, records=3):
+def write_node_times(trainer_metrics, path, nodes, records=3):
     """node_times.json as rank 0 leaves it after `records` loss records."""
-    times = train.NodeTimes(Path(path))
+    times = trainer_metrics.NodeTimes(Path(path))
     for step in range(1, records + 1):
         found = step_times(nodes)
-        times.add(step, found, loss_record(train, nodes, step)["node_times"]["median_work_ms"])
+        times.add(step, found, loss_record(trainer_metrics, nodes, step)["node_times"]["median_work_ms"])
 
 
 def write_node_check(directory, out, nodes):
@@ -199,7 +197,7 @@ def node_lines(nodes):
 # ---------------------------------------------------------------------------------------------- stages
 
 
-def stage_record(train, sizes):
+def stage_record(trainer_metrics, sizes):
     """The trainer's loss record, and rank 0's work per record (its node_times and node_times.json)."""
     rows = []
     for n in sizes:
@@ -207,14 +205,14 @@ def stage_record(train, sizes):
         short = [node_name(i) for i in range(n)]
         row = {"nodes": n}
         try:
-            row["record_bytes"] = len(json.dumps(loss_record(train, nodes))) + 1
-            row["short_record_bytes"] = len(json.dumps(loss_record(train, short))) + 1
+            row["record_bytes"] = len(json.dumps(loss_record(trainer_metrics, nodes))) + 1
+            row["short_record_bytes"] = len(json.dumps(loss_record(trainer_metrics, short))) + 1
             with tempfile.TemporaryDirectory() as tmp:
-                times = train.NodeTimes(Path(tmp) / "node_times.json")
+                times = trainer_metrics.NodeTimes(Path(tmp) / "node_times.json")
                 samples = [(name, 0.18 * 50, 0.02 * 50) for name in short for _rank in range(RANKS_PER_NODE)]
                 with Clock() as clock:
-                    found = train.node_step_times(samples, 50)
-                    summary = train.node_times_summary(found, 600)
+                    found = trainer_metrics.node_step_times(samples, 50)
+                    summary = trainer_metrics.node_times_summary(found, 600)
                     times.add(50, found, summary["median_work_ms"])
                 row["cpu_ms"] = 1000 * clock.cpu
                 row["node_times_bytes"] = os.path.getsize(times.path)
@@ -287,7 +285,7 @@ def stage_poll(tmp, sizes, histories, metrics_files):
              "for the job." % POLL_RUNS)
 
 
-def stage_report(train, tmp, sizes, histories, metrics_files):
+def stage_report(trainer_metrics, tmp, sizes, histories, metrics_files):
     """The run report (run_report.py, as the run role runs it) on metrics and node_times.json."""
     rows = []
     longest = max(histories)
@@ -299,7 +297,7 @@ def stage_report(train, tmp, sizes, histories, metrics_files):
                 run.mkdir()
                 os.link(metrics_files[seconds], run / "metrics.jsonl")
                 nodes = [node_name(i) for i in range(n)]
-                write_node_times(train, run / "node_times.json", nodes)
+                write_node_times(trainer_metrics, run / "node_times.json", nodes)
                 (run / "facts.json").write_text(json.dumps(dict(
                     run_name="scale", straggler_threshold=0.2, cluster=dict(
                         partition="gpu", slurm_version="22.05.8", nodes=nodes, gpus_per_node=8, procs_per_node=8))))
@@ -322,7 +320,7 @@ def stage_report(train, tmp, sizes, histories, metrics_files):
         note="A fresh Python process, as the run role starts it: Python's start-up and the plot included.")
 
 
-def stage_resume(train, tmp, histories, metrics_files):
+def stage_resume(trainer_metrics, tmp, histories, metrics_files):
     """The trainer's MetricsLog on resuming from a checkpoint 30 minutes before the file's end."""
     rows = []
     for seconds in histories:
@@ -331,7 +329,7 @@ def stage_resume(train, tmp, histories, metrics_files):
             path = Path(tmp) / "resume.jsonl"
             shutil.copyfile(metrics_files[seconds], path)
             with Clock() as clock:
-                log = train.MetricsLog(path, max(1, seconds - 1800))
+                log = trainer_metrics.MetricsLog(path, max(1, seconds - 1800))
             log.file.close()
             row.update(wall_s=clock.wall, cpu_ms=1000 * clock.cpu, dropped=log.dropped)
             path.unlink()
@@ -600,13 +598,13 @@ def render(result, form):
 
 
 def measure(args):
-    from trainer import train
+    from trainer import metrics as trainer_metrics
     sizes, histories = args.sizes, sorted({min(HOUR, args.days * DAY), min(DAY, args.days * DAY), args.days * DAY})
     histories = sorted({int(h) for h in histories})
     stages = {}
     with tempfile.TemporaryDirectory(prefix="llmtrain-scale-") as tmp:
         metrics_files = {}
-        record = loss_record(train, [node_name(i) for i in range(TARGET)])
+        record = loss_record(trainer_metrics, [node_name(i) for i in range(TARGET)])
         for seconds in histories:
             metrics_files[seconds] = os.path.join(tmp, "metrics-%d.jsonl" % seconds)
             write_metrics(metrics_files[seconds], record, seconds)
@@ -618,11 +616,11 @@ def measure(args):
             except Exception as err:  # a whole stage mid-change: said, the others go on
                 traceback.print_exc()
                 stages[name] = dict(title=name, rows=[], time=None, columns=[], error=not_measured(err))
-        guarded("record", stage_record, train, sizes)
+        guarded("record", stage_record, trainer_metrics, sizes)
         guarded("poll", stage_poll, tmp, sizes, histories, metrics_files)
         guarded("coverage", stage_watch_coverage, histories, metrics_files, stages["poll"]["rows"])
-        guarded("report", stage_report, train, tmp, sizes, histories, metrics_files)
-        guarded("resume", stage_resume, train, tmp, histories, metrics_files)
+        guarded("report", stage_report, trainer_metrics, tmp, sizes, histories, metrics_files)
+        guarded("resume", stage_resume, trainer_metrics, tmp, histories, metrics_files)
         guarded("diagnosis", stage_diagnosis, tmp, sizes)
         guarded("parse", stage_parse, sizes)
         if not args.skip_nccl_env:

@@ -14,7 +14,8 @@ from trainer.checkpoint import CheckpointError, list_checkpoints
 from trainer.config import resolve_config
 from trainer.model import GPT, GPTConfig
 from trainer.prepare import read_meta
-from trainer.train import EXIT_RENDEZVOUS, Distributed, Training, build_parser, rendezvous_hint
+from trainer.distributed import EXIT_RENDEZVOUS, Distributed, rendezvous_hint
+from trainer.train import Training, build_parser
 from trainer_faults import CRASH_ENV, wrap
 from trainer_testing import REFERENCE_STEPS, TINY_TRAINING, free_port, losses, read_metrics, run_module, trainer_env
 

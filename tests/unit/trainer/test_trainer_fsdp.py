@@ -13,6 +13,7 @@ import pytest
 from trainer import generate, train
 from trainer.checkpoint import TRAINER_STATE, list_checkpoints
 from trainer.config import ConfigError, resolve_config
+from trainer.distributed import Distributed
 from trainer.prepare import read_meta
 from trainer_faults import STEP_PAUSE_ENV, WRITE_PAUSE_ENV
 from trainer_testing import FILES_DIR, losses, read_metrics, torchrun, torchrun_argv, trainer_env, worker_pid
@@ -185,5 +186,5 @@ def test_fsdp_without_launched_ranks_is_refused(tmp_path, train_args):
     args = train.build_parser().parse_args([str(a) for a in run_args(train_args, tmp_path / "run", 3, "fsdp")])
     cfg = resolve_config(args)
     with pytest.raises(ConfigError, match="--parallel fsdp shards over ranks started by torch.distributed.run"):
-        train.train(cfg, args.data, args.out, read_meta(args.data), train.Distributed(), stop=None)
+        train.train(cfg, args.data, args.out, read_meta(args.data), Distributed(), stop=None)
     assert not (tmp_path / "run").exists()

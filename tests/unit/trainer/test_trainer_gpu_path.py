@@ -13,9 +13,12 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from trainer import train
 from trainer.checkpoint import WRAPPER_PREFIXES, list_checkpoints, read_state
+from trainer.clock import WaitClock
 from trainer.config import resolve_config
+from trainer.distributed import Distributed
 from trainer.prepare import read_meta
-from trainer.train import EXIT_PREEMPTED, Distributed, Training, build_parser, load_optimizer_state, trains_in_bf16
+from trainer.state import load_optimizer_state
+from trainer.train import EXIT_PREEMPTED, Training, build_parser, trains_in_bf16
 from trainer_testing import FILES_DIR, TINY_TRAINING, free_port, losses, read_metrics, trainer_env
 
 
@@ -304,7 +307,7 @@ def test_the_wait_clock_on_cuda_times_from_the_last_gradient_to_the_reduced_grad
     step is read at take(), and a backward that reaches no parameter adds nothing."""
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
-    clock = train.WaitClock(model.parameters(), torch.device("cuda", 0))
+    clock = WaitClock(model.parameters(), torch.device("cuda", 0))
     for _step in range(2):
         clock.arm()
         model(torch.ones(2, 3)).sum().backward()  # four parameters: four records of the ready event

@@ -9,7 +9,9 @@ import types
 
 import pytest
 import torch
-from trainer.train import NODE_TIMES_FILE, RECORD_BYTES, SLOWEST_NODES, MetricsLog, NodeTimes, Training
+from trainer.clock import RunClock
+from trainer.metrics import NODE_TIMES_FILE, RECORD_BYTES, SLOWEST_NODES, MetricsLog, NodeTimes
+from trainer.train import Training
 
 RANKS_PER_NODE = 8
 
@@ -42,20 +44,21 @@ def training(nodes, times, out_dir, name_length=40, steps_per_record=10):
     cfg = types.SimpleNamespace(grad_accum=1, steps=604_800, warmup=2000, lr=3e-4, min_lr=3e-5)
     metrics = types.SimpleNamespace(lines=[])
     metrics.write = lambda record: metrics.lines.append(json.dumps(record) + "\n")
+    clock = RunClock(0, prior_elapsed=123_456.789)
+    clock.started, clock.last_time = 0.0, time.perf_counter() - 2.0
     return types.SimpleNamespace(
         cfg=cfg, dist=Cluster(nodes, times), node_names=[node_name(r // RANKS_PER_NODE, name_length)
                                                          for r in range(nodes * RANKS_PER_NODE)],
         wait_clock=types.SimpleNamespace(take=lambda: 0.5), node_times=NodeTimes(out_dir / NODE_TIMES_FILE),
-        metrics=metrics, last_record_time=time.perf_counter() - 2.0, last_record_step=0,
-        steps_per_record=steps_per_record, tokens_per_step=nodes * RANKS_PER_NODE * 8 * 4096, pause_s=0.0,
-        run_started=0.0, start_step=0, prior_elapsed=123_456.789, grad_norm=torch.tensor(0.123456),
+        metrics=metrics, clock=clock, steps_per_record=steps_per_record,
+        tokens_per_step=nodes * RANKS_PER_NODE * 8 * 4096, grad_norm=torch.tensor(0.123456),
         tokens_seen=1_234_567_890_123, device=torch.device("cuda"), flops_per_token=6e9, peak_flops=989e12,
         evaluate=lambda: 2.3456789012345, events=None, wandb=None)
 
 
 def record(run, step, evaluate=True):
     """Training.record of `step` on run; returns the line it wrote."""
-    run.last_record_step = step - run.steps_per_record
+    run.clock.last_step = step - run.steps_per_record
     with contextlib.redirect_stdout(io.StringIO()):
         Training.record(run, step, torch.tensor(2.345678901234), evaluate)
     return run.metrics.lines[-1]

@@ -12,471 +12,52 @@ A run resumes from the newest checkpoint that loads and continues as if it had n
 0 when all steps are done (also when they were done before), 75 (EX_TEMPFAIL) after
 checkpointing on the preemption signal or SIGTERM, with RUN/PREEMPTED saying so for
 launchers that replace the exit status, 2 for bad flags.
+
+This file is the loop: set-up (model, optimizer, data, the run's outputs), resume, step,
+record and evaluate, checkpoint, finish or stop, and the command line. What it runs on lives
+beside it: distributed.py (process group, collectives, sharding, stop signals and the ranks'
+vote), clock.py (the run's time, each rank's work and wait), state.py (random and optimizer
+state, and a checkpoint's put back), metrics.py (metrics.jsonl, node_times.json, the console
+line), checkpoint.py (the files), model.py, data.py.
 """
 
 import argparse
-import heapq
 import json
 import math
 import os
-import random
 import signal
 import socket
-import statistics
 import sys
-import threading
-import time
 from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import torch
-import torch.distributed as torch_dist
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
-                                                     set_optimizer_state_dict, set_state_dict)
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .checkpoint import (CHECKPOINT_DIR, FORMAT, CheckpointError, clean_checkpoint_dir, is_sharded, list_checkpoints,
-                         load_checkpoint, load_latest, load_sharded, save_checkpoint, save_sharded)
+                         load_checkpoint, load_latest, save_checkpoint, save_sharded)
+from .clock import RunClock, WaitClock
 from .config import ConfigError, add_config_flags, parse_signal, resolve_config
 from .data import TRAIN_STREAM, VAL_STREAM, open_tokens, window_starts, windows
+from .distributed import Distributed, StopRequest, StopVote, shard_model
 from .events import EventWriter
 from .fsio import atomic_file, remove_temp_files
 from .hostmem import keep_freed_memory
+from .metrics import METRICS_FILE, NODE_TIMES_FILE, MetricsLog, NodeTimes, loss_line, node_step_times, with_node_times
 from .mfu import mfu, peak_bf16_flops
 from .model import GPT, GPTConfig, padded_vocab
 from .prepare import DataError, read_meta
+from .state import model_and_optimizer, restore_rng, rng_state, seed_everything
 from .tokenizer import tokenizer_record
 from .wandb_log import WandbLog
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; run it again to continue
 PREEMPTED_MARKER = "PREEMPTED"
 TENSORBOARD_DIR = "tensorboard"
-METRICS_FILE = "metrics.jsonl"
-NODE_TIMES_FILE = "node_times.json"
-# all_gather_into_tensor, renamed (and the old name deprecated) in newer torch
-ALL_GATHER_SINGLE = getattr(torch_dist, "all_gather_single", None) or torch_dist.all_gather_into_tensor
-
-
-class Distributed:
-    """This process's place in the job, and the few collectives the loop needs.
-
-    Without RANK in the environment the run is a single process and every collective is
-    the identity.
-    """
-
-    def __init__(self, rendezvous_timeout=300):
-        self.active = "RANK" in os.environ
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        self._copy_stream = None  # CUDA stream that brings max_int_async's results to the host
-        if torch.cuda.is_available():
-            torch.cuda.set_device(self.local_rank)
-            self.device = torch.device("cuda", self.local_rank)
-        else:
-            self.device = torch.device("cpu")
-        if self.active:
-            self._connect("nccl" if self.device.type == "cuda" else "gloo", rendezvous_timeout)
-
-    def _connect(self, backend, timeout_s):
-        """Join the process group and run one barrier (NCCL connects at the first collective),
-        within timeout_s: a rank that cannot reach the others (an interface that does not route
-        between nodes, a firewall) would otherwise wait for torch's 30-minute default."""
-        connected = threading.Event()
-
-        def give_up():
-            if not connected.wait(timeout_s):
-                print(rendezvous_hint(self.rank, backend, f"the ranks did not all connect within {timeout_s} s "
-                                      "(--rendezvous-timeout)"), file=sys.stderr, flush=True)
-                os._exit(EXIT_RENDEZVOUS)
-
-        threading.Thread(target=give_up, name="rendezvous-timeout", daemon=True).start()
-        try:
-            torch_dist.init_process_group(backend=backend, init_method="env://")
-            torch_dist.barrier()
-        except Exception as e:  # any failure to connect gets the same hint
-            print(rendezvous_hint(self.rank, backend, f"{type(e).__name__}: {e}"), file=sys.stderr, flush=True)
-            raise
-        finally:
-            connected.set()
-
-    @property
-    def is_main(self):
-        return self.rank == 0
-
-    def max_int_async(self, value):
-        """Start the all-reduce (MAX) of an int over the ranks; returns a PendingInt whose wait()
-        gives the result. Nothing here waits, and on CUDA neither does wait() for the training
-        work queued meanwhile: the result comes to pinned host memory on a stream of its own,
-        where a .item() would wait for the GPU to finish everything queued before it."""
-        if not self.active:
-            return PendingInt(value)
-        # a fill on the device: torch.tensor([value], device=...) is a host copy, which syncs
-        t = torch.full((1,), value, dtype=torch.int64, device=self.device)
-        work = torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX, async_op=True)
-        if self.device.type != "cuda":
-            return PendingInt(t, work.wait)
-        if self._copy_stream is None:
-            self._copy_stream = torch.cuda.Stream(self.device)
-        host = torch.empty(1, dtype=torch.int64, pin_memory=True)
-        with torch.cuda.stream(self._copy_stream):
-            work.wait()  # this stream waits for the all-reduce; the host and the training stream do not
-            t.record_stream(self._copy_stream)
-            host.copy_(t, non_blocking=True)
-            copied = torch.cuda.Event()
-            copied.record()
-        return PendingInt(host, copied.synchronize)
-
-    def mean(self, tensor):
-        """Mean over ranks of a scalar tensor, as a float."""
-        t = tensor.detach().float().reshape(1)
-        if self.active:
-            torch_dist.all_reduce(t, op=torch_dist.ReduceOp.SUM)
-            t /= self.world_size
-        return t.item()
-
-    def gather_floats(self, values):
-        """Every rank's values (floats, as many on every rank) in rank order, as lists: one
-        all-gather of a tensor of fixed size, on the backend's device, with nothing pickled."""
-        if not self.active:
-            return [list(values)]
-        mine = torch.tensor(values, dtype=torch.float64, device=self.device)
-        every = torch.empty(self.world_size * len(values), dtype=torch.float64, device=self.device)
-        ALL_GATHER_SINGLE(every, mine)  # (gloo takes only the flat output)
-        return every.view(self.world_size, len(values)).tolist()
-
-    def gather(self, obj):
-        """Every rank's obj, pickled: for what is gathered once or rarely (names, random states)."""
-        if not self.active:
-            return [obj]
-        objects = [None] * self.world_size
-        torch_dist.all_gather_object(objects, obj)
-        return objects
-
-    def broadcast(self, obj):
-        if not self.active:
-            return obj
-        holder = [obj]
-        torch_dist.broadcast_object_list(holder, src=0)
-        return holder[0]
-
-    def barrier(self):
-        if self.active:
-            torch_dist.barrier()
-
-    def close(self, wait_for_all=False):
-        """Tear the process group down. With wait_for_all (every rank got here), a rank then
-        waits on the launcher's store until every rank has torn its group down: a rank that
-        exits early closes its sockets under peers still inside their teardown."""
-        if not (self.active and torch_dist.is_initialized()):
-            return
-        store = torch_dist.distributed_c10d._get_default_store() if wait_for_all else None
-        torch_dist.destroy_process_group()
-        if store is None:
-            return
-        try:
-            closed = store.add(CLOSED_KEY, 1)
-            deadline = time.monotonic() + CLOSE_WAIT_S
-            while closed < self.world_size and time.monotonic() < deadline:
-                time.sleep(0.05)
-                closed = store.add(CLOSED_KEY, 0)
-        except (RuntimeError, OSError):  # the store is gone: nobody is left to wait for
-            pass
-
-
-class PendingInt:
-    """An int on its way: a value, or a one-element tensor that holds it once ready() returns."""
-
-    def __init__(self, value, ready=None):
-        self._value, self._ready = value, ready
-
-    def wait(self):
-        if self._ready is not None:
-            self._ready()
-            self._ready = None
-        return self._value if isinstance(self._value, int) else int(self._value[0])
-
-
-EXIT_RENDEZVOUS = 3
-
-
-def rendezvous_hint(rank, backend, what):
-    """Why a rank could not reach the others, with the settings that decide the route."""
-    names = ["MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME"] + (["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"]
-                                                                    if backend == "nccl" else [])
-    settings = ", ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in names)
-    return (f"train: error: rendezvous failed on rank {rank} ({socket.gethostname()}, backend {backend}): {what}. "
-            f"{settings}. Check that the interface in NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (nccl_env_socket_ifname, "
-            "nccl_env_gloo_socket_ifname) exists on every node and reaches the other nodes (not lo), and that no "
-            "firewall blocks the ports between them.")
-
-
-CLOSED_KEY = "llmtrain/process-group-closed"
-CLOSE_WAIT_S = 60.0
-
-
-class StopRequest:
-    """Records a stop signal; the training loop acts on it after a step (StopVote says which)."""
-
-    def __init__(self, signals):
-        self.signum = 0
-        self.signals = signals
-        for sig in signals:
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame):
-        self.signum = self.signum or signum
-
-    def ignore_from_now(self):
-        """Ignore these signals while the process exits: the launcher sends SIGTERM to the ranks
-        still running when the first one exits, and during interpreter shutdown Python resets
-        caught signals (not ignored ones) to their default action, which would kill a rank
-        that has finished its work."""
-        for sig in self.signals:
-            signal.signal(sig, signal.SIG_IGN)
-
-
-class StopVote:
-    """Whether the ranks stop after a step, agreed on without holding every step up.
-
-    After each step every rank starts an all-reduce (MAX) of its stop flag, then waits for the
-    one it started after the step before: every rank acts on the same vote after the same
-    step, one step after the flag was raised, and the all-reduce runs during a step instead of
-    between two. A single process needs no vote: it stops after the step the flag was raised in.
-    """
-
-    def __init__(self, dist):
-        self.dist, self.pending = dist, None
-
-    def after_step(self, signum):
-        """The signal to stop on now, 0 for none; the same on every rank."""
-        if not self.dist.active:
-            return signum
-        previous, self.pending = self.pending, self.dist.max_int_async(signum)
-        return previous.wait() if previous else 0
-
-    def settle(self):
-        """Wait for the vote still in flight (the run ends here: it leaves no collective
-        behind); returns its signal, 0 for none."""
-        pending, self.pending = self.pending, None
-        return pending.wait() if pending else 0
-
-
-class WaitClock:
-    """How long this rank waits for the others in each step's gradient all-reduce: from the moment
-    its last gradient is computed (a hook on every parameter, armed for the step's last backward,
-    where DDP reduces; the last call wins) to the moment that backward returns with the reduced
-    gradients. The rest of a rank's time is its own work: a slow node's ranks work longer and wait
-    less, and the others wait for them. On CUDA the two moments are events on the stream, read at
-    the log interval (when the loss record syncs anyway)."""
-
-    def __init__(self, params, device):
-        self.cuda = device.type == "cuda"
-        self.armed, self.fired, self.ready, self.spans, self.wait_s = False, False, None, [], 0.0
-        for p in params:
-            if p.requires_grad:
-                p.register_hook(self._gradient_computed)
-
-    def _gradient_computed(self, _grad):
-        if self.armed:
-            self.fired = True
-            if self.cuda:
-                self.ready.record()
-            else:
-                self.ready = time.perf_counter()
-
-    def arm(self):
-        """Called before the backward that reduces the gradients."""
-        self.armed, self.fired = True, False
-        if self.cuda:
-            self.ready = torch.cuda.Event(enable_timing=True)
-
-    def reduced(self):
-        """Called when that backward has returned."""
-        self.armed = False
-        if not self.fired:  # no hook ran (parameters the backward does not reach as leaves): nothing measured
-            pass
-        elif self.cuda:
-            done = torch.cuda.Event(enable_timing=True)
-            done.record()
-            self.spans.append((self.ready, done))
-        else:
-            self.wait_s += time.perf_counter() - self.ready
-        self.ready = None
-
-    def take(self):
-        """Seconds waited since the last take()."""
-        if self.spans:
-            self.spans[-1][1].synchronize()
-            self.wait_s += sum(ready.elapsed_time(done) for ready, done in self.spans) / 1000.0
-            self.spans = []
-        waited, self.wait_s = self.wait_s, 0.0
-        return waited
-
-
-def node_step_times(samples, steps):
-    """{node: {"work_ms", "wait_ms"}} per step over the last `steps` steps, from every rank's
-    (node, work_s, wait_s): a node's slowest rank (the most work) stands for it."""
-    nodes = {}
-    for node, work_s, wait_s in samples:
-        if node not in nodes or work_s > nodes[node][0]:
-            nodes[node] = (work_s, wait_s)
-    return {node: {"work_ms": round(1000.0 * work / steps, 2), "wait_ms": round(1000.0 * wait / steps, 2)}
-            for node, (work, wait) in sorted(nodes.items())}
-
-
-RECORD_BYTES = 1024  # the most a loss record's line takes, its newline included, at any node count
-SLOWEST_NODES = 8
-SLOW_THRESHOLD = 0.2  # a node's record is slow when its work is over (1 + this) x the record's median
-
-
-def node_times_summary(nodes, room):
-    """A loss record's node_times, from node_step_times' map: how many nodes, their median work
-    and wait per step, and the nodes with the most work (SLOWEST_NODES at most, as many as fit
-    in `room` bytes of JSON: the record stays the same size at any node count)."""
-    summary = {"count": len(nodes),
-               "median_work_ms": round(statistics.median(t["work_ms"] for t in nodes.values()), 2),
-               "median_wait_ms": round(statistics.median(t["wait_ms"] for t in nodes.values()), 2),
-               "slowest": {}}
-    size = len(json.dumps(summary))
-    for node in heapq.nlargest(SLOWEST_NODES, nodes, key=lambda name: nodes[name]["work_ms"]):
-        # '"node": {...}' inside slowest's braces, after a ', ' but for the first
-        entry = len(json.dumps({node: nodes[node]})) - 2 + (2 if summary["slowest"] else 0)
-        if size + entry > room:
-            break
-        summary["slowest"][node] = nodes[node]
-        size += entry
-    return summary
-
-
-class NodeTimes:
-    """RUN/node_times.json, rank 0's: per node, its mean work and wait per step over the loss
-    records with node times, its last work, and in how many records its work was over
-    (1 + threshold) x that record's median work (records where it held the others up). Its
-    size grows with the nodes, not with the run. `state` (the file's content, unrounded) goes
-    into each checkpoint, so a resumed run counts the records metrics.jsonl keeps, no more."""
-
-    def __init__(self, path, state=None):
-        self.path = path
-        self.state = state or {"version": 1, "threshold": SLOW_THRESHOLD, "first_step": None, "step": None,
-                               "records": 0, "nodes": {}}
-
-    def add(self, step, nodes, median_work_ms):
-        """Count the loss record of `step` (node_step_times' map and its median work) and write the file."""
-        state = self.state
-        if state["first_step"] is None:
-            state["first_step"] = step
-        state["step"], state["records"] = step, state["records"] + 1
-        slow_above = (1.0 + state["threshold"]) * median_work_ms
-        for node, times in nodes.items():
-            entry = state["nodes"].setdefault(node, {"records": 0, "work_ms": 0.0, "wait_ms": 0.0, "slow_records": 0,
-                                                     "last_work_ms": 0.0})
-            entry["records"] += 1
-            entry["work_ms"] += (times["work_ms"] - entry["work_ms"]) / entry["records"]  # running means
-            entry["wait_ms"] += (times["wait_ms"] - entry["wait_ms"]) / entry["records"]
-            entry["slow_records"] += int(times["work_ms"] > slow_above)
-            entry["last_work_ms"] = times["work_ms"]
-        self.write()
-
-    def write(self):
-        """The file as the state says; none while the state has no records (a fresh run, or a
-        resume from a checkpoint without node times), so no earlier run's file is left."""
-        if not self.state["records"]:
-            self.path.unlink(missing_ok=True)
-            return
-        nodes = {node: {key: round(value, 2) if isinstance(value, float) else value for key, value in entry.items()}
-                 for node, entry in self.state["nodes"].items()}
-        with atomic_file(self.path, "w") as f:
-            json.dump({**self.state, "nodes": nodes}, f)
-
-
-def lines_from_end(f, block=1 << 16):
-    """(offset, line) of each line of the binary file f, the last first, read backwards in
-    blocks; each line with its newline, but a last one cut short."""
-    start = f.seek(0, os.SEEK_END)
-    buf, stop = b"", 0  # buf holds the file from start on; its first `stop` bytes are not yielded yet
-    while True:
-        newline = buf.rfind(b"\n", 0, stop - 1) if stop else -1  # the one before the last line's own
-        if newline < 0 and start > 0:
-            begin = max(0, start - block)
-            f.seek(begin)
-            buf, start = f.read(start - begin) + buf[:stop], begin
-            stop = len(buf)
-            continue
-        if not stop:
-            return
-        yield start + newline + 1, buf[newline + 1:stop]
-        stop = newline + 1
-
-
-def kept_record(line, resumed_step):
-    """Whether a whole line of metrics.jsonl is a record a run resumed at resumed_step keeps."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return False
-    step = record.get("step", 0) if isinstance(record, dict) else None
-    return isinstance(step, (int, float)) and step <= resumed_step
-
-
-class MetricsLog:
-    """RUN/metrics.jsonl. Records after the step a run resumes from are dropped first,
-    so the file always tells one trajectory (and never holds a line cut short by a kill).
-    Its records are in step order, so only the lines after the last record it keeps are read."""
-
-    def __init__(self, path, resumed_step):
-        self.dropped = 0
-        if path.exists():
-            with open(path, "r+b") as f:
-                keep = 0
-                for offset, line in lines_from_end(f):
-                    if resumed_step and line.endswith(b"\n") and kept_record(line, resumed_step):
-                        keep = offset + len(line)
-                        break
-                    self.dropped += 1
-                if self.dropped:
-                    f.truncate(keep)
-                    os.fsync(f.fileno())
-        self.file = open(path, "a")
-
-    def write(self, record):
-        self.file.write(json.dumps(record) + "\n")
-        self.file.flush()
-
-
-def seed_everything(*key):
-    """Seed python, numpy and torch (CPU and CUDA) from a tuple of non-negative ints."""
-    seed = int(np.random.SeedSequence(list(key)).generate_state(1)[0])
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def rng_state():
-    _kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
-    state = {
-        "python": random.getstate(),
-        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached_gaussian)},
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def set_rng_state(state):
-    random.setstate(state["python"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 def lr_at(step, cfg):
@@ -503,11 +84,6 @@ def estimate_val_loss(model, val_tokens, cfg, dist, autocast):
     return dist.mean(total / cfg.eval_iters)
 
 
-def format_seconds(seconds):
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 def first_os_error(error):
     """The OSError (disk full, quota, read-only) behind error, or error itself: when a write
     fails inside torch.save, closing its zip file raises again, and that second error hides
@@ -527,63 +103,8 @@ def trains_in_bf16(device, dtype):
     return device.type == "cuda" and dtype != "float32" and torch.cuda.is_bf16_supported(including_emulation=False)
 
 
-NOT_OPTIONS = ("params", "param_names", "lr")  # what a param group holds besides options; the lr is set every step
-
-
-def kept_options(optimizer, saved_groups):
-    """saved_groups (a checkpoint's param groups) with optimizer's options, and each option
-    that differs, once, as "name value (the checkpoint had value)"."""
-    differences, groups = {}, []
-    for group, saved_group in zip(optimizer.param_groups, saved_groups):
-        options = {k: v for k, v in group.items() if k not in NOT_OPTIONS}
-        for name, value in options.items():
-            if name not in saved_group:
-                differences[name, repr(value), None] = f"{name} {value} (the checkpoint did not record it)"
-            elif saved_group[name] != value:
-                differences[name, repr(value), repr(saved_group[name])] = (f"{name} {value} (the checkpoint had "
-                                                                           f"{saved_group[name]})")
-        groups.append({**saved_group, **options})
-    return groups, list(differences.values())
-
-
-def load_optimizer_state(optimizer, saved):
-    """Load a checkpoint's optimizer state (moments, step counts) into optimizer, keeping
-    optimizer's options. load_state_dict alone takes the checkpoint's (its kernel, weight decay,
-    betas, eps): a checkpoint made on a CPU would stay unfused on a GPU, and a changed
-    --weight-decay would be ignored. Returns the options that differ (kept_options)."""
-    groups, differences = kept_options(optimizer, saved["param_groups"])
-    # the state is cast as its groups say: a fused optimizer's step counts go to the GPU as float32
-    optimizer.load_state_dict({**saved, "param_groups": groups})
-    return differences
-
-
-def shard_model(model, bf16):
-    """FSDP2 in place: each block its own unit (its parameters gathered for its forward and
-    backward only), then the root (embeddings, final norm, the tied head). Parameters stay
-    float32; with bf16 they are gathered and computed in bfloat16, gradients reduced in float32."""
-    mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else \
-        MixedPrecisionPolicy()
-    for block in model.transformer.h:
-        fully_shard(block, mp_policy=mp_policy)
-    fully_shard(model, mp_policy=mp_policy)
-    return model
-
-
-def load_sharded_state(model, optimizer, path):
-    """Load the sharded checkpoint at path into model and optimizer (sharded or plain, on any
-    number of ranks: each reads the parts of the tensors it holds), keeping optimizer's options;
-    returns the options that differ. Every rank calls it."""
-    model_state, optimizer_state = get_state_dict(model, optimizer)
-    tensors = {"model": model_state, "optimizer": optimizer_state}
-    load_sharded(tensors, path)
-    groups, differences = kept_options(optimizer, tensors["optimizer"]["param_groups"])
-    set_state_dict(model, optimizer, model_state_dict=tensors["model"],
-                   optim_state_dict={**tensors["optimizer"], "param_groups": groups})
-    return differences
-
-
 class Training:
-    """One run's model, optimizer, data, clocks and metrics, and the steps of its loop."""
+    """One run's model, optimizer, data, clocks and outputs, and the steps of its loop."""
 
     def __init__(self, cfg, data_dir, out_dir, meta, dist, state, resume_path):
         """Set-up: the model and optimizer (from the checkpoint when resuming), the data, the
@@ -614,38 +135,17 @@ class Training:
         sharded_from = resume_path if state and is_sharded(resume_path) else None
         seed_everything(cfg.seed)  # the same initial weights on every rank
         self.raw_model = GPT(self.model_cfg).to(device)
-        self.tokens_seen, self.prior_elapsed = 0, 0.0
-        full_optimizer_state, changed = None, []
-        if state and not sharded_from:
-            self.raw_model.load_state_dict(state["model"])
-            if cfg.parallel == "fsdp":
-                # a checkpoint of whole tensors, from a ddp run: loaded as ddp would, then handed
-                # to the sharded optimizer by name, each rank keeping its shard
-                whole = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr)
-                changed = load_optimizer_state(whole, state["optimizer"])
-                full_optimizer_state = get_optimizer_state_dict(self.raw_model, whole)
-                del whole
-        if cfg.parallel == "fsdp":
-            shard_model(self.raw_model, use_bf16)  # the model and the optimizer made after it hold only shards
-        self.optimizer = self.raw_model.configure_optimizer(cfg.weight_decay, cfg.lr)
+        self.tokens_seen, prior_elapsed = 0, 0.0
+        self.optimizer, changed = model_and_optimizer(
+            self.raw_model, cfg, state, sharded_from,
+            shard=(lambda model: shard_model(model, use_bf16)) if cfg.parallel == "fsdp" else None)
         if state:
-            if sharded_from:
-                changed = load_sharded_state(self.raw_model, self.optimizer, sharded_from)
-            elif full_optimizer_state is not None:
-                set_optimizer_state_dict(self.raw_model, self.optimizer, full_optimizer_state,
-                                         options=StateDictOptions(full_state_dict=True))
-                del full_optimizer_state
-            else:
-                changed = load_optimizer_state(self.optimizer, state["optimizer"])
             if changed:
                 self.log(f"train: resuming with {', '.join(changed)}")
-            self.tokens_seen, self.prior_elapsed = state["tokens_seen"], state["elapsed_s"]
-            if len(state["rng"]) == dist.world_size:
-                set_rng_state(state["rng"][dist.rank])
-            else:
+            self.tokens_seen, prior_elapsed = state["tokens_seen"], state["elapsed_s"]
+            if restore_rng(state["rng"], dist, cfg.seed, self.start_step):
                 self.log(f"warning: checkpoint from {len(state['rng'])} ranks, now {dist.world_size}: random state "
                          "reseeded")
-                seed_everything(cfg.seed, dist.rank, self.start_step)
         else:
             seed_everything(cfg.seed, dist.rank)  # dropout differs between ranks
 
@@ -711,17 +211,12 @@ class Training:
                      f"({cfg.parallel if dist.active else 'one process'}) on "
                      f"{device.type}, {self.tokens_per_step:,} tokens per step, {start_note}")
 
-        self.run_started = time.perf_counter()
-        self.last_record_time, self.last_record_step = self.run_started, self.start_step
-        self.pause_s = 0.0  # time since the last record spent evaluating and checkpointing, not training
+        self.clock = RunClock(self.start_step, prior_elapsed)
         self.model.train()
 
     def log(self, message):
         if self.dist.is_main:
             print(message, flush=True)
-
-    def elapsed_s(self):
-        return self.prior_elapsed + time.perf_counter() - self.run_started
 
     def step(self, step):
         """One optimizer step over the global batch of `step`; returns this rank's summed micro-batch loss."""
@@ -761,29 +256,25 @@ class Training:
 
     def evaluate(self):
         """The validation loss; its time is a pause, not training."""
-        started = time.perf_counter()
-        val_loss = estimate_val_loss(self.eval_model, self.val_tokens, self.cfg, self.dist, self.autocast)
-        self.pause_s += time.perf_counter() - started
-        return val_loss
+        with self.clock.pause():
+            return estimate_val_loss(self.eval_model, self.val_tokens, self.cfg, self.dist, self.autocast)
 
     def record(self, done, loss_sum, evaluate):
         """The loss record of step `done`, with the validation loss if evaluate (every rank takes part)."""
         cfg, W = self.cfg, self.dist.world_size
         loss_value = self.dist.mean(loss_sum / cfg.grad_accum)
         lr = lr_at(done - 1, cfg)
-        now = time.perf_counter()
-        steps = done - self.last_record_step
-        tokens_per_s = steps * self.tokens_per_step / max(1e-9, now - self.last_record_time - self.pause_s)
+        now, steps, trained_s = self.clock.lap(done)
+        tokens_per_s = steps * self.tokens_per_step / max(1e-9, trained_s)
         times = None
         if self.wait_clock:
             waited = self.wait_clock.take()
-            times = self.dist.gather_floats([now - self.last_record_time - self.pause_s - waited, waited])
-        self.last_record_time, self.last_record_step, self.pause_s = now, done, 0.0
-        eta_s = (now - self.run_started) / (done - self.start_step) * (cfg.steps - done)
+            times = self.dist.gather_floats([trained_s - waited, waited])
+        eta_s = self.clock.eta_s(now, done, cfg.steps)
         record = {"step": done, "total_steps": cfg.steps, "loss": loss_value, "lr": lr,
                   "grad_norm": round(float(self.grad_norm), 4),
                   "tokens_seen": self.tokens_seen, "tokens_per_s": round(tokens_per_s, 1),
-                  "elapsed_s": round(self.prior_elapsed + now - self.run_started, 3), "eta_s": round(eta_s, 1)}
+                  "elapsed_s": round(self.clock.elapsed_s(now), 3), "eta_s": round(eta_s, 1)}
         if self.device.type == "cuda":
             record["mfu"] = mfu(self.flops_per_token, tokens_per_s, W, self.peak_flops) if self.peak_flops else None
         if evaluate:
@@ -791,10 +282,7 @@ class Training:
         if times and self.dist.is_main:
             nodes = node_step_times(((node, work_s, wait_s) for node, (work_s, wait_s) in zip(self.node_names, times)),
                                     steps)
-            # what the line has room for besides the rest of the record ('{}' stands for node_times)
-            room = RECORD_BYTES - len("\n") - (len(json.dumps({**record, "node_times": {}})) - len("{}"))
-            record["node_times"] = node_times_summary(nodes, room)
-            self.node_times.add(done, nodes, record["node_times"]["median_work_ms"])
+            self.node_times.add(done, nodes, with_node_times(record, nodes)["node_times"]["median_work_ms"])
         if self.dist.is_main:
             self.metrics.write(record)
             scalars = {"train/loss": loss_value, "train/lr": lr, "train/grad_norm": record["grad_norm"],
@@ -803,61 +291,57 @@ class Training:
             for sink in (self.events, self.wandb):
                 if sink:
                     sink.scalars(done, scalars)
-            extras = "".join([f" val {record['val_loss']:.4f}" if evaluate else "",
-                              f" mfu {record['mfu']:.1%}" if record.get("mfu") else ""])
-            print(f"step {done}/{cfg.steps} loss {loss_value:.4f}{extras} lr {lr:.2e} "
-                  f"{tokens_per_s:,.0f} tok/s eta {format_seconds(eta_s)}", flush=True)
+            print(loss_line(record, tokens_per_s, eta_s), flush=True)
 
     def checkpoint(self, step):
         """Every rank's random state to rank 0, which writes the checkpoint of `step`; with
         fsdp every rank writes its shard of the model and optimizer state, rank 0 the rest."""
         cfg, W = self.cfg, self.dist.world_size
-        started = time.perf_counter()
-        rng_states = self.dist.gather(rng_state())
-        ckpt_dir = self.out_dir / CHECKPOINT_DIR
-        state = {
-            "format": FORMAT,
-            "step": step,
-            "tokens_seen": self.tokens_seen,
-            "elapsed_s": self.elapsed_s(),
-            "model_config": asdict(self.model_cfg),
-            "tokenizer": self.tokenizer,
-            "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
-                          "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},
-            "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
-                     "global_batch": cfg.batch_size * W},
-            "rng": rng_states,
-            "node_times": self.node_times.state if self.node_times else None,
-            "world_size": W,
-            "config": asdict(cfg),
-        }
-        path = None
-        try:
-            if cfg.parallel == "fsdp":
-                model_state, optimizer_state = get_state_dict(self.raw_model, self.optimizer)
-                path = save_sharded({"model": model_state, "optimizer": optimizer_state}, state, ckpt_dir,
-                                    cfg.keep_checkpoints, self.dist.is_main, barrier=self.dist.barrier)
-            elif self.dist.is_main:
-                path = save_checkpoint({**state, "model": self.raw_model.state_dict(),
-                                        "optimizer": self.optimizer.state_dict()}, ckpt_dir, cfg.keep_checkpoints)
-        # disk full, quota, read-only (torch.save wraps some in RuntimeError, DCP all in CheckpointException)
-        except (OSError, RuntimeError, CheckpointException) as e:
-            newest = list_checkpoints(ckpt_dir)
-            cause = first_os_error(e)
-            raise CheckpointError(
-                f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(cause).__name__}: {cause}); nothing of it is left "
-                f"behind, and {newest[-1][1].name if newest else 'no earlier checkpoint'} is the newest complete one "
-                "(a rerun resumes from it once there is room)") from e
-        if self.dist.is_main:
-            self.metrics.write({"event": "checkpoint", "step": step, "path": str(path)})
-        self.pause_s += time.perf_counter() - started
+        with self.clock.pause():
+            rng_states = self.dist.gather(rng_state())
+            ckpt_dir = self.out_dir / CHECKPOINT_DIR
+            state = {
+                "format": FORMAT,
+                "step": step,
+                "tokens_seen": self.tokens_seen,
+                "elapsed_s": self.clock.elapsed_s(),
+                "model_config": asdict(self.model_cfg),
+                "tokenizer": self.tokenizer,
+                "scheduler": {"kind": "warmup_cosine", "lr": cfg.lr, "min_lr": cfg.min_lr, "warmup": cfg.warmup,
+                              "total_steps": cfg.steps, "next_lr": lr_at(step, cfg)},
+                "data": {"sampler": "window_starts(seed, stream, step)", "seed": cfg.seed, "next_step": step,
+                         "global_batch": cfg.batch_size * W},
+                "rng": rng_states,
+                "node_times": self.node_times.state if self.node_times else None,
+                "world_size": W,
+                "config": asdict(cfg),
+            }
+            path = None
+            try:
+                if cfg.parallel == "fsdp":
+                    model_state, optimizer_state = get_state_dict(self.raw_model, self.optimizer)
+                    path = save_sharded({"model": model_state, "optimizer": optimizer_state}, state, ckpt_dir,
+                                        cfg.keep_checkpoints, self.dist.is_main, barrier=self.dist.barrier)
+                elif self.dist.is_main:
+                    path = save_checkpoint({**state, "model": self.raw_model.state_dict(),
+                                            "optimizer": self.optimizer.state_dict()}, ckpt_dir, cfg.keep_checkpoints)
+            # disk full, quota, read-only (torch.save wraps some in RuntimeError, DCP all in CheckpointException)
+            except (OSError, RuntimeError, CheckpointException) as e:
+                newest = list_checkpoints(ckpt_dir)
+                cause = first_os_error(e)
+                raise CheckpointError(
+                    f"could not write the checkpoint of step {step} in {ckpt_dir} ({type(cause).__name__}: {cause}); nothing of it is left "
+                    f"behind, and {newest[-1][1].name if newest else 'no earlier checkpoint'} is the newest complete one "
+                    "(a rerun resumes from it once there is room)") from e
+            if self.dist.is_main:
+                self.metrics.write({"event": "checkpoint", "step": step, "path": str(path)})
 
     def finish(self, done):
         """Checkpoint the last step; returns 0."""
         self.checkpoint(done)
         if self.dist.is_main:
             self.metrics.write({"event": "done", "step": done, "tokens_seen": self.tokens_seen,
-                                "elapsed_s": round(self.elapsed_s(), 3)})
+                                "elapsed_s": round(self.clock.elapsed_s(), 3)})
         self.dist.barrier()  # no rank exits while rank 0 still writes
         return 0
 
@@ -935,7 +419,8 @@ def run_steps(run, cfg, stop):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__,
+    # the help is the docstring's usage part, not its account of the files
+    p = argparse.ArgumentParser(prog="python -m trainer.train", description=__doc__.partition("\nThis file is")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, metavar="DIR", help="directory written by python -m trainer.prepare")
     p.add_argument("--out", required=True, metavar="DIR", help="run directory: metrics.jsonl, checkpoints/, PREEMPTED")
