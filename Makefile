@@ -99,9 +99,12 @@ units: ansible-test-tree
 
 # The reference under docs/ (docs/reference.md, docs/{modules,callback,filter,roles}/) from
 # the plugins' documentation and the roles' meta/argument_specs.yml; tests/unit/test_docs.py
-# fails when the committed pages differ from what this writes.
+# fails when the committed pages differ from what this writes. Also docs/exit-codes.md and
+# roles/run/files/exit_codes.sh from the table of exit codes (plugins/module_utils/exit_codes.py;
+# tests/unit/test_exit_codes.py).
 docs: venv
 	$(BIN)/python tools/docs.py
+	$(BIN)/python tools/exit_codes.py
 
 # CHANGELOG.md and changelogs/changelog.yaml from changelogs/fragments. The fragments stay
 # (keep_fragments): until the version in galaxy.yml is published, running this again folds

@@ -4,11 +4,16 @@
 
   job | llmtrain.slurm.lost_nodes_message(job_name, down_nodes, log_errors, newest_checkpoint)
   job | llmtrain.slurm.job_failure_message(log, job_name, local_dir, run_dir, procs_per_node)
+  name | llmtrain.slurm.exit_code -> its number, from plugins/module_utils/exit_codes.py (the job templates')
 """
 
 from __future__ import annotations
 
 import re
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import exit_codes
 
 # Lines of a job log in which Slurm says that a node of the job was lost.
 NODE_LOST = re.compile(r"Node failure|NODE FAILURE|not responding")
@@ -59,8 +64,8 @@ def _traceback_heading(job, log, procs_per_node):
     return lines + ["The first traceback:"]
 
 
-NODE_CHECK_FAILED_RC = 78  # roles/run/files/node_check.sh: bad nodes and no requeue
-NETWORK_CHECK_FAILED_RC = 79  # roles/run/files/network_check.sh: slow, and pretrain_network_policy=fail
+NODE_CHECK_FAILED_RC = exit_codes.NODE_CHECK_FAILED.code
+NETWORK_CHECK_FAILED_RC = exit_codes.NETWORK_CHECK_FAILED.code
 
 
 def _of_job(record, job):
@@ -125,6 +130,16 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
     return "\n".join(lines)
 
 
+def exit_code(name):
+    """The number of an exit code of the table (plugins/module_utils/exit_codes.py), by its name."""
+    try:
+        return exit_codes.code(name)
+    except KeyError:
+        raise AnsibleFilterError("exit_code: no exit code %r; the table has %s"
+                                 % (name, ", ".join(exit_codes.BY_NAME))) from None
+
+
 class FilterModule(object):
     def filters(self):
-        return {"lost_nodes_message": lost_nodes_message, "job_failure_message": job_failure_message}
+        return {"lost_nodes_message": lost_nodes_message, "job_failure_message": job_failure_message,
+                "exit_code": exit_code}

@@ -9,6 +9,8 @@
   hostlists | llmtrain.slurm.hostnames           -> node names (gpu-[01-04] expanded)
   gpu_check_row | llmtrain.slurm.gpu_mismatch_line -> "node: what differs. Likely fix: ..."
   values | llmtrain.slurm.workspace_need           -> {bytes, how} the run's checkpoints take, or none
+  cluster | llmtrain.slurm.cluster_errors(partition, usable, excluded, slurm_partition, slurm_nodes,
+                                          slurm_gpus_per_node, bad_nodes_file) -> [message]
 """
 
 from __future__ import annotations
@@ -53,10 +55,65 @@ def workspace_need(values):
     return {"bytes": need[0], "how": need[1]} if need else None
 
 
+def _int(value):
+    """As Jinja's int filter: a number, or 0 for what is none."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError):
+            return 0
+
+
+def _gpus(node):
+    """The GPUs Slurm registers for node (gres/gpu), 0 when none."""
+    gres = node.get("gres") if isinstance(node.get("gres"), dict) else {}
+    return _int((gres.get("gpu") or {}).get("total"))
+
+
+def cluster_errors(cluster, partition, usable, excluded, slurm_partition, slurm_nodes, slurm_gpus_per_node,
+                   bad_nodes_file):
+    """What keeps the run off the cluster Slurm has, one message each: the partition is not there
+    or not up, too few usable nodes, too few of them with slurm_gpus_per_node GPUs.
+
+    cluster: as slurm_cluster_info returns it (partitions, bad_nodes); partition: the run's, of
+    its partitions (none when it has no such partition); usable: the partition's usable nodes
+    less the excluded ones; excluded: the names of the nodes the run keeps off."""
+    errors = []
+    if not partition:
+        errors.append("slurm_partition=%s does not exist: Slurm has %s." % (
+            slurm_partition or "(default)", ", ".join(p["name"] for p in cluster.get("partitions") or [])))
+        return errors
+    usable = list(usable or [])
+    nodes = _int(slurm_nodes)
+    if partition.get("state") != "up":
+        errors.append("slurm_partition=%s is %s: ask the administrators, or pick another partition." % (
+            partition["name"], str(partition.get("state")).upper()))
+    if len(usable) < nodes:
+        text = "slurm_nodes=%s but partition %s has %d usable node(s) (%s" % (
+            slurm_nodes, partition["name"], len(usable), ", ".join(node["name"] for node in usable) or "none")
+        if excluded:
+            reasons = "; ".join("%s: %s" % (name, excluded_reason(name, cluster.get("bad_nodes"))) for name in excluded)
+            text += (") besides the excluded ones (%s): repair them and remove them from %s or slurm_exclude_nodes, "
+                     "or lower slurm_nodes." % (reasons, bad_nodes_file))
+        else:
+            text += "): lower slurm_nodes or pick a larger partition."
+        errors.append(text)
+    gpus = _int(slurm_gpus_per_node)
+    gpu_nodes = len([node for node in usable if _gpus(node) >= gpus])
+    if gpus and gpu_nodes < nodes:
+        errors.append("slurm_gpus_per_node=%s but only %d usable node(s) of %s register that many GPUs (gres/gpu): "
+                      "lower slurm_gpus_per_node, use 0 for CPU nodes (gloo), or fix Gres= in slurm.conf."
+                      % (slurm_gpus_per_node, gpu_nodes, partition["name"]))
+    return errors
+
+
 class FilterModule(object):
     def filters(self):
         return {"input_errors": input_errors, "usable_nodes": usable_nodes,
                 "out_of_service_nodes": out_of_service_nodes, "excluded_reason": excluded_reason,
                 "hostnames": hostnames,
                 "gpu_mismatch_line": gpu_mismatch_line,
-                "workspace_need": workspace_need}
+                "workspace_need": workspace_need,
+                "cluster_errors": cluster_errors}

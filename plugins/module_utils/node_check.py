@@ -16,10 +16,12 @@ The interfaces it looks for are those NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME 
 env file the job sources on that node (RUN/env/<node>.env, else RUN/env/cluster.env). The GPUs
 Slurm registers come from the node's line in --slurm-nodes, else from its own scontrol. `gather`
 prints the per-node table, writes FILE (every record and the verdict), adds the bad nodes
-to --bad-nodes-file, and exits 0 when every node is good, 3 when one or more is bad.
+to --bad-nodes-file, and exits 0 when every node is good, BAD_NODES (exit_codes.py) when one or
+more is bad.
 
-This file imports nothing from Ansible: the run role copies it, with gpu.py, nccl.py and atomic.py, into
-the run's scripts directory; modules and filters import it as module_utils.
+This file imports nothing from Ansible: the run role copies it, with gpu.py, nccl.py, atomic.py and
+exit_codes.py, into the run's scripts directory (slurm_node_check into a scratch directory);
+modules and filters import it as module_utils.
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ import sys
 import tempfile
 
 try:
-    from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, nccl
+    from ansible_collections.llmtrain.slurm.plugins.module_utils import exit_codes, gpu, nccl
     from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
-except ImportError:  # run as a script beside gpu.py, nccl.py and atomic.py
+except ImportError:  # run as a script beside gpu.py, nccl.py, atomic.py and exit_codes.py
+    import exit_codes  # type: ignore[no-redef]
     import gpu  # type: ignore[no-redef]
     import nccl  # type: ignore[no-redef]
     from atomic import replace_file  # type: ignore[no-redef]
 
-BAD_NODES_RC = 3
+BAD_NODES_RC = exit_codes.BAD_NODES.code  # gather's verdict, to node_check.sh
 # preflight_gpu_policy: strict makes a GPU count that differs from what Slurm registers a problem
 GPU_POLICIES = ("strict", "report")
 # A node's torch when the job asks for no GPU and does not import torch (the dataset preparation):

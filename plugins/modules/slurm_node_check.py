@@ -130,7 +130,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import atomic, gpu, nccl, node_check, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils import atomic, exit_codes, gpu, nccl, node_check, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
 
@@ -182,7 +182,7 @@ def place_scripts(workdir, token, slurm_nodes=""):
     if problems:
         return problems
     try:
-        for source in (node_check, gpu, nccl, atomic):  # node_check.py imports the others as a script
+        for source in (node_check, gpu, nccl, atomic, exit_codes):  # node_check.py imports the others as a script
             name = source.__name__.rsplit(".", 1)[-1] + ".py"
             atomic.replace_file(os.path.join(workdir, name), inspect.getsource(source).encode("utf-8"))
         atomic.replace_file(os.path.join(workdir, "token"), (token + "\n").encode("utf-8"))

@@ -58,9 +58,9 @@ def job_start(tmp_path, node_answer, srun=FAKE_SRUN, args=(), extra_env=None):
     scripts = run / "scripts"
     scripts.mkdir(parents=True)
     (run / "env").mkdir()
-    for name in ("node_check.sh", "bad_nodes.sh"):
+    for name in ("node_check.sh", "bad_nodes.sh", "exit_codes.sh"):
         shutil.copy(str(ROOT / "roles" / "run" / "files" / name), str(scripts / name))
-    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py"):
+    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py", "exit_codes.py"):
         shutil.copy(str(ROOT / "plugins" / "module_utils" / name), str(scripts / name))
     (scripts / "node_check.conf").write_text(
         "python=%s\ntimeout_s=60\npolicy=fail\nrequeue_max=0\ngpu_policy=strict\n" % sys.executable)

@@ -1,9 +1,11 @@
-# Sourced by the checks that open every job (node_check.sh, network_check.sh): what a check
-# that found bad nodes does with the job, once they are recorded in bad_nodes.json.
+# Sourced by the checks that open every job (node_check.sh, network_check.sh), after
+# exit_codes.sh: what a check that found bad nodes does with the job, once they are recorded
+# in bad_nodes.json.
 #
 #   requeue_without_bad_nodes CHECK POLICY RESTART REQUEUE_MAX
 #
-# With POLICY exclude and requeues left, asks Slurm to requeue the job held and returns 100:
+# With POLICY exclude and requeues left, asks Slurm to requeue the job held and returns
+# EXIT_REQUEUED_HELD:
 # the watcher (slurm_job_info, plugins/module_utils/exclusion.py) excludes the recorded bad
 # nodes, releases the job, and it starts again on other nodes. Returns 1 when it did not
 # (another policy, requeues used up, or scontrol failed), saying why.
@@ -12,7 +14,7 @@ requeue_without_bad_nodes() {
     if [ "${policy}" = exclude ] && [ "${restart}" -lt "${requeue_max}" ]; then
         echo "llmtrain: ${check}: requeue $((restart + 1)) of ${requeue_max} without the bad node(s), held until the watcher excludes them"
         if scontrol requeuehold "${SLURM_JOB_ID}"; then
-            return 100
+            return "${EXIT_REQUEUED_HELD}"
         fi
         echo "llmtrain: ${check}: scontrol requeuehold ${SLURM_JOB_ID} failed" >&2
     elif [ "${policy}" = exclude ]; then

@@ -11,14 +11,17 @@
 # MASTER_PORT moved by 20000, so that the two never meet. Writes
 # $LLMTRAIN_RUN_DIR/network_check/<job name>.json.
 #
-# Exit status: 0 go on (the fabric is fine, or the policy is warn, or the check could not
-# measure: it says so); 100 the job has asked Slurm to requeue it held without the slow
-# node(s) (policy exclude); 79 a slow node or fabric and policy fail.
+# Exit status (exit_codes.sh beside it; docs/exit-codes.md): 0 go on (the fabric is fine, or
+# the policy is warn, or the check could not measure: it says so); EXIT_REQUEUED_HELD the job
+# has asked Slurm to requeue it held without the slow node(s) (policy exclude);
+# EXIT_NETWORK_CHECK_FAILED a slow node or fabric and policy fail.
 set -u
 scripts=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=exit_codes.sh
+. "${scripts}/exit_codes.sh" || exit 1
 python=python3 timeout_s=120 requeue_max=0
 # shellcheck source=/dev/null  # written by the run role: python=, timeout_s=, requeue_max=, ...
-. "${scripts}/node_check.conf" || exit 1
+. "${scripts}/node_check.conf" || exit "${EXIT_FAILED}"
 gpus=0 procs=1 policy=warn min_fraction=0.5 meet_s=60
 while [ $# -gt 0 ]; do
     case $1 in
@@ -27,7 +30,7 @@ while [ $# -gt 0 ]; do
         --policy) policy=$2 ;;
         --min-fraction) min_fraction=$2 ;;
         --timeout) meet_s=$2 ;;
-        *) echo "llmtrain: network check: unknown option $1" >&2; exit 2 ;;
+        *) echo "llmtrain: network check: unknown option $1" >&2; exit "${EXIT_SETTING}" ;;
     esac
     shift 2
 done
@@ -38,7 +41,7 @@ if [ "${SLURM_JOB_NUM_NODES}" -lt 2 ] && { [ "${gpus}" -lt 2 ] || [ "${procs}" -
     exit 0
 fi
 out_dir="${LLMTRAIN_RUN_DIR}/network_check"
-mkdir -p "${out_dir}" || exit 1
+mkdir -p "${out_dir}" || exit "${EXIT_FAILED}"
 out="${out_dir}/${SLURM_JOB_NAME}.json"
 rm -f "${out}"
 export LLMTRAIN_NETWORK_PORT=$(( MASTER_PORT < 45536 ? MASTER_PORT + 20000 : MASTER_PORT - 20000 ))
@@ -80,13 +83,13 @@ case ${verdict} in
 esac
 case ${policy} in
     fail) echo "llmtrain: network check: below pretrain_network_min_fraction=${min_fraction} and pretrain_network_policy=fail: the job ends without training" >&2
-          exit 79 ;;
+          exit "${EXIT_NETWORK_CHECK_FAILED}" ;;
     exclude)
         if [ "${verdict}" = slow_nodes ]; then
             # shellcheck source=bad_nodes.sh
-            . "${scripts}/bad_nodes.sh" || exit 1
+            . "${scripts}/bad_nodes.sh" || exit "${EXIT_FAILED}"
             requeue_without_bad_nodes "network check" exclude "${restart}" "${requeue_max}"
-            [ $? -eq 100 ] && exit 100
+            [ $? -eq "${EXIT_REQUEUED_HELD}" ] && exit "${EXIT_REQUEUED_HELD}"
         fi
         echo "llmtrain: network check: training goes on" ;;
     *) echo "llmtrain: network check: training goes on (pretrain_network_policy=warn)" ;;

@@ -16,15 +16,18 @@
 # $LLMTRAIN_RUN_DIR/node_check/<job name>.json. Bad nodes are added to
 # $LLMTRAIN_RUN_DIR/bad_nodes.json.
 #
-# Exit status: 0 every node is good (go on); 100 the job has asked Slurm to requeue it held
-# (policy exclude, requeues left): the watcher excludes the bad nodes and releases it, and
-# the job script ends without starting anything; 78 bad nodes and no requeue (policy fail,
-# or requeues used up), or slurm_python does not run; anything else: the check itself failed.
+# Exit status (exit_codes.sh beside it; docs/exit-codes.md): 0 every node is good (go on);
+# EXIT_REQUEUED_HELD the job has asked Slurm to requeue it held (policy exclude, requeues left):
+# the watcher excludes the bad nodes and releases it, and the job script ends without starting
+# anything; EXIT_NODE_CHECK_FAILED bad nodes and no requeue (policy fail, or requeues used up),
+# or slurm_python does not run; anything else: the check itself failed (EXIT_FAILED).
 set -u
 scripts=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=exit_codes.sh
+. "${scripts}/exit_codes.sh" || exit 1
 python=python3 timeout_s=120 policy=exclude requeue_max=0 gpu_policy=strict
 # shellcheck source=/dev/null  # written by the run role: python=, timeout_s=, policy=, ...
-. "${scripts}/node_check.conf" || exit 1
+. "${scripts}/node_check.conf" || exit "${EXIT_FAILED}"
 # the run directory holds scripts/ (this file's directory)
 LLMTRAIN_RUN_DIR=${LLMTRAIN_RUN_DIR:-$(dirname "${scripts}")}
 restart=${SLURM_RESTART_COUNT:-0}
@@ -32,14 +35,14 @@ dir="${LLMTRAIN_RUN_DIR}/node_check/${SLURM_JOB_ID}.${restart}"
 token="${SLURM_JOB_ID}.${restart}.$$.${RANDOM}${RANDOM}"
 mkdir -p "${dir}" && printf '%s\n' "${token}" > "${dir}/token" || {
     echo "llmtrain: node check: cannot write ${dir} on the batch node $(hostname): is slurm_workspace writable there?" >&2
-    exit 1
+    exit "${EXIT_FAILED}"
 }
 if ! "${python}" -c '' 2> "${dir}/python.err"; then
     echo "llmtrain: node check: slurm_python=${python} does not run on $(hostname) after slurm_env_setup" \
          "($(tail -c 300 "${dir}/python.err")): install Python there, or point slurm_python (and slurm_env_setup," \
          "e.g. module load) at one that runs" >&2
     rm -rf "${dir}"
-    exit 78
+    exit "${EXIT_NODE_CHECK_FAILED}"
 fi
 nodes=$(scontrol show hostnames "${SLURM_JOB_NODELIST}")
 # What Slurm registers for the job's nodes, in one query for all of them (one per node would
@@ -66,12 +69,12 @@ verdict=$?
 rm -rf "${dir}"
 case ${verdict} in
     0) exit 0 ;;
-    3) ;;
+    "${EXIT_BAD_NODES}") ;;
     *) echo "llmtrain: node check: ${python} could not judge the records on the batch node $(hostname) (exit ${verdict})" >&2
-       exit 1 ;;
+       exit "${EXIT_FAILED}" ;;
 esac
 # shellcheck source=bad_nodes.sh
-. "${scripts}/bad_nodes.sh" || exit 1
+. "${scripts}/bad_nodes.sh" || exit "${EXIT_FAILED}"
 requeue_without_bad_nodes "node check" "${policy}" "${restart}" "${requeue_max}"
-[ $? -eq 100 ] && exit 100
-exit 78
+[ $? -eq "${EXIT_REQUEUED_HELD}" ] && exit "${EXIT_REQUEUED_HELD}"
+exit "${EXIT_NODE_CHECK_FAILED}"

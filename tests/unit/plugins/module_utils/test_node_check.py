@@ -363,7 +363,7 @@ def test_the_check_of_a_job_without_gpus_or_torch_does_not_import_torch(tmp_path
     """The real import, in a process of its own: torch costs seconds of CPU on every node."""
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py"):
+    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py", "exit_codes.py"):
         shutil.copy(os.path.join(MODULE_UTILS, name), str(scripts / name))
     (tmp_path / "check").mkdir()
     (tmp_path / "check" / "token").write_text("t0k\n")
@@ -489,7 +489,7 @@ def test_main_gather_returns_its_exit_code(tmp_path, capsys):
 def test_it_runs_as_a_script_beside_gpu_and_nccl(tmp_path):
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py"):
+    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py", "exit_codes.py"):
         shutil.copy(os.path.join(MODULE_UTILS, name), str(scripts / name))
     write_record(tmp_path, record(node="n1"))
     env = dict((k, v) for k, v in os.environ.items() if k != "PYTHONPATH")

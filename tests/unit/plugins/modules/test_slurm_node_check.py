@@ -20,7 +20,8 @@ def test_the_placed_scripts_run_on_a_node_without_the_collection(tmp_path):
         assert slurm_node_check.place_scripts(str(workdir), "abc", listing) == []
     finally:
         os.umask(old)
-    assert sorted(os.listdir(workdir)) == ["atomic.py", "gpu.py", "nccl.py", "node_check.py", "slurm_nodes.txt", "token"]
+    assert sorted(os.listdir(workdir)) == ["atomic.py", "exit_codes.py", "gpu.py", "nccl.py", "node_check.py",
+                                           "slurm_nodes.txt", "token"]
     # the step runs them: the user's alone to change
     assert stat.S_IMODE(os.stat(workdir).st_mode) == 0o700
     assert {stat.S_IMODE(os.stat(workdir / name).st_mode) for name in os.listdir(workdir)} == {0o644}

@@ -1,0 +1,83 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The exit codes of the run's job scripts, checks and trainer: the one table of them.
+
+Who reads it: the checks' shell scripts through roles/run/files/exit_codes.sh and the job
+templates through the exit_code filter (both give the numbers below), the filters that explain
+a failed job (plugins/filter/messages.py), node_check.py, and docs/exit-codes.md.
+tools/exit_codes.py writes exit_codes.sh and docs/exit-codes.md from it (`make docs`), and
+tests/unit/test_exit_codes.py fails when a script, a template, the trainer or a page uses an
+exit code that is not here, or another number for one that is.
+
+This file is also run on the nodes, beside node_check.py: it imports nothing.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+# name: EXIT_<name> in the shell scripts and the trainer; by: who ends with it; meaning: what
+# happened; action: what the play says, and what to do.
+ExitCode = namedtuple("ExitCode", "name code by meaning action")
+
+FAILED = ExitCode(
+    "FAILED", 1, "node_check.sh, network_check.sh, the training job script, the training launcher",
+    "A step could not do its work: the check cannot write the run directory on the batch node, or its Python "
+    "could not judge the nodes' records; the training job found no master address. Also what the training "
+    "launcher ends with when a rank fails.",
+    "The job's log says which, on a line that starts with `llmtrain:` (a failed rank: the play shows the first "
+    "traceback); fix that and run the playbook again.")
+SETTING = ExitCode(
+    "SETTING", 2, "the training, generation and venv job scripts, network_check.sh",
+    "A setting names something that cannot be used: the working directory of your script (pretrain_script_chdir) "
+    "is not a directory on the node; the directory of slurm_python's venv holds files that are not a venv made by "
+    "llmtrain.slurm; the network check was given an unknown option.",
+    "The log names the setting: change it and run the playbook again.")
+ENV_FILE_MISSING = ExitCode(
+    "ENV_FILE_MISSING", 3, "the training step, on a node",
+    "The node found no NCCL/UCX env file in the run's env/ directory.",
+    "Run the nccl_env stage (playbooks/nccl_env.yml), or the whole pipeline, again.")
+RENDEZVOUS = ExitCode(
+    "RENDEZVOUS", 3, "a rank of the trainer (the launcher's summary in the log shows it)",
+    "The rank did not reach the others within pretrain_rendezvous_timeout: an interface that does not route "
+    "between the nodes, or a firewall.",
+    "The rank's message names the settings that decide the route: set nccl_env_socket_ifname "
+    "(or nccl_env_gloo_socket_ifname) and nccl_env_ib_hca to interfaces that reach the other nodes.")
+BAD_NODES = ExitCode(
+    "BAD_NODES", 3, "node_check.py gather, to node_check.sh (never a job's exit code)",
+    "The node check judged some of the job's nodes bad and recorded them in bad_nodes.json.",
+    "Nothing: node_check.sh then has the job requeued without them (REQUEUED_HELD) or ends it (NODE_CHECK_FAILED).")
+PREEMPTED = ExitCode(
+    "PREEMPTED", 75, "the trainer, the training job script",
+    "Stopped with a checkpoint on Slurm's stop notice (SIGUSR2 pretrain_signal_lead seconds before the time limit, "
+    "a preemption, scancel --signal=USR2): the trainer saves a checkpoint, writes PREEMPTED and exits with it; the "
+    "job script then requeues the job while pretrain_requeue_max allows, and ends with it once the requeues are "
+    "used up (also for a notice that came during the checks, before training started).",
+    "The checkpoints are intact: run the playbook again to continue from the newest, or raise pretrain_requeue_max.")
+NODE_CHECK_FAILED = ExitCode(
+    "NODE_CHECK_FAILED", 78, "node_check.sh, the first step of every job",
+    "Bad nodes and no requeue (pretrain_bad_node_policy=fail, or pretrain_requeue_max requeues used up), or "
+    "slurm_python does not run on the batch node; nothing else of the job ran.",
+    "The play names each bad node with its reason and shows the check's table; they are in the run's "
+    "bad_nodes.json and later jobs of the run keep off them. Repair them or leave them out (slurm_exclude_nodes), "
+    "or set pretrain_bad_node_policy=exclude.")
+NETWORK_CHECK_FAILED = ExitCode(
+    "NETWORK_CHECK_FAILED", 79, "network_check.sh, the training job's second step",
+    "The fabric measured below pretrain_network_min_fraction and pretrain_network_policy=fail; nothing trained.",
+    "The play gives the bus bandwidth and names the slow node: repair or leave out the slow node "
+    "(slurm_exclude_nodes), check nccl_env_socket_ifname and nccl_env_ib_hca, or set pretrain_network_policy=exclude "
+    "or warn.")
+REQUEUED_HELD = ExitCode(
+    "REQUEUED_HELD", 100, "node_check.sh, network_check.sh (bad_nodes.sh)",
+    "Not a failure: a check found bad nodes, the policy is exclude and requeues are left, so it asked Slurm to "
+    "requeue the job held, and the job script ends without starting anything.",
+    "Nothing: the play's watcher excludes the bad nodes and releases the job, which starts again on other nodes.")
+
+TABLE = (FAILED, SETTING, ENV_FILE_MISSING, RENDEZVOUS, BAD_NODES, PREEMPTED, NODE_CHECK_FAILED, NETWORK_CHECK_FAILED,
+         REQUEUED_HELD)
+BY_NAME = {entry.name: entry for entry in TABLE}
+
+
+def code(name):
+    """The number of the exit code called name (KeyError for a name the table does not hold)."""
+    return BY_NAME[name].code
