@@ -4,7 +4,7 @@
 #   requeue_without_bad_nodes CHECK POLICY RESTART REQUEUE_MAX
 #
 # With POLICY exclude and requeues left, asks Slurm to requeue the job held and returns 100:
-# the watcher (slurm_job_info, plugins/module_utils/exclusion.py) excludes the recorded bad
+# the watcher (the sbatch module watching the job, plugins/module_utils/exclusion.py) excludes the recorded bad
 # nodes, releases the job, and it starts again on other nodes. Returns 1 when it did not
 # (another policy, requeues used up, or scontrol failed), saying why.
 requeue_without_bad_nodes() {
