@@ -47,3 +47,81 @@ options:
     default: 0
     version_added: 0.1.0
 """
+
+    # How a module that waits on jobs checks them.
+    WAIT = r"""
+options:
+  poll_interval:
+    description:
+      - Seconds between two checks of the jobs while waiting (at least 1; one Slurm query each).
+        A job's end is noticed within about this time.
+    type: float
+    default: 1
+    version_added: 0.1.0
+"""
+
+    # What a look at a job returns besides its state: progress, the checks' records, its log.
+    WATCH = r"""
+options:
+  metrics_file:
+    description:
+      - JSONL file the trainer appends to, one object per line with keys C(step),
+        C(total_steps), C(loss), C(val_loss), C(lr), C(tokens_per_s), C(elapsed_s), C(eta_s).
+      - A missing file gives RV(llmtrain.slurm.slurm_job_info#module:progress=null), not an error.
+      - A half-written last line (no line break yet) is left for the next poll.
+    type: path
+  log_lines:
+    description:
+      - When no job of RV(jobs) is active any more, or one waits for nodes that are out of
+        service, read the last job's output file and return RV(llmtrain.slurm.slurm_job_info#module:log) with this many of its last lines.
+      - V(0) reads nothing.
+    type: int
+    default: 0
+    version_added: 0.1.0
+  node_check_file:
+    description:
+      - The JSON record the node check step writes (C(node_check.json) in the run directory),
+        returned summarised as RV(llmtrain.slurm.slurm_job_info#module:node_check) when it exists.
+    type: path
+    version_added: 0.1.0
+  network_check_file:
+    description:
+      - The JSON record the network check step of a training job writes (in C(network_check/)
+        in the run directory), returned summarised as RV(llmtrain.slurm.slurm_job_info#module:network_check) when it exists.
+    type: path
+    version_added: 0.1.0
+  progress_from_log:
+    description:
+      - For a script that writes no O(metrics_file) (or before it writes one), read RV(llmtrain.slurm.slurm_job_info#module:progress)
+        from the last job's output instead - the last line among its last 200 that one of the
+        O(progress_regex) patterns matches.
+    type: bool
+    default: false
+    version_added: 0.1.0
+  progress_regex:
+    description:
+      - Regular expressions of a progress line, tried in order, with named groups C(loss)
+        (required), C(step), C(total_steps), C(val_loss), C(lr), C(tokens_per_s).
+      - "Empty - the built-in ones, which recognise C(iter N: loss X), C(step N[/M] ... loss X
+        [... lr Y]) and the Hugging Face Trainer's C({'loss': X, ...}) lines."
+      - A pattern that backtracks (nested or adjacent repeats such as (a+)+ or C(\s*:?\s*)) gets 0.1 s of
+        CPU time on a line, then is skipped on the lines after it, and RV(llmtrain.slurm.slurm_job_info#module:progress_warnings) says so.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.1.0
+  straggler_threshold:
+    description:
+      - A node whose work per step (the C(node_times) or C(nodes) of the loss records in O(metrics_file)) is more than
+        (1 + this) times the median node's in each of the last O(straggler_intervals) records is
+        returned in RV(llmtrain.slurm.slurm_job_info#module:stragglers).
+    type: float
+    default: 0.2
+    version_added: 0.1.0
+  straggler_intervals:
+    description:
+      - How many records in a row a node must be that slow; V(0) looks for no stragglers.
+    type: int
+    default: 3
+    version_added: 0.1.0
+"""

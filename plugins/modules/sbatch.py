@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sbatch
-short_description: Submit a Slurm batch job once, optionally wait for it, or cancel it
+short_description: Submit a Slurm batch job once, wait for it or watch it, or cancel it
 description:
   - Submits a batch script with C(sbatch --parsable), unless the same job already exists.
   - "A job's identity is its name plus a fingerprint (16 hex digits of a SHA-256) of the
@@ -23,6 +23,12 @@ description:
   - With O(wait), the task returns when the job has left the active states, checking it
     once per O(poll_interval); it fails when the job did not complete successfully,
     showing the last lines of its output.
+  - O(state=watched) submits nothing; it watches the job an earlier task submitted with the same
+    options (O(job_id)) for up to O(wait_timeout) seconds and returns what a look at it finds, as
+    M(llmtrain.slurm.slurm_job_info) does (RV(jobs), RV(llmtrain.slurm.slurm_job_info#module:progress), the node and network checks,
+    the log once it ended), for C(until) loops that print a progress line per retry. It settles the
+    job when its node check holds it (O(bad_nodes_file)) and writes O(done_file) once the job
+    completed; it does not fail because the job failed (C(jobs[0].success) says so).
   - O(state=absent) cancels the active jobs of this name (of the connecting user).
   - The job runs with the umask of the connecting user less group and other write
     (E(SLURM_UMASK)), so that under a login shell's umask 002 the files and directories it makes
@@ -34,6 +40,8 @@ extends_documentation_fragment:
   - llmtrain.slurm.slurm
   - llmtrain.slurm.slurm.job_states
   - llmtrain.slurm.slurm.unreachable
+  - llmtrain.slurm.slurm.wait
+  - llmtrain.slurm.slurm.watch
 options:
   name:
     description: Job name (C(--job-name)). Passed literally, whatever characters it holds.
@@ -83,10 +91,18 @@ options:
   state:
     description:
       - V(present) submits the job unless it exists (see above).
+      - V(watched) watches the job O(job_id) (see above).
       - V(absent) cancels every active job of this name.
     type: str
-    choices: [present, absent]
+    choices: [present, watched, absent]
     default: present
+  job_id:
+    description:
+      - With O(state=watched), the job to watch, as an earlier task of this module with the same
+        O(name), O(script) or O(content), O(options), O(env) and O(chdir) returned it (RV(job_id)).
+        Its O(done_file) is written for that job only when the job carries this task's fingerprint.
+    type: str
+    version_added: 0.1.0
   exclude:
     description:
       - "Nodes the job must not run on (C(--exclude)), such as those a run's node check found
@@ -100,9 +116,15 @@ options:
     description:
       - "The run's record of bad nodes (JSON C({node: {reason, job_id, time}})); the job is
         submitted without them, as with O(exclude)."
-      - With O(wait), settle the job when its node check step holds it after finding bad
-        nodes, as O(llmtrain.slurm.slurm_job_info#module:bad_nodes_file) does - exclude them
-        and release it, or cancel it and fail naming each bad node when too few others remain.
+      - "With O(wait) or O(state=watched), settle the job when its node check step holds it after
+        finding bad nodes (it adds them to this file, then asks Slurm to requeue the job held:
+        C(scontrol requeuehold), Reason C(job_requeued_in_held_state)): exclude them
+        (C(ExcNodeList)) and release it, started two seconds after its requeue rather than after
+        Slurm's requeue delay (about two minutes) where the site lets users move a job's
+        StartTime; RV(excluded) says so. When its partition has too few other usable nodes the
+        job is cancelled instead and the module fails naming each bad node and its reason."
+      - That release reads every node's state (C(scontrol show node)) once. Nothing is changed in
+        check mode.
     type: path
     version_added: 0.1.0
   done_file:
@@ -141,15 +163,11 @@ options:
     type: bool
     default: false
   wait_timeout:
-    description: Seconds to wait with O(wait) before failing.
+    description:
+      - Seconds to wait with O(wait) before failing (see O(cancel_on_timeout)).
+      - With O(state=watched), seconds to watch before returning, whether the job ended or not.
     type: float
     default: 3600
-  poll_interval:
-    description:
-      - Seconds between two checks of the job with O(wait) (at least 1; one Slurm query each).
-        The end of the job is noticed within about this time.
-    type: float
-    default: 1
   cancel_on_timeout:
     description: Cancel the job when O(wait_timeout) passes.
     type: bool
@@ -299,8 +317,26 @@ log_tail:
   type: list
   elements: str
 excluded:
-  description: With O(bad_nodes_file), what was done for the job when its node check held it (see M(llmtrain.slurm.slurm_job_info)).
-  returned: with wait
+  description: With O(bad_nodes_file), what was done for the job when its node check held it, one entry per release.
+  returned: with wait or state=watched
+  type: list
+  elements: dict
+  sample:
+    - job_id: "42"
+      restarts: 1
+      excluded: [slurm-worker-2]
+      bad: {slurm-worker-2: "no network interface ib0 on slurm-worker-2 (it has eth0, lo): ..."}
+      message: "job 42: node check excluded slurm-worker-2 (no network interface ib0 ...); requeued without it"
+jobs:
+  description:
+    - With O(state=watched), the job as M(llmtrain.slurm.slurm_job_info) returns it (one item), and beside
+      it that module's RV(llmtrain.slurm.slurm_job_info#module:finished),
+      RV(llmtrain.slurm.slurm_job_info#module:checks), RV(llmtrain.slurm.slurm_job_info#module:progress),
+      RV(llmtrain.slurm.slurm_job_info#module:stragglers), RV(llmtrain.slurm.slurm_job_info#module:unreadable_records),
+      RV(llmtrain.slurm.slurm_job_info#module:progress_warnings), RV(llmtrain.slurm.slurm_job_info#module:node_check),
+      RV(llmtrain.slurm.slurm_job_info#module:network_check) and RV(llmtrain.slurm.slurm_job_info#module:log), as
+      its options ask for them.
+  returned: with state=watched
   type: list
   elements: dict
 cancelled:
@@ -314,11 +350,11 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, sbatch_argv, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, job_watch, sbatch_argv, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import holds, replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import failure_message, output_tail
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES, unknown_job
 from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
 
@@ -373,7 +409,8 @@ def main():
             chdir=dict(type="path"),
             options=dict(type="dict", default={}),
             env=dict(type="dict", default={}),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
+            state=dict(type="str", default="present", choices=["present", "watched", "absent"]),
+            job_id=dict(type="str"),
             done_file=dict(type="path"),
             exclude=dict(type="list", elements="str", default=[]),
             bad_nodes_file=dict(type="path"),
@@ -384,9 +421,11 @@ def main():
             unreachable_timeout=dict(type="float", default=0),
             cancel_on_timeout=dict(type="bool", default=True),
             log_tail_lines=dict(type="int", default=30),
+            **job_watch.ARGUMENT_SPEC
         ),
         mutually_exclusive=[("script", "content")],
-        required_if=[("state", "present", ("script", "content"), True)],
+        required_if=[("state", "present", ("script", "content"), True), ("state", "watched", ("script", "content"), True),
+                     ("state", "watched", ("job_id",))],
         supports_check_mode=True,
     )
     p = module.params
@@ -394,12 +433,15 @@ def main():
     try:
         if p["state"] == "absent":
             cancel_by_name(module, client, p["name"])
+        if p["state"] == "watched":
+            watched(module, client, p)
         present(module, client, p)
     except SlurmError as err:
         module.fail_json(msg=str(err))
 
 
-def present(module, client, p):
+def identity(module, p):
+    """(content, option argv, export argv, env, fingerprint) of the job the task describes."""
     if p["poll_interval"] < 1:
         module.fail_json(msg="poll_interval must be at least 1 (one Slurm query per second at most)")
     options = dict((k.replace("_", "-") if isinstance(k, str) else k, v) for k, v in p["options"].items())
@@ -419,9 +461,39 @@ def present(module, client, p):
             module.fail_json(msg="script file %s cannot be read: %s" % (p["script"], err.strerror or err))
     else:
         content = p["content"]
-    identity = dict(options, export=export) if export is not None else options
+    fields = dict(options, export=export) if export is not None else options
+    return content, option_argv, export_argv, env, sbatch_argv.fingerprint(p["name"], content, fields, env, p["chdir"])
+
+
+def watched(module, client, p):
+    """state=watched: the job p["job_id"] watched for up to wait_timeout seconds (until it ends or
+    waits for nodes), settled when its node check held it, recorded in done_file once it completed."""
+    fp = identity(module, p)[4]
+    patterns = job_watch.patterns_of(module, p)
+    waiter = Waiter(p["poll_interval"], p["unreachable_timeout"])
+    settler = Settler(client, p["bad_nodes_file"], module.check_mode)
+    try:
+        jobs, ended = waiter.wait(lambda: settler(job_watch.look_up(client, [p["job_id"]], None)),
+                                  lambda jobs: settler.failure is not None or job_watch.settled(jobs), p["wait_timeout"])
+    except ControllerUnreachable as err:
+        module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks, excluded=settler.events)
+    result = dict(changed=bool(settler.events or settler.cancelled), fingerprint=fp, submitted=False,
+                  checks=waiter.checks, excluded=settler.events)
+    job_watch.describe(module, p, jobs, ended, patterns, result)
+    job = jobs[-1]
+    # the record names this task's job: one that runs another script (re-attached to by name) is not it
+    result["done"] = job["state"] == "COMPLETED" and job.get("fingerprint") == fp
+    if settler.failure:
+        module.fail_json(msg=settler.failure, cancelled=settler.cancelled, bad_nodes=read_bad_nodes(p["bad_nodes_file"]),
+                         **result)
+    if result["done"] and p["done_file"] and not module.check_mode:
+        write_record(module, p["done_file"], dict(job, name=p["name"]), fp, result)
+    module.exit_json(**result)
+
+
+def present(module, client, p):
+    content, option_argv, export_argv, env, fp = identity(module, p)
     kept = sbatch_argv.kept_script(content, p["name"], p["chdir"], option_argv + export_argv)
-    fp = sbatch_argv.fingerprint(p["name"], content, identity, env, p["chdir"])
     result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None, done=False)
 
     submitted = None

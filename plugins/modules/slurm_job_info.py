@@ -26,6 +26,8 @@ extends_documentation_fragment:
   - llmtrain.slurm.slurm
   - llmtrain.slurm.slurm.job_states
   - llmtrain.slurm.slurm.unreachable
+  - llmtrain.slurm.slurm.wait
+  - llmtrain.slurm.slurm.watch
 options:
   job_id:
     description: One job id or several.
@@ -34,94 +36,19 @@ options:
   name:
     description: Job name; every job of this name the controller still knows.
     type: str
-  metrics_file:
+  wait_timeout:
     description:
-      - JSONL file the trainer appends to, one object per line with keys C(step),
-        C(total_steps), C(loss), C(val_loss), C(lr), C(tokens_per_s), C(elapsed_s), C(eta_s).
-      - A missing file gives RV(progress=null), not an error.
-      - A half-written last line (no line break yet) is left for the next poll.
-    type: path
-  wait_seconds:
-    description:
-      - Keep checking the jobs, once per second, for up to this many seconds, and return as
+      - Keep checking the jobs, once per O(poll_interval), for up to this many seconds, and return as
         soon as none is active any more. With C(until) and C(delay=0) a watching task then
         notices a job's end within about a second, yet returns (for a progress line) only
-        every O(wait_seconds).
+        every O(wait_timeout).
       - V(0) checks once.
     type: float
     default: 0
     version_added: 0.1.0
-  bad_nodes_file:
-    description:
-      - "The run's record of bad nodes (JSON C({node: {reason, job_id, time}})), which the
-        node check step of a job adds to before it asks Slurm to requeue the job held
-        (C(scontrol requeuehold), Reason C(job_requeued_in_held_state))."
-      - A job of RV(jobs) held that way has these nodes excluded (C(ExcNodeList)) and is
-        released, and started two seconds after its requeue rather than after Slurm's requeue
-        delay (about two minutes) where the site lets users move a job's StartTime; RV(excluded)
-        says so. When its partition has too few other usable
-        nodes the job is cancelled instead and the module fails naming each bad node and its reason.
-      - That release reads every node's state (C(scontrol show node)) once; a requeued job that
-        waits reads its partition's nodes counted per state (C(sinfo)) once a check.
-      - Nothing is changed in check mode.
-    type: path
-    version_added: 0.1.0
-  node_check_file:
-    description:
-      - The JSON record the node check step writes (C(node_check.json) in the run directory),
-        returned summarised as RV(node_check) when it exists.
-    type: path
-    version_added: 0.1.0
-  network_check_file:
-    description:
-      - The JSON record the network check step of a training job writes (in C(network_check/)
-        in the run directory), returned summarised as RV(network_check) when it exists.
-    type: path
-    version_added: 0.1.0
-  progress_from_log:
-    description:
-      - For a script that writes no O(metrics_file) (or before it writes one), read RV(progress)
-        from the last job's output instead - the last line among its last 200 that one of the
-        O(progress_regex) patterns matches.
-    type: bool
-    default: false
-    version_added: 0.1.0
-  progress_regex:
-    description:
-      - Regular expressions of a progress line, tried in order, with named groups C(loss)
-        (required), C(step), C(total_steps), C(val_loss), C(lr), C(tokens_per_s).
-      - "Empty - the built-in ones, which recognise C(iter N: loss X), C(step N[/M] ... loss X
-        [... lr Y]) and the Hugging Face Trainer's C({'loss': X, ...}) lines."
-      - A pattern that backtracks (nested or adjacent repeats such as (a+)+ or C(\s*:?\s*)) gets 0.1 s of
-        CPU time on a line, then is skipped on the lines after it, and RV(progress_warnings) says so.
-    type: list
-    elements: str
-    default: []
-    version_added: 0.1.0
-  straggler_threshold:
-    description:
-      - A node whose work per step (the C(node_times) or C(nodes) of the loss records in O(metrics_file)) is more than
-        (1 + this) times the median node's in each of the last O(straggler_intervals) records is
-        returned in RV(stragglers).
-    type: float
-    default: 0.2
-    version_added: 0.1.0
-  straggler_intervals:
-    description:
-      - How many records in a row a node must be that slow; V(0) looks for no stragglers.
-    type: int
-    default: 3
-    version_added: 0.1.0
-  log_lines:
-    description:
-      - When no job of RV(jobs) is active any more, or one waits for nodes that are out of
-        service, read the last job's output file and return RV(log) with this many of its last lines.
-      - V(0) reads nothing.
-    type: int
-    default: 0
-    version_added: 0.1.0
 notes:
-  - Supports check mode (it changes nothing).
+  - Supports check mode. It only reads, never changes a job; M(llmtrain.slurm.sbatch) with O(llmtrain.slurm.sbatch#module:state=watched)
+    watches a job and also settles it when its node check holds it.
 """
 
 EXAMPLES = r"""
@@ -137,7 +64,7 @@ EXAMPLES = r"""
 - name: The same, noticing the end within a second while printing a line every 10 s
   llmtrain.slurm.slurm_job_info:
     job_id: "{{ train_job.job_id }}"
-    wait_seconds: 10
+    wait_timeout: 10
   register: watch
   until: watch.finished
   retries: 720
@@ -146,7 +73,7 @@ EXAMPLES = r"""
 - name: Ride out a controller restart of up to 10 minutes; read the log when the job ends
   llmtrain.slurm.slurm_job_info:
     job_id: "{{ train_job.job_id }}"
-    wait_seconds: 10
+    wait_timeout: 10
     unreachable_timeout: 600
     log_lines: 30
   register: watch
@@ -202,17 +129,6 @@ jobs:
     workdir: {description: Working directory., type: str}
     fingerprint: {description: "Fingerprint recorded by M(llmtrain.slurm.sbatch), if any.", type: str}
     known: {description: Whether Slurm still knows the job., type: bool}
-excluded:
-  description: What was done for jobs their node check held, one entry per release.
-  returned: always
-  type: list
-  elements: dict
-  sample:
-    - job_id: "42"
-      restarts: 1
-      excluded: [slurm-worker-2]
-      bad: {slurm-worker-2: "no network interface ib0 on slurm-worker-2 (it has eth0, lo): ..."}
-      message: "job 42: node check excluded slurm-worker-2 (no network interface ib0 ...); requeued without it"
 node_check:
   description:
     - The node check's last record (O(node_check_file)) summarised - C(job_id), C(restart), C(time),
@@ -246,7 +162,7 @@ network_check:
   returned: when network_check_file exists
   type: dict
 checks:
-  description: How many times the jobs were looked up (one per second at most with O(wait_seconds)).
+  description: How many times the jobs were looked up (one per O(poll_interval) at most with O(wait_timeout)).
   returned: always
   type: int
   sample: 10
@@ -334,54 +250,11 @@ progress_warnings:
       repeats such as (a+)+ or \\s*:?\\s*"
 """
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.check_summary import network_check_summary, node_check_summary
-from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
-from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
-from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
-from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
+from ansible_collections.llmtrain.slurm.plugins.module_utils import job_watch
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_count
-from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import stragglers
 from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
-
-
-def look_up(client, job_ids, name):
-    """The jobs asked for, by id or by name (oldest first)."""
-    if name is not None:
-        job_ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == name]
-        job_ids.sort(key=lambda i: int(i.split("_")[0]))
-    jobs = [client.show_job(i) for i in job_ids]
-    # A requeued job (after a lost node, say) that the partition cannot hold any more
-    # waits for nodes even while its reason is still Slurm's requeue delay (BeginTime).
-    # Asked once a second while it waits: its partition's nodes counted per state, a few
-    # lines, not every node of the cluster.
-    usable = {}
-    for job in jobs:
-        if job["state"] == "PENDING" and job["restarts"] and not job["waits_for_nodes"] and job["num_nodes"]:
-            if job["partition"] not in usable:
-                usable[job["partition"]] = usable_count(client.state_counts(job["partition"]))
-            job["waits_for_nodes"] = usable[job["partition"]] < job["num_nodes"]
-    return jobs
-
-
-def without_running_nodes(jobs):
-    """The jobs with their expanded host list only once they ended (the collect step and the
-    failure message read it): a running job's is RV(jobs[].nodelist), thousands of names
-    less in every poll."""
-    for job in jobs:
-        if job["active"]:
-            job["nodes"] = []
-    return jobs
-
-
-def settled(jobs):
-    """Nothing more to wait for: every job ended, or one cannot start until nodes return."""
-    return not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs)
 
 
 def main():
@@ -389,99 +262,31 @@ def main():
         argument_spec=dict(
             job_id=dict(type="list", elements="str"),
             name=dict(type="str"),
-            metrics_file=dict(type="path"),
-            wait_seconds=dict(type="float", default=0),
+            wait_timeout=dict(type="float", default=0),
+            poll_interval=dict(type="float", default=1.0),
             unreachable_timeout=dict(type="float", default=0),
-            log_lines=dict(type="int", default=0),
-            bad_nodes_file=dict(type="path"),
-            node_check_file=dict(type="path"),
-            network_check_file=dict(type="path"),
-            progress_from_log=dict(type="bool", default=False),
-            progress_regex=dict(type="list", elements="str", default=[]),
-            straggler_threshold=dict(type="float", default=0.2),
-            straggler_intervals=dict(type="int", default=3),
+            **job_watch.ARGUMENT_SPEC
         ),
         required_one_of=[("job_id", "name")],
         mutually_exclusive=[("job_id", "name")],
         supports_check_mode=True,
     )
     p = module.params
-    if p["wait_seconds"] < 0:
-        module.fail_json(msg="wait_seconds=%s must be 0 (check once) or more" % p["wait_seconds"])
-    try:
-        patterns = compile_patterns(p["progress_regex"] or DEFAULT_PATTERNS) if p["progress_from_log"] else []
-    except ValueError as err:
-        module.fail_json(msg=str(err))
+    if p["wait_timeout"] < 0:
+        module.fail_json(msg="wait_timeout=%s must be 0 (check once) or more" % p["wait_timeout"])
+    if p["poll_interval"] < 1:
+        module.fail_json(msg="poll_interval must be at least 1 (one Slurm query per second at most)")
+    patterns = job_watch.patterns_of(module, p)
     client = Slurm(module)
-    waiter = Waiter(interval=1.0, unreachable_timeout=p["unreachable_timeout"])
-    settler = Settler(client, p["bad_nodes_file"], module.check_mode)
+    waiter = Waiter(interval=p["poll_interval"], unreachable_timeout=p["unreachable_timeout"])
     try:
-        jobs, ended = waiter.wait(lambda: settler(look_up(client, p["job_id"], p["name"])),
-                                  lambda jobs: settler.failure is not None or settled(jobs), p["wait_seconds"])
+        jobs, ended = waiter.wait(lambda: job_watch.look_up(client, p["job_id"], p["name"]), job_watch.settled,
+                                  p["wait_timeout"])
     except ControllerUnreachable as err:
-        module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks, excluded=settler.events)
+        module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks)
     except SlurmError as err:
-        module.fail_json(msg=str(err), excluded=settler.events)
-    result = dict(changed=bool(settler.events or settler.cancelled), jobs=without_running_nodes(jobs),
-                  finished=bool(jobs) and not any(j["active"] for j in jobs), checks=waiter.checks,
-                  excluded=settler.events)
-    if jobs:
-        result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
-    if p["log_lines"] > 0 and jobs and ended:
-        result["log"] = None
-        if jobs[-1]["stdout_path"]:
-            try:
-                result["log"] = log_summary(jobs[-1]["stdout_path"], tail=p["log_lines"])
-            except (IOError, OSError) as err:
-                module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
-    if p["metrics_file"] or patterns:
-        records, source, unreadable = [], "metrics", 0
-        if p["metrics_file"] and os.path.exists(p["metrics_file"]):
-            try:
-                records, unreadable = tail_records(p["metrics_file"])
-            except (IOError, OSError) as err:
-                module.warn("cannot read %s: %s" % (p["metrics_file"], err))
-        if unreadable:
-            message = unreadable_message(p["metrics_file"], unreadable)
-            module.warn(message)
-            # Ansible shows a retried task's warnings only at its end: the callback prints this
-            # while the watch goes on (once per file)
-            result["progress_warnings"] = {p["metrics_file"]: message}
-        if not records and patterns and jobs and jobs[-1]["stdout_path"] and os.path.exists(jobs[-1]["stdout_path"]):
-            try:
-                record, warnings = last_record(jobs[-1]["stdout_path"], patterns)
-            except (IOError, OSError) as err:
-                module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
-                record, warnings = None, {}
-            if warnings:
-                result.setdefault("progress_warnings", {}).update(warnings)
-            records, source = ([record], "log") if record else ([], "log")
-        result["progress"] = progress_of(records)
-        if p["metrics_file"]:
-            result["unreadable_records"] = unreadable
-            result["stragglers"] = stragglers(records if source == "metrics" else [], p["straggler_threshold"],
-                                              p["straggler_intervals"])
-        if result["progress"] is not None:
-            result["progress"]["source"] = source
-    if p["node_check_file"] and os.path.exists(p["node_check_file"]):
-        result["node_check"] = read_record(module, p["node_check_file"], node_check_summary)
-    if p["network_check_file"] and os.path.exists(p["network_check_file"]):
-        result["network_check"] = read_record(module, p["network_check_file"], network_check_summary)
-    if settler.failure:
-        module.fail_json(msg=settler.failure, cancelled=settler.cancelled,
-                         bad_nodes=read_bad_nodes(p["bad_nodes_file"]), **result)
-    module.exit_json(**result)
-
-
-def read_record(module, path, summary):
-    """The summary of the JSON record in path, None (with a warning) when it cannot be read."""
-    try:
-        with open(path) as handle:
-            record = json.load(handle)
-    except (IOError, OSError, ValueError) as err:
-        module.warn("cannot read %s: %s" % (path, err))
-        return None
-    return summary(record, path) if isinstance(record, dict) else None
+        module.fail_json(msg=str(err))
+    module.exit_json(**job_watch.describe(module, p, jobs, ended, patterns, dict(changed=False, checks=waiter.checks)))
 
 
 if __name__ == "__main__":

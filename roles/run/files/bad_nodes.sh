@@ -5,8 +5,8 @@
 #   requeue_without_bad_nodes CHECK POLICY RESTART REQUEUE_MAX
 #
 # With POLICY exclude and requeues left, asks Slurm to requeue the job held and returns
-# EXIT_REQUEUED_HELD:
-# the watcher (slurm_job_info, plugins/module_utils/exclusion.py) excludes the recorded bad
+# EXIT_REQUEUED_HELD: the watcher (the sbatch module watching the job,
+# plugins/module_utils/exclusion.py) excludes the recorded bad
 # nodes, releases the job, and it starts again on other nodes. Returns 1 when it did not
 # (another policy, requeues used up, or scontrol failed), saying why.
 requeue_without_bad_nodes() {

@@ -1,12 +1,13 @@
 """slurm_job_info with a faked run_command (helpers from test_sbatch)."""
 
 import json
+import os
 import re
 
 from ansible.module_utils import basic
-from ansible_collections.llmtrain.slurm.plugins.module_utils import waiter
+from ansible_collections.llmtrain.slurm.plugins.module_utils import sbatch_argv, waiter
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP, SACCT_FIELDS
-from ansible_collections.llmtrain.slurm.plugins.modules import slurm_job_info
+from ansible_collections.llmtrain.slurm.plugins.modules import sbatch, slurm_job_info
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
     SQUEUE, Slurm, fixture, job_text, run, scontrol_job, squeue_rows)
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.module_utils.test_log_progress import (
@@ -106,26 +107,26 @@ class Clock:
         self.now += seconds
 
 
-def test_wait_seconds_returns_at_the_check_that_sees_the_end(monkeypatch, capsys):
+def test_wait_timeout_returns_at_the_check_that_sees_the_end(monkeypatch, capsys):
     clock = Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))] * 3
               + [(scontrol_job(18), (0, job_text("completed", 18), ""))])
-    result = run(slurm_job_info.main, dict(job_id=["18"], wait_seconds=10), capsys)
+    result = run(slurm_job_info.main, dict(job_id=["18"], wait_timeout=10), capsys)
     s.done()
     assert result["finished"] and result["checks"] == 4 and result["jobs"][0]["state"] == "COMPLETED"
     assert clock.sleeps == [1.0, 1.0, 1.0]  # one check a second, none after the end
 
 
-def test_wait_seconds_gives_up_after_its_time_a_second_after_the_last_check(monkeypatch, capsys):
+def test_wait_timeout_gives_up_after_its_time_a_second_after_the_last_check(monkeypatch, capsys):
     clock = Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))] * 3)
-    result = run(slurm_job_info.main, dict(job_id=["18"], wait_seconds=2.5), capsys)
+    result = run(slurm_job_info.main, dict(job_id=["18"], wait_timeout=2.5), capsys)
     s.done()
     assert not result["finished"] and result["checks"] == 3
     assert clock.now == 1003.0  # the next retry's first check comes at least a second after this one's last
 
 
-def test_without_wait_seconds_it_checks_once(monkeypatch, capsys):
+def test_without_wait_timeout_it_checks_once(monkeypatch, capsys):
     clock = Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
     result = run(slurm_job_info.main, dict(job_id=["18"]), capsys)
@@ -152,7 +153,7 @@ def test_it_gives_up_on_the_controller_after_unreachable_timeout(monkeypatch, ca
     clock = Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))]
               + [(scontrol_job(18), UNREACHABLE)] * 4)
-    result = run(slurm_job_info.main, dict(job_id=["18"], wait_seconds=60, unreachable_timeout=2.5), capsys)
+    result = run(slurm_job_info.main, dict(job_id=["18"], wait_timeout=60, unreachable_timeout=2.5), capsys)
     s.done()  # unanswered at 0, 1, 2 and 3 s after the first: 3 >= 2.5
     assert result["failed"] and result["controller_unreachable"] is True and result["checks"] == 1
     assert "has not answered for 3 s" in result["msg"] and "re-attaches" in result["msg"]
@@ -163,7 +164,7 @@ def test_it_gives_up_on_the_controller_after_unreachable_timeout(monkeypatch, ca
 def test_unreachable_timeout_0_fails_at_the_first_unanswered_query(monkeypatch, capsys):
     clock = Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(18), UNREACHABLE)])
-    result = run(slurm_job_info.main, dict(job_id=["18"], wait_seconds=10), capsys)
+    result = run(slurm_job_info.main, dict(job_id=["18"], wait_timeout=10), capsys)
     s.done()
     assert result["failed"] and result["controller_unreachable"] and "has not answered for 0 s" in result["msg"]
     assert clock.sleeps == []
@@ -267,12 +268,12 @@ def test_a_requeued_job_the_partition_cannot_hold_waits_for_nodes(monkeypatch, c
     log.write_text("[rank4]: RuntimeError: [c10d] Connection closed by peer\n")
     s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, stdout=log), "")),
                             (SINFO_DEBUG, (0, counted("2 idle", "1 down*"), ""))], bins=WITH_SINFO)
-    result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60, log_lines=5), capsys)
+    result = run(slurm_job_info.main, dict(job_id=["21"], wait_timeout=60, log_lines=5), capsys)
     s.done()
     job = result["jobs"][0]
     assert (job["state"], job["reason"], job["restarts"], job["num_nodes"]) == ("PENDING", "BeginTime", 1, 3)
     assert job["waits_for_nodes"] is True and not result["finished"]
-    assert result["checks"] == 1 and clock.sleeps == []  # returns at once, not after wait_seconds
+    assert result["checks"] == 1 and clock.sleeps == []  # returns at once, not after wait_timeout
     assert result["log"]["tail"] == ["[rank4]: RuntimeError: [c10d] Connection closed by peer"]
 
 
@@ -280,7 +281,7 @@ def test_a_requeued_job_with_enough_nodes_is_just_pending(monkeypatch, capsys):
     clock = Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21), "")),
                             (SINFO_DEBUG, (0, counted("1 allocated", "1 idle", "1 mixed"), ""))] * 3, bins=WITH_SINFO)
-    result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=2.5, log_lines=5), capsys)
+    result = run(slurm_job_info.main, dict(job_id=["21"], wait_timeout=2.5, log_lines=5), capsys)
     s.done()
     assert result["jobs"][0]["waits_for_nodes"] is False and result["checks"] == 3 and clock.sleeps == [1.0, 1.0, 1.0]
     assert "log" not in result
@@ -290,7 +291,7 @@ def test_drained_nodes_do_not_count_for_a_requeued_job(monkeypatch, capsys):
     Clock(monkeypatch)
     s = Slurm(monkeypatch, [(scontrol_job(21), (0, requeued_job(21, num_nodes=2), "")),
                             (SINFO_DEBUG, (0, fixture("sinfo_states.txt"), ""))], bins=WITH_SINFO)
-    result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60), capsys)
+    result = run(slurm_job_info.main, dict(job_id=["21"], wait_timeout=60), capsys)
     s.done()
     assert result["jobs"][0]["waits_for_nodes"] is True
 
@@ -307,12 +308,13 @@ def test_a_job_pending_for_down_nodes_returns_at_once(monkeypatch, capsys):
     clock = Clock(monkeypatch)
     job = requeued_job(21, reason="ReqNodeNotAvail,_UnavailableNodes:n1", restarts=0)
     s = Slurm(monkeypatch, [(scontrol_job(21), (0, job, ""))])
-    result = run(slurm_job_info.main, dict(job_id=["21"], wait_seconds=60), capsys)
+    result = run(slurm_job_info.main, dict(job_id=["21"], wait_timeout=60), capsys)
     s.done()
     assert result["jobs"][0]["waits_for_nodes"] is True and result["checks"] == 1 and clock.sleeps == []
 
 
 # ---------------------------------------------------------------- a job its node check held
+# settled by the module that submitted it, watching it (sbatch state=watched); slurm_job_info only reads
 
 SCONTROL = "/usr/bin/scontrol"
 NO_IB = "no network interface ib0 on slurm-worker-1 (it has eth0, lo): set nccl_env_socket_ifname"
@@ -333,6 +335,10 @@ def released_job(job_id, excluded):
     return re.sub(r"\bExcNodeList=\S+", "ExcNodeList=" + excluded, requeued_job(job_id, num_nodes=2))
 
 
+def watched(**args):
+    return dict(dict(name="train", content="#!/bin/bash\nsrun true\n", state="watched", job_id="21"), **args)
+
+
 def test_a_held_job_is_released_without_its_bad_nodes(monkeypatch, capsys, tmp_path):
     Clock(monkeypatch)
     path = bad_nodes_file(tmp_path / "bad_nodes.json", slurm_worker_1=NO_IB)
@@ -345,9 +351,9 @@ def test_a_held_job_is_released_without_its_bad_nodes(monkeypatch, capsys, tmp_p
         ([SCONTROL, "release", "21"], (0, "", "")),
         (scontrol_job(21), (0, released_job(21, "slurm-worker-1"), "")),
     ], bins=WITH_SINFO)
-    result = run(slurm_job_info.main, dict(job_id=["21"], bad_nodes_file=path), capsys)
+    result = run(sbatch.main, watched(bad_nodes_file=path, wait_timeout=0), capsys)
     s.done()
-    assert not result.get("failed") and result["changed"] is True
+    assert not result.get("failed") and result["changed"] is True and result["submitted"] is False
     assert result["jobs"][0]["reason"] == "BeginTime" and result["jobs"][0]["excluded_nodes"] == ["slurm-worker-1"]
     assert result["excluded"] == [dict(
         job_id="21", restarts=1, excluded=["slurm-worker-1"], bad={"slurm-worker-1": NO_IB},
@@ -364,7 +370,7 @@ def test_a_held_job_the_partition_cannot_hold_without_its_bad_nodes_is_cancelled
         (["/usr/bin/scancel", "21"], (0, "", "")),
         (scontrol_job(21), (0, job_text("cancelled", 21), "")),
     ], bins=WITH_SINFO)
-    result = run(slurm_job_info.main, dict(job_id=["21"], bad_nodes_file=path, wait_seconds=60), capsys)
+    result = run(sbatch.main, watched(bad_nodes_file=path, wait_timeout=60), capsys)
     s.done()
     assert result["failed"] and result["cancelled"] == ["21"] and result["state"] == "CANCELLED"
     assert result["bad_nodes"] == {"slurm-worker-1": NO_IB} and result["excluded"] == []
@@ -381,10 +387,42 @@ def test_check_mode_or_no_bad_nodes_file_leaves_a_held_job_alone(monkeypatch, ca
     for args, check_mode in ((dict(bad_nodes_file=path), True), (dict(), False)):
         s = Slurm(monkeypatch, [(scontrol_job(21), (0, held_job(21), "")),
                                 (SINFO_DEBUG, (0, counted("3 idle"), ""))], bins=WITH_SINFO)
-        result = run(slurm_job_info.main, dict(job_id=["21"], **args), capsys, check_mode=check_mode)
+        result = run(sbatch.main, watched(wait_timeout=0, **args), capsys, check_mode=check_mode)
         s.done()  # no scontrol update, release or scancel
         assert not result["changed"] and result["excluded"] == []
         assert result["jobs"][0]["reason"] == "job_requeued_in_held_state"
+
+
+def test_slurm_job_info_only_reads(monkeypatch, capsys, tmp_path):
+    """It leaves a held job alone, reports no change, and takes no bad-nodes file to act on."""
+    Clock(monkeypatch)
+    s = Slurm(monkeypatch, [(scontrol_job(21), (0, held_job(21), "")),
+                            (SINFO_DEBUG, (0, counted("3 idle"), ""))], bins=WITH_SINFO)
+    result = run(slurm_job_info.main, dict(job_id=["21"]), capsys)
+    s.done()
+    assert result["changed"] is False and "excluded" not in result
+    assert result["jobs"][0]["reason"] == "job_requeued_in_held_state"
+    path = bad_nodes_file(tmp_path / "bad_nodes.json", slurm_worker_1=NO_IB)
+    refused = run(slurm_job_info.main, dict(job_id=["21"], bad_nodes_file=path), capsys)
+    assert refused["failed"] and "bad_nodes_file" in refused["msg"]
+
+
+def test_a_watched_job_that_completed_is_recorded_only_when_it_is_this_tasks_job(monkeypatch, capsys, tmp_path):
+    """sbatch state=watched writes done_file for the job it watched once it completed, when that job
+    carries this task's fingerprint; a job re-attached to by name that runs another script is not it."""
+    Clock(monkeypatch)
+    args = watched(done_file=str(tmp_path / "train.done.json"), wait_timeout=0)
+    fp = sbatch_argv.fingerprint("train", args["content"], {}, {}, None)
+    for comment, recorded in (("llmtrain:0123456789abcdef", False), ("llmtrain:" + fp, True)):
+        done = job_text("completed", 21).replace("Comment=llmtrain:aaaa", "Comment=" + comment)
+        s = Slurm(monkeypatch, [(scontrol_job(21), (0, done, ""))])
+        result = run(sbatch.main, args, capsys)
+        s.done()
+        assert result["finished"] and result["jobs"][0]["state"] == "COMPLETED" and result["done"] is recorded
+        assert os.path.exists(args["done_file"]) is recorded
+        if recorded:
+            record = json.load(open(args["done_file"]))
+            assert record["fingerprint"] == fp and record["job_id"] == "21" and record["state"] == "COMPLETED"
 
 
 def test_node_check_file_of_a_few_nodes_is_returned_with_its_whole_table(monkeypatch, capsys, tmp_path):

@@ -1,0 +1,131 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Watching jobs: what one look at them returns, for M(llmtrain.slurm.slurm_job_info), which only
+reads, and for M(llmtrain.slurm.sbatch) with state=watched, which also settles a held job and
+records one that finished. A few KB per look, whatever the job's size."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.check_summary import network_check_summary, node_check_summary
+from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
+from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_count
+from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import stragglers
+
+# the options of what a look returns besides the jobs (doc fragment llmtrain.slurm.slurm.watch)
+ARGUMENT_SPEC = dict(
+    metrics_file=dict(type="path"),
+    log_lines=dict(type="int", default=0),
+    node_check_file=dict(type="path"),
+    network_check_file=dict(type="path"),
+    progress_from_log=dict(type="bool", default=False),
+    progress_regex=dict(type="list", elements="str", default=[]),
+    straggler_threshold=dict(type="float", default=0.2),
+    straggler_intervals=dict(type="int", default=3),
+)
+
+
+def patterns_of(module, p):
+    """The compiled progress patterns (none unless progress_from_log); a bad one fails the task."""
+    try:
+        return compile_patterns(p["progress_regex"] or DEFAULT_PATTERNS) if p["progress_from_log"] else []
+    except ValueError as err:
+        module.fail_json(msg=str(err))
+
+
+def look_up(client, job_ids, name):
+    """The jobs asked for, by id or by name (oldest first)."""
+    if name is not None:
+        job_ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == name]
+        job_ids.sort(key=lambda i: int(i.split("_")[0]))
+    jobs = [client.show_job(i) for i in job_ids]
+    # A requeued job (after a lost node, say) that the partition cannot hold any more
+    # waits for nodes even while its reason is still Slurm's requeue delay (BeginTime).
+    # Asked once a second while it waits: its partition's nodes counted per state, a few
+    # lines, not every node of the cluster.
+    usable = {}
+    for job in jobs:
+        if job["state"] == "PENDING" and job["restarts"] and not job["waits_for_nodes"] and job["num_nodes"]:
+            if job["partition"] not in usable:
+                usable[job["partition"]] = usable_count(client.state_counts(job["partition"]))
+            job["waits_for_nodes"] = usable[job["partition"]] < job["num_nodes"]
+    return jobs
+
+
+def without_running_nodes(jobs):
+    """The jobs with their expanded host list only once they ended (the collect step and the
+    failure message read it): a running job's is RV(jobs[].nodelist), thousands of names
+    less in every poll."""
+    for job in jobs:
+        if job["active"]:
+            job["nodes"] = []
+    return jobs
+
+
+def settled(jobs):
+    """Nothing more to wait for: every job ended, or one cannot start until nodes return."""
+    return not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs)
+
+
+def describe(module, p, jobs, ended, patterns, result):
+    """Adds to result what a look at the jobs returns besides them: the log once they ended, the
+    progress, stragglers and the node and network checks' records summarised."""
+    result.update(jobs=without_running_nodes(jobs), finished=bool(jobs) and not any(j["active"] for j in jobs))
+    if jobs:
+        result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
+    if p["log_lines"] > 0 and jobs and ended:
+        result["log"] = None
+        if jobs[-1]["stdout_path"]:
+            try:
+                result["log"] = log_summary(jobs[-1]["stdout_path"], tail=p["log_lines"])
+            except (IOError, OSError) as err:
+                module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
+    if p["metrics_file"] or patterns:
+        records, source, unreadable = [], "metrics", 0
+        if p["metrics_file"] and os.path.exists(p["metrics_file"]):
+            try:
+                records, unreadable = tail_records(p["metrics_file"])
+            except (IOError, OSError) as err:
+                module.warn("cannot read %s: %s" % (p["metrics_file"], err))
+        if unreadable:
+            message = unreadable_message(p["metrics_file"], unreadable)
+            module.warn(message)
+            # Ansible shows a retried task's warnings only at its end: the callback prints this
+            # while the watch goes on (once per file)
+            result["progress_warnings"] = {p["metrics_file"]: message}
+        if not records and patterns and jobs and jobs[-1]["stdout_path"] and os.path.exists(jobs[-1]["stdout_path"]):
+            try:
+                record, warnings = last_record(jobs[-1]["stdout_path"], patterns)
+            except (IOError, OSError) as err:
+                module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
+                record, warnings = None, {}
+            if warnings:
+                result.setdefault("progress_warnings", {}).update(warnings)
+            records, source = ([record], "log") if record else ([], "log")
+        result["progress"] = progress_of(records)
+        if p["metrics_file"]:
+            result["unreadable_records"] = unreadable
+            result["stragglers"] = stragglers(records if source == "metrics" else [], p["straggler_threshold"],
+                                              p["straggler_intervals"])
+        if result["progress"] is not None:
+            result["progress"]["source"] = source
+    if p["node_check_file"] and os.path.exists(p["node_check_file"]):
+        result["node_check"] = read_record(module, p["node_check_file"], node_check_summary)
+    if p["network_check_file"] and os.path.exists(p["network_check_file"]):
+        result["network_check"] = read_record(module, p["network_check_file"], network_check_summary)
+    return result
+
+
+def read_record(module, path, summary):
+    """The summary of the JSON record in path, None (with a warning) when it cannot be read."""
+    try:
+        with open(path) as handle:
+            record = json.load(handle)
+    except (IOError, OSError, ValueError) as err:
+        module.warn("cannot read %s: %s" % (path, err))
+        return None
+    return summary(record, path) if isinstance(record, dict) else None
