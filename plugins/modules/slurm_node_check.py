@@ -166,8 +166,8 @@ def step_argv(srun, p, partition, nodes, workdir, token):
         check.append("--require-torch")
     # the env set-up lines are the inventory's trusted shell code; everything else is an argument
     # and the llmtrain_node package placed in workdir first on the path (workdir is an argument too)
-    script = "\n".join(list(p["env_setup"]) + ['PYTHONPATH="$1${PYTHONPATH:+:${PYTHONPATH}}"', "export PYTHONPATH",
-                                                "shift", 'exec "$@"'])
+    path_first = ['PYTHONPATH="$1${PYTHONPATH:+:${PYTHONPATH}}"', "export PYTHONPATH", "shift"]
+    script = "\n".join(list(p["env_setup"]) + path_first + ['exec "$@"'])
     return argv + list(p["srun_extra_args"]) + ["--", "bash", "-c", script, "llmtrain-node-check", workdir] + check
 
 

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-from ansible_collections.llmtrain.slurm.plugins.lookup.node_package import LookupModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,8 +15,9 @@ PACKAGE_DIR = os.path.join(ROOT, "plugins", "module_utils", "node")
 
 
 def ship_node_package(dest):
-    """Writes the llmtrain_node package into dest as the run role ships it (the lookup's files)."""
-    for name, text in LookupModule().run([])[0].items():
+    """Writes the llmtrain_node package into dest as the run role ships it (the files the lookup gives it,
+    test_the_lookup_gives_the_list_s_files)."""
+    for name, text in node_package.files().items():
         path = os.path.join(str(dest), name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
@@ -32,9 +32,13 @@ def test_the_list_is_every_file_of_the_package():
             assert handle.read() == text, name
 
 
-def test_the_lookup_prefixes_the_names():
+def test_the_lookup_gives_the_list_s_files():
+    # the controller's plugin, imported here only: the modules' unit tests import this file's helper
+    from ansible_collections.llmtrain.slurm.plugins.lookup.node_package import LookupModule
+
     files = LookupModule().run(["scripts/"])[0]
-    assert "scripts/llmtrain_node/node_check.py" in files and all(n.startswith("scripts/llmtrain_node/") for n in files)
+    assert "scripts/llmtrain_node/node_check.py" in files and files == node_package.files("scripts/")
+    assert LookupModule().run([])[0] == node_package.files()
 
 
 def test_the_shipped_tree_imports_in_a_bare_interpreter(tmp_path):

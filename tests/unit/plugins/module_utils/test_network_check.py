@@ -12,7 +12,6 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node import network
 from ansible_collections.llmtrain.slurm.tests.unit.test_node_package import ship_node_package
 
 
-
 @pytest.mark.parametrize("size, seconds, ranks, busbw", [
     # 1 GB in 1 s: algbw 1 GB/s; a ring all-reduce moves 2(n-1)/n of it over each rank's link
     (1e9, 1.0, 2, 1.0), (1e9, 1.0, 4, 1.5), (1e9, 1.0, 8, 1.75), (1e9, 0.5, 8, 3.5),
