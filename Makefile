@@ -100,7 +100,7 @@ units: ansible-test-tree
 # The reference under docs/ (docs/reference.md, docs/{modules,callback,filter,roles}/) from
 # the plugins' documentation and the roles' meta/argument_specs.yml; tests/unit/test_docs.py
 # fails when the committed pages differ from what this writes. Also docs/exit-codes.md and
-# roles/run/files/exit_codes.sh from the table of exit codes (plugins/module_utils/exit_codes.py;
+# roles/run/files/exit_codes.sh from the table of exit codes (plugins/module_utils/node/exit_codes.py;
 # tests/unit/test_exit_codes.py).
 docs: venv
 	$(BIN)/python tools/docs.py

@@ -4,7 +4,7 @@
 
   job | llmtrain.slurm.lost_nodes_message(job_name, down_nodes, log_errors, newest_checkpoint)
   job | llmtrain.slurm.job_failure_message(log, job_name, local_dir, run_dir, procs_per_node)
-  name | llmtrain.slurm.exit_code -> its number, from plugins/module_utils/exit_codes.py (the job templates')
+  name | llmtrain.slurm.exit_code -> its number, from plugins/module_utils/node/exit_codes.py (the job templates')
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import exit_codes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import exit_codes
 
 # Lines of a job log in which Slurm says that a node of the job was lost.
 NODE_LOST = re.compile(r"Node failure|NODE FAILURE|not responding")
@@ -131,7 +131,7 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
 
 
 def exit_code(name):
-    """The number of an exit code of the table (plugins/module_utils/exit_codes.py), by its name."""
+    """The number of an exit code of the table (plugins/module_utils/node/exit_codes.py), by its name."""
     try:
         return exit_codes.code(name)
     except KeyError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import nccl
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import nccl
 
 # bad nodes named in a failure besides the first, whose messages it shows
 NAMED_NODES = 10

@@ -15,7 +15,8 @@
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs, nccl
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import nccl
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
     expand_hostlist, out_of_service_nodes, usable_nodes)
 

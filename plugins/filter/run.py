@@ -16,7 +16,8 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, node_check, pipeline_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, pipeline_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check
 
 display = Display()
 

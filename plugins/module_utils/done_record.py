@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
 
 RECORD_FIELDS = ("fingerprint", "name", "job_id", "state", "exit_code", "end_time", "stdout_path")
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, nccl
+from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import nccl
 
 PARTITION = re.compile(r"^[A-Za-z0-9_.-]+$")
 MEMORY = re.compile(r"^[1-9][0-9]*[KMGT]?$")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import holds, replace_file
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import holds, replace_file
 
 
 def parse_mode(text):

@@ -9,7 +9,7 @@ import hashlib
 import json
 import re
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.nccl import env_name_errors
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.nccl import env_name_errors
 
 COMMENT_PREFIX = "llmtrain:"
 

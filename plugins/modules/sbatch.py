@@ -351,7 +351,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, job_watch, sbatch_argv, trusted_dirs
-from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import holds, replace_file
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import holds, replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import failure_message, output_tail
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError

@@ -121,7 +121,7 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu
 from ansible_collections.llmtrain.slurm.plugins.module_utils.gpu_check import compare
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import expand_hostlist, usable

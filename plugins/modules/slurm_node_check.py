@@ -98,7 +98,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 nodes:
-  description: The check's record of every checked node (see C(node_check.py)), with C(ok) and C(problems).
+  description: The check's record of every checked node (see C(plugins/module_utils/node/node_check.py)), with C(ok) and C(problems).
   returned: always
   type: list
   elements: dict
@@ -123,14 +123,14 @@ cmd:
   elements: str
 """
 
-import inspect
 import os
 import secrets
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import atomic, exit_codes, gpu, nccl, node_check, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import atomic, node_check
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
 
@@ -159,14 +159,16 @@ def step_argv(srun, p, partition, nodes, workdir, token):
         argv.append("--gres=gpu:%d" % p["gpus"])
     # what Slurm registers for each node is read from the listing this module already made,
     # not asked of the controller by every node
-    check = [p["python"], os.path.join(workdir, "node_check.py"), "check", "--dir", workdir, "--token", token,
+    check = [p["python"], "-m", "llmtrain_node.node_check", "check", "--dir", workdir, "--token", token,
              "--run-dir", p["run_dir"] or workdir, "--gpus", str(p["gpus"]), "--gpu-policy", p["gpu_policy"],
              "--slurm-nodes", os.path.join(workdir, SLURM_NODES)]
     if p["require_torch"]:
         check.append("--require-torch")
     # the env set-up lines are the inventory's trusted shell code; everything else is an argument
-    script = "\n".join(list(p["env_setup"]) + ['exec "$@"'])
-    return argv + list(p["srun_extra_args"]) + ["--", "bash", "-c", script, "llmtrain-node-check"] + check
+    # and the llmtrain_node package placed in workdir first on the path (workdir is an argument too)
+    path_first = ['PYTHONPATH="$1${PYTHONPATH:+:${PYTHONPATH}}"', "export PYTHONPATH", "shift"]
+    script = "\n".join(list(p["env_setup"]) + path_first + ['exec "$@"'])
+    return argv + list(p["srun_extra_args"]) + ["--", "bash", "-c", script, "llmtrain-node-check", workdir] + check
 
 
 SLURM_NODES = "slurm_nodes.txt"  # `scontrol show node -o` as the module listed the nodes
@@ -182,9 +184,9 @@ def place_scripts(workdir, token, slurm_nodes=""):
     if problems:
         return problems
     try:
-        for source in (node_check, gpu, nccl, atomic, exit_codes):  # node_check.py imports the others as a script
-            name = source.__name__.rsplit(".", 1)[-1] + ".py"
-            atomic.replace_file(os.path.join(workdir, name), inspect.getsource(source).encode("utf-8"))
+        os.mkdir(os.path.join(workdir, node_package.NAME), 0o700)
+        for name, text in sorted(node_package.files().items()):  # what the step runs: python -m llmtrain_node.node_check
+            atomic.replace_file(os.path.join(workdir, name), text.encode("utf-8"))
         atomic.replace_file(os.path.join(workdir, "token"), (token + "\n").encode("utf-8"))
         atomic.replace_file(os.path.join(workdir, SLURM_NODES), slurm_nodes.encode("utf-8"))
     except BaseException:

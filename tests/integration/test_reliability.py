@@ -256,7 +256,7 @@ def node_checks_taking_the_notice(run):
         except OSError:
             continue  # gone meanwhile
         # the Python of each node's check itself: not srun or timeout, whose argv holds the same
-        if len(argv) > 2 and argv[1].endswith("/node_check.py") and argv[2] == "check" and run_dir in argv:
+        if argv[1:4] == ["-m", "llmtrain_node.node_check", "check"] and run_dir in argv:
             if not caught or not caught[0] & (1 << (signal.SIGUSR2 - 1)):
                 return None
             pids.append(int(pid))

@@ -1,5 +1,5 @@
 """The exit codes of the job scripts, checks and trainer come from one table
-(plugins/module_utils/exit_codes.py): the files made from it are up to date, and no script,
+(plugins/module_utils/node/exit_codes.py): the files made from it are up to date, and no script,
 template, trainer module or page uses an exit code the table does not hold, or another number
 for one it does."""
 
@@ -10,6 +10,7 @@ import runpy
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL_PATH = os.path.join(ROOT, "tools", "exit_codes.py")
@@ -85,7 +86,7 @@ def test_the_shell_scripts_take_their_exit_codes_from_the_table(path):
 
 def test_the_checks_ship_the_table_beside_them():
     sources = read(os.path.join(ROOT, "roles", "run", "tasks", "dirs.yml"))
-    assert "- exit_codes.sh\n" in sources and "plugins/module_utils/exit_codes.py" in sources
+    assert "- exit_codes.sh\n" in sources and "llmtrain_node/exit_codes.py" in node_package.files()
     bad_nodes = read(os.path.join(ROOT, "roles", "run", "files", "bad_nodes.sh"))
     # bad_nodes.sh is sourced by the scripts that source exit_codes.sh
     for script in ("node_check.sh", "network_check.sh"):
@@ -119,7 +120,7 @@ def test_the_plugins_keep_no_exit_codes_of_their_own():
             continue
         for name in re.findall(r"^([A-Z_]*(?:_RC|EXIT_)[A-Z_]*)\s*=\s*\d+\b", read(path), re.MULTILINE):
             # nvidia-smi's own exit code for "no driver", not one of ours
-            assert (rel(path), name) == ("plugins/module_utils/gpu.py", "NO_DRIVER_RC"), (
+            assert (rel(path), name) == ("plugins/module_utils/node/gpu.py", "NO_DRIVER_RC"), (
                 "%s: %s: take it from %s" % (rel(path), name, TOOL["TABLE_SOURCE"]))
 
 
@@ -136,7 +137,7 @@ def test_pages_name_only_exit_codes_the_table_holds(path):
 
 def test_the_messages_and_the_node_check_use_the_table():
     from ansible_collections.llmtrain.slurm.plugins.filter import messages
-    from ansible_collections.llmtrain.slurm.plugins.module_utils import node_check
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check
 
     assert messages.NODE_CHECK_FAILED_RC == CODES["NODE_CHECK_FAILED"]
     assert messages.NETWORK_CHECK_FAILED_RC == CODES["NETWORK_CHECK_FAILED"]

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs, nccl
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import nccl
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHECKED_PREFIXES = ("slurm_", "preflight_", nccl.PREFIX)

@@ -9,6 +9,7 @@ import subprocess
 import pytest
 import sys
 from pathlib import Path
+from ansible_collections.llmtrain.slurm.tests.unit.test_node_package import ship_node_package
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "unit" / "fixtures" / "slurm"
@@ -60,8 +61,7 @@ def job_start(tmp_path, node_answer, srun=FAKE_SRUN, args=(), extra_env=None):
     (run / "env").mkdir()
     for name in ("node_check.sh", "bad_nodes.sh", "exit_codes.sh"):
         shutil.copy(str(ROOT / "roles" / "run" / "files" / name), str(scripts / name))
-    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py", "exit_codes.py"):
-        shutil.copy(str(ROOT / "plugins" / "module_utils" / name), str(scripts / name))
+    ship_node_package(scripts)
     (scripts / "node_check.conf").write_text(
         "python=%s\ntimeout_s=60\npolicy=fail\nrequeue_max=0\ngpu_policy=strict\n" % sys.executable)
     bin_dir = tmp_path / "bin"

@@ -109,13 +109,13 @@ def jinja_reads():
 
 def python_reads():
     """Run variables the input checks read by name in Python (a string literal that is exactly the
-    name), and the nccl_env_* names read through module_utils/nccl.py's table."""
+    name), and the nccl_env_* names read through module_utils/node/nccl.py's table."""
     found = set()
     for path in glob.glob(os.path.join(ROOT, "plugins", "**", "*.py"), recursive=True):
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
         found.update(name for name in re.findall(r"""["']([a-z0-9_]+)["']""", text) if PUBLIC.match(name))
-        if path.endswith(os.path.join("module_utils", "nccl.py")):
+        if path.endswith(os.path.join("module_utils", "node", "nccl.py")):
             table = re.search(r"^VARIABLES = \{(.*?)^\}", text, re.M | re.S).group(1)
             found.update("nccl_env_" + suffix for suffix in re.findall(r"""^\s*"([a-z_]+)":""", table, re.M))
             found.add("nccl_env_extra")  # values.get("extra"), the table's catch-all
@@ -245,7 +245,7 @@ CHOICE_COPIES = {
     "pretrain_parallel": [("plugins/module_utils/inputs.py", "PARALLEL"), ("roles/deploy/files/trainer/config.py", "PARALLEL")],
     "pretrain_network_policy": [("plugins/module_utils/inputs.py", "NETWORK_POLICIES")],
     "pretrain_wandb_mode": [("plugins/module_utils/inputs.py", "WANDB_MODES"), ("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
-    "preflight_gpu_policy": [("module:slurm_node_check", "gpu_policy"), ("plugins/module_utils/node_check.py", "GPU_POLICIES")],
+    "preflight_gpu_policy": [("module:slurm_node_check", "gpu_policy"), ("plugins/module_utils/node/node_check.py", "GPU_POLICIES")],
 }
 
 

@@ -58,14 +58,16 @@ timeout --kill-after=10 "${timeout_s}" srun --ntasks="${SLURM_JOB_NUM_NODES}" --
     env_file="${LLMTRAIN_RUN_DIR}/env/${SLURMD_NODENAME:-$(hostname)}.env"
     [ -f "${env_file}" ] || env_file="${LLMTRAIN_RUN_DIR}/env/cluster.env"
     [ -f "${env_file}" ] && . "${env_file}"
+    # the check is the llmtrain_node package in the scripts directory, first on the path
+    export PYTHONPATH="${LLMTRAIN_SCRIPTS}${PYTHONPATH:+:${PYTHONPATH}}"
     if [ "${LLMTRAIN_NETWORK_GPUS}" -gt 0 ]; then
         exec "${LLMTRAIN_PYTHON_CHECK}" -m torch.distributed.run --nnodes "${SLURM_NNODES}" \
             --nproc_per_node "${LLMTRAIN_NETWORK_PROCS}" --node_rank "${SLURM_PROCID}" \
             --master_addr "${MASTER_ADDR}" --master_port "${LLMTRAIN_NETWORK_PORT}" \
-            "${LLMTRAIN_SCRIPTS}/network_check.py" "$@"
+            -m llmtrain_node.network_check "$@"
     fi
     RANK=${SLURM_PROCID} WORLD_SIZE=${SLURM_NNODES} LOCAL_RANK=0 MASTER_PORT=${LLMTRAIN_NETWORK_PORT} \
-        exec "${LLMTRAIN_PYTHON_CHECK}" "${LLMTRAIN_SCRIPTS}/network_check.py" "$@"' network-check "${args[@]}" \
+        exec "${LLMTRAIN_PYTHON_CHECK}" -m llmtrain_node.network_check "$@"' network-check "${args[@]}" \
     2> "${out_dir}/${SLURM_JOB_NAME}.err"
 step=$?
 verdict=

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The node check: the first step of every job of a run, on the nodes Slurm gave the job.
 #
-#   node_check.sh [node_check.py check options: --gpus N, --require-torch]
+#   node_check.sh [llmtrain_node.node_check check options: --gpus N, --require-torch]
 #
 # Its settings come from node_check.conf beside it, which the run role writes on every run
 # (slurm_python, slurm_node_check_timeout, pretrain_bad_node_policy, pretrain_requeue_max,
@@ -9,10 +9,10 @@
 # makes a finished job run again.
 #
 # The batch node asks Slurm once for the job's nodes (`scontrol show node -o`); then one task per
-# node runs `node_check.py check` (GPUs, the GPUs Slurm registers from that answer, Python,
+# node runs `python -m llmtrain_node.node_check check` (GPUs, the GPUs Slurm registers from that answer, Python,
 # torch where the job asks for GPUs or gives --require-torch, the interfaces of the node's env
 # file, a token the batch node wrote, a write test), bounded by timeout_s; the batch node then
-# judges the records (`node_check.py gather`), prints the per-node table and writes
+# judges the records (`... gather`), prints the per-node table and writes
 # $LLMTRAIN_RUN_DIR/node_check/<job name>.json. Bad nodes are added to
 # $LLMTRAIN_RUN_DIR/bad_nodes.json.
 #
@@ -28,6 +28,9 @@ scripts=$(cd "$(dirname "$0")" && pwd)
 python=python3 timeout_s=120 policy=exclude requeue_max=0 gpu_policy=strict
 # shellcheck source=/dev/null  # written by the run role: python=, timeout_s=, policy=, ...
 . "${scripts}/node_check.conf" || exit "${EXIT_FAILED}"
+# the check is the llmtrain_node package beside this file (python -m llmtrain_node.node_check),
+# found first on the path, before any of the same name that slurm_env_setup may add
+export PYTHONPATH="${scripts}${PYTHONPATH:+:${PYTHONPATH}}"
 # the run directory holds scripts/ (this file's directory)
 LLMTRAIN_RUN_DIR=${LLMTRAIN_RUN_DIR:-$(dirname "${scripts}")}
 restart=${SLURM_RESTART_COUNT:-0}
@@ -57,12 +60,12 @@ fi
 echo "llmtrain: node check of job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} ($(echo ${nodes} | wc -w) node(s), ${timeout_s} s at most)"
 timeout --kill-after=10 "${timeout_s}" srun --ntasks="${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 \
     --kill-on-bad-exit=0 --job-name=node-check \
-    "${python}" "${scripts}/node_check.py" check --dir "${dir}" --token "${token}" --run-dir "${LLMTRAIN_RUN_DIR}" \
+    "${python}" -m llmtrain_node.node_check check --dir "${dir}" --token "${token}" --run-dir "${LLMTRAIN_RUN_DIR}" \
     --gpu-policy "${gpu_policy}" --slurm-nodes "${dir}/slurm_nodes.txt" "$@" > "${dir}/step.out"
 step=$?
 [ "${step}" -eq 0 ] || echo "llmtrain: node check step ended with exit code ${step}" >&2
 # shellcheck disable=SC2086  # one argument per node name
-"${python}" "${scripts}/node_check.py" gather --dir "${dir}" --token "${token}" --nodes ${nodes} \
+"${python}" -m llmtrain_node.node_check gather --dir "${dir}" --token "${token}" --nodes ${nodes} \
     --out "${LLMTRAIN_RUN_DIR}/node_check/${SLURM_JOB_NAME}.json" --bad-nodes-file "${LLMTRAIN_RUN_DIR}/bad_nodes.json" \
     --timeout "${timeout_s}" --python "${python}" --job "${SLURM_JOB_ID}" --restart "${restart}"
 verdict=$?

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Runner
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "nvidia_smi")

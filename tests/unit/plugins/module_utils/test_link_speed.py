@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import link_speed
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import link_speed
 
 # `nvidia-smi nvlink -s` on a node of four GPUs, one link down
 NVLINK = """GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)

@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import nccl
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import nccl
 
 SEED = dict(  # the seed's cluster
     nccl_env_socket_ifname="eth0",

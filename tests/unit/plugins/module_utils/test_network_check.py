@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import network_check
-
-MODULE_UTILS = os.path.dirname(os.path.abspath(network_check.__file__))
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import network_check
+from ansible_collections.llmtrain.slurm.tests.unit.test_node_package import ship_node_package
 
 
 @pytest.mark.parametrize("size, seconds, ranks, busbw", [
@@ -144,11 +143,12 @@ def free_port():
 
 
 def test_the_program_measures_two_gloo_ranks_on_this_machine(tmp_path):
-    """The script as the nodes run it (beside link_speed.py, no Ansible), two ranks over loopback."""
+    """The program as the nodes run it (python -m llmtrain_node.network_check, no Ansible), two ranks over loopback."""
     pytest.importorskip("torch")
     out = tmp_path / "net.json"
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, os.path.join(MODULE_UTILS, "network_check.py"), "--out", str(out),
+    ship_node_package(tmp_path)
+    procs = [subprocess.Popen([sys.executable, "-m", "llmtrain_node.network_check", "--out", str(out),
                                "--max-bytes", str(2 ** 20), "--budget", "0.05", "--job", "7"],
                               cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               env=dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",

@@ -3,18 +3,17 @@
 import datetime
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu, node_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu, node_check
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Runner
+from ansible_collections.llmtrain.slurm.tests.unit.test_node_package import ship_node_package
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures")
-MODULE_UTILS = os.path.dirname(os.path.abspath(node_check.__file__))
 INTERFACES_FIX = ("set nccl_env_socket_ifname (or nccl_env_gloo_socket_ifname), per node under "
                   "slurm_workers where nodes differ")
 NOW = datetime.datetime(2026, 11, 30, 10, 0, 0, tzinfo=datetime.timezone.utc)
@@ -363,13 +362,12 @@ def test_the_check_of_a_job_without_gpus_or_torch_does_not_import_torch(tmp_path
     """The real import, in a process of its own: torch costs seconds of CPU on every node."""
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py", "exit_codes.py"):
-        shutil.copy(os.path.join(MODULE_UTILS, name), str(scripts / name))
+    ship_node_package(scripts)
     (tmp_path / "check").mkdir()
     (tmp_path / "check" / "token").write_text("t0k\n")
     (tmp_path / "run" / "env").mkdir(parents=True)
     (tmp_path / "bin").mkdir()
-    code = ("import sys, node_check\n"
+    code = ("import sys\nfrom llmtrain_node import node_check\n"
             "node_check.main(sys.argv[1:])\n"
             "sys.stdout.write('torch imported: %s\\n' % ('torch' in sys.modules))\n")
     env = dict((k, v) for k, v in os.environ.items() if k != "PYTHONPATH")
@@ -486,14 +484,13 @@ def test_main_gather_returns_its_exit_code(tmp_path, capsys):
     assert "n9 did not answer the node check within ? s" in capsys.readouterr().out
 
 
-def test_it_runs_as_a_script_beside_gpu_and_nccl(tmp_path):
+def test_it_runs_from_the_shipped_package(tmp_path):
     scripts = tmp_path / "scripts"
     scripts.mkdir()
-    for name in ("node_check.py", "gpu.py", "nccl.py", "atomic.py", "exit_codes.py"):
-        shutil.copy(os.path.join(MODULE_UTILS, name), str(scripts / name))
+    ship_node_package(scripts)
     write_record(tmp_path, record(node="n1"))
     env = dict((k, v) for k, v in os.environ.items() if k != "PYTHONPATH")
-    proc = subprocess.run([sys.executable, str(scripts / "node_check.py"), "gather", "--dir", str(tmp_path / "check"),
+    proc = subprocess.run([sys.executable, "-m", "llmtrain_node.node_check", "gather", "--dir", str(tmp_path / "check"),
                            "--token", "t0k", "--nodes", "n1", "n2", "--out", str(tmp_path / "out.json"),
                            "--bad-nodes-file", str(tmp_path / "bad_nodes.json"), "--timeout", "90"],
                           cwd=str(scripts), env=env, capture_output=True, text=True, timeout=60, check=False)

@@ -1,6 +1,6 @@
 import json
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu
 from ansible_collections.llmtrain.slurm.plugins.modules import gpu_info
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, run
 

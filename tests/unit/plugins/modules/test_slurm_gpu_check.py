@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import gpu
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu
 from ansible_collections.llmtrain.slurm.plugins.module_utils.gpu_check import compare
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable

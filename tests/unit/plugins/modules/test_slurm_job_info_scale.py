@@ -6,7 +6,7 @@ import io
 import json
 import re
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import network_check, node_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import network_check, node_check
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_job_info
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.module_utils.test_node_check import gather_args, record
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, job_text, run, scontrol_job

@@ -9,8 +9,9 @@ from ansible_collections.llmtrain.slurm.plugins.modules import slurm_node_check
 
 
 def test_the_placed_scripts_run_on_a_node_without_the_collection(tmp_path):
-    """The step runs node_check.py from the scratch directory with the cluster's python, where
-    ansible_collections is not importable: everything it imports must be placed beside it."""
+    """The step runs the llmtrain_node package from the scratch directory with the cluster's python,
+    where neither ansible_collections nor any installed package is importable (-S: no
+    site-packages): everything it imports must be placed there."""
     workdir = tmp_path / "scratch" / ".llmtrain-node-check-abc"
     host = socket.gethostname().split(".")[0]
     # the module's one listing of the nodes: each node reads what Slurm registers from it
@@ -20,16 +21,22 @@ def test_the_placed_scripts_run_on_a_node_without_the_collection(tmp_path):
         assert slurm_node_check.place_scripts(str(workdir), "abc", listing) == []
     finally:
         os.umask(old)
-    assert sorted(os.listdir(workdir)) == ["atomic.py", "exit_codes.py", "gpu.py", "nccl.py", "node_check.py",
-                                           "slurm_nodes.txt", "token"]
+    assert sorted(os.listdir(workdir)) == ["llmtrain_node", "slurm_nodes.txt", "token"]
+    assert sorted(os.listdir(workdir / "llmtrain_node")) == [
+        "__init__.py", "atomic.py", "exit_codes.py", "gpu.py", "link_speed.py", "nccl.py", "network_check.py",
+        "node_check.py"]
     # the step runs them: the user's alone to change
     assert stat.S_IMODE(os.stat(workdir).st_mode) == 0o700
-    assert {stat.S_IMODE(os.stat(workdir / name).st_mode) for name in os.listdir(workdir)} == {0o644}
+    assert stat.S_IMODE(os.stat(workdir / "llmtrain_node").st_mode) == 0o700
+    files = [workdir / "token", workdir / "slurm_nodes.txt"] + list((workdir / "llmtrain_node").iterdir())
+    assert {stat.S_IMODE(os.stat(path).st_mode) for path in files} == {0o644}
     env = dict((k, v) for k, v in os.environ.items() if k not in ("PYTHONPATH", "ANSIBLE_COLLECTIONS_PATH"))
-    proc = subprocess.run([sys.executable, "-E", "-s", str(workdir / "node_check.py"), "check", "--dir", str(workdir),
+    # as the step runs it: python -m llmtrain_node.node_check, the package first on the path (here: -m's
+    # working directory, as -E ignores PYTHONPATH)
+    proc = subprocess.run([sys.executable, "-E", "-s", "-S", "-m", "llmtrain_node.node_check", "check", "--dir", str(workdir),
                            "--token", "abc", "--run-dir", str(tmp_path / "run"), "--gpus", "0",
                            "--gpu-policy", "report", "--slurm-nodes", str(workdir / "slurm_nodes.txt")],
-                          cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          cwd=str(workdir), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stdout
     records = [name for name in os.listdir(workdir) if name.endswith(".json")]

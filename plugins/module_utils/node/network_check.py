@@ -5,8 +5,8 @@
 The second step of the training job, right after the node check, on the same nodes, started
 like the training (torch.distributed.run on every node, the node's env file sourced):
 
-    python network_check.py --out FILE [--gpus N] [--min-fraction F] [--bad-nodes-file FILE]
-                            [--max-bytes B] [--budget S] [--job ID] [--restart N]
+    python -m llmtrain_node.network_check --out FILE [--gpus N] [--min-fraction F]
+        [--bad-nodes-file FILE] [--max-bytes B] [--budget S] [--job ID] [--restart N]
 
 Every rank takes part in all-reduces of a few sizes (NCCL on GPUs, Gloo on CPUs), each size
 bounded in time; the bus bandwidth is nccl-tests' (busbw = algbw * 2(n-1)/n, n ranks) and
@@ -20,9 +20,9 @@ slow_fabric), prints a per-node table and adds the slow nodes to --bad-nodes-fil
 status 0 on every rank when it measured; anything else on a rank that could not (srun then
 ends the others).
 
-This file imports nothing from Ansible: the run role copies it, with link_speed.py and node_check.py
-(its JSON files), into the run's scripts directory; unit tests import its arithmetic and
-judgement as module_utils.
+It imports nothing from Ansible, and torch only when it measures: it runs on the nodes as part
+of the llmtrain_node package (see __init__.py); unit tests import its arithmetic and judgement
+as module_utils.
 """
 
 from __future__ import annotations
@@ -35,14 +35,8 @@ import statistics
 import sys
 import time
 
-try:
-    from ansible_collections.llmtrain.slurm.plugins.module_utils import link_speed
-    from ansible_collections.llmtrain.slurm.plugins.module_utils.node_check import (
-        read_json, record_stop_notice, stop_recording_notices, write_json)
-except ImportError:  # run as a script beside link_speed.py and node_check.py
-    import link_speed  # type: ignore[no-redef]
-    from node_check import (  # type: ignore[no-redef]
-        read_json, record_stop_notice, stop_recording_notices, write_json)
+from . import link_speed
+from .node_check import read_json, record_stop_notice, stop_recording_notices, write_json
 
 LATENCY_BYTES = 8
 PAIR_PASSES = 3

@@ -5,10 +5,10 @@
 Every job of a run starts with one step of this script on its allocation (one task per
 node, `check`), then judges the nodes' records on the batch node (`gather`):
 
-    python node_check.py check --dir DIR --token TOKEN --run-dir RUN [--gpus N] [--require-torch]
-                               [--gpu-policy strict|report] [--python-name NAME] [--slurm-nodes FILE]
-    python node_check.py gather --dir DIR --nodes NODE... --out FILE [--bad-nodes-file FILE]
-                                [--timeout S] [--python P] [--job ID] [--restart N]
+    python -m llmtrain_node.node_check check --dir DIR --token TOKEN --run-dir RUN [--gpus N]
+        [--require-torch] [--gpu-policy strict|report] [--python-name NAME] [--slurm-nodes FILE]
+    python -m llmtrain_node.node_check gather --dir DIR --nodes NODE... --out FILE
+        [--bad-nodes-file FILE] [--timeout S] [--python P] [--job ID] [--restart N]
 
 `check` writes DIR/<node>.json and prints it; it never fails on what it finds. It imports
 torch only when the job asks for GPUs (--gpus N > 0) or imports torch itself (--require-torch).
@@ -19,9 +19,9 @@ prints the per-node table, writes FILE (every record and the verdict), adds the 
 to --bad-nodes-file, and exits 0 when every node is good, BAD_NODES (exit_codes.py) when one or
 more is bad.
 
-This file imports nothing from Ansible: the run role copies it, with gpu.py, nccl.py, atomic.py and
-exit_codes.py, into the run's scripts directory (slurm_node_check into a scratch directory);
-modules and filters import it as module_utils.
+It imports nothing from Ansible: it runs on the nodes as part of the llmtrain_node package (see
+__init__.py), shipped to the run's scripts directory (slurm_node_check ships it to a scratch
+directory); modules and filters import it as module_utils.
 """
 
 from __future__ import annotations
@@ -37,14 +37,8 @@ import socket
 import sys
 import tempfile
 
-try:
-    from ansible_collections.llmtrain.slurm.plugins.module_utils import exit_codes, gpu, nccl
-    from ansible_collections.llmtrain.slurm.plugins.module_utils.atomic import replace_file
-except ImportError:  # run as a script beside gpu.py, nccl.py, atomic.py and exit_codes.py
-    import exit_codes  # type: ignore[no-redef]
-    import gpu  # type: ignore[no-redef]
-    import nccl  # type: ignore[no-redef]
-    from atomic import replace_file  # type: ignore[no-redef]
+from . import exit_codes, gpu, nccl
+from .atomic import replace_file
 
 BAD_NODES_RC = exit_codes.BAD_NODES.code  # gather's verdict, to node_check.sh
 # preflight_gpu_policy: strict makes a GPU count that differs from what Slurm registers a problem
