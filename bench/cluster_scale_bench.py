@@ -132,7 +132,7 @@ def stage_times(lines, wall):
 
 def pipeline(inv, nodes, workspace):
     try:
-        wall, lines, _rc = play("playbooks/pretrain.yml", "-i", inv, "-e", json.dumps({"pretrain_run_name": "scale-%d" % nodes}))
+        wall, lines, _rc = play("playbooks/pretrain.yml", "-i", inv, "-e", json.dumps({"run_name": "scale-%d" % nodes}))
     except SystemExit as failed:
         return dict(ok=False, why=str(failed))
     done = (Path(workspace) / ("scale-%d" % nodes) / "train.done.json").exists()
@@ -189,12 +189,12 @@ def one_size(tmp, nodes, with_pipeline, result):
         result["up"] = time.monotonic() - started
         result["memory"] = memory()
         result["preflight"] = measured("play", "playbooks/preflight.yml", "-i", inv, "-e",
-                                       json.dumps({"pretrain_run_name": "scale-%d" % nodes}))
+                                       json.dumps({"run_name": "scale-%d" % nodes}))
         result["listing"] = measured("cmd", *adhoc(inv, "llmtrain.slurm.slurm_cluster_info", {}))
         started = time.monotonic()
         try:
             result["node_check"] = measured("play", "playbooks/node_check.yml", "-i", inv, "-e",
-                                            json.dumps({"pretrain_run_name": "scale-%d" % nodes}))
+                                            json.dumps({"run_name": "scale-%d" % nodes}))
         except SystemExit:
             # nodes that did not answer in time are named on stderr; the watch is still measured
             result["node_check"] = "failed after %.0f s" % (time.monotonic() - started)

@@ -51,7 +51,7 @@ def slurm_env():
 def prepare():
     """The run directory, its scripts and env files, as the nccl_env stage makes them."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH="%s:%s" % (BIN, os.environ["PATH"]))
-    subprocess.run([str(BIN / "ansible-playbook"), "playbooks/nccl_env.yml", "-e", json.dumps({"pretrain_run_name": RUN})],
+    subprocess.run([str(BIN / "ansible-playbook"), "playbooks/nccl_env.yml", "-e", json.dumps({"run_name": RUN})],
                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, check=True)
     return WORKSPACE / RUN
 

@@ -136,7 +136,7 @@ def fmt(s, unit="s", digits=1):
 # -- 1, 2, 3, 5: the pipeline and the same jobs by hand ------------------------------------
 
 def pipeline_vars(steps):
-    return ["-e", json.dumps({"pretrain_run_name": RUN, "pretrain_steps": steps, "pretrain_checkpoint_interval": 100,
+    return ["-e", json.dumps({"run_name": RUN, "pretrain_steps": steps, "pretrain_checkpoint_interval": 100,
                               "local_cluster_enabled": False})]
 
 
@@ -314,7 +314,7 @@ def scaling(sizes, runs, keep_nodes):
             pre, check = [], []
             for _run in range(runs):
                 wall, lines, _rc = play("playbooks/preflight.yml",
-                                        "-e", json.dumps({"slurm_nodes": nodes, "pretrain_run_name": RUN}))
+                                        "-e", json.dumps({"slurm_nodes": nodes, "run_name": RUN}))
                 pre.append(wall)
                 check.append(check_step(nodes, tmp))
             results[nodes] = dict(preflight=stats(pre), check=stats(check),
@@ -390,7 +390,7 @@ def render(args, pipeline, manual, noops, scale):
 
     out = [
         "Local cluster, 3 nodes x 2 ranks (CPU, gloo); each run trains %d steps of the local inventory's model "
-        "(`-e pretrain_run_name=%s -e pretrain_steps=%d -e local_cluster_enabled=false`). Medians of %d runs, "
+        "(`-e run_name=%s -e pretrain_steps=%d -e local_cluster_enabled=false`). Medians of %d runs, "
         "pipeline and by-hand runs alternating." % (args.steps, RUN, args.steps, args.runs),
         "",
         "| figure | result | target |",

@@ -402,7 +402,7 @@ def nccl_env_inventory(path, workspace, n):
             lines.append("          nccl_env_ib_hca: mlx5_%d:1" % (i % 4))
     lines += ["  vars:", "    slurm_nodes: %d" % n, "    slurm_gpus_per_node: 8", "    slurm_procs_per_node: 8",
               "    slurm_workspace: %s" % workspace, "    slurm_python: /usr/bin/python3",
-              "    pretrain_run_name: scale", "    nccl_env_socket_ifname: ib0", "    nccl_env_ib_hca: mlx5_0:1"]
+              "    run_name: scale", "    nccl_env_socket_ifname: ib0", "    nccl_env_ib_hca: mlx5_0:1"]
     Path(path).write_text("\n".join(lines) + "\n")
 
 

@@ -106,8 +106,8 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
                      "steps after its newest checkpoint are lost. Raise slurm_time_limit, or make the script stop on "
                      "SIGUSR2." % limit)
     if job.get("exit_code") == NODE_CHECK_FAILED_RC and check.get("bad"):
-        lines.append("Its node check found bad node(s) and started nothing (pretrain_bad_node_policy=fail, or "
-                     "pretrain_requeue_max requeues used up); they are recorded in %s/bad_nodes.json and later jobs "
+        lines.append("Its node check found bad node(s) and started nothing (run_bad_node_policy=fail, or "
+                     "run_requeue_max requeues used up); they are recorded in %s/bad_nodes.json and later jobs "
                      "of the run keep off them:" % run_dir)
         lines += _named(check["bad"], check.get("bad_count"), check)
         lines += ["Node check:"] + ["  " + line for line in check.get("table") or []]

@@ -10,8 +10,8 @@ version_added: 0.1.0
 short_description: The files of your training source on the controller, with one digest
 description:
   - Lists what the deploy stage copies of your training source, read on the controller - a
-    directory (O(_terms) one directory, such as C(pretrain_source_dir)) walked whole, or files
-    (C(pretrain_script) and C(deploy_extra_files)) that go side by side.
+    directory (O(_terms) one directory, such as C(run_source_dir)) walked whole, or files
+    (C(run_script) and C(run_extra_files)) that go side by side.
   - Left out wherever they are in a directory - version control (C(.git), C(.hg), C(.svn)), Python
     caches (C(__pycache__), C(*.pyc), C(.mypy_cache), C(.pytest_cache), C(.ruff_cache)), virtual
     environments (C(.venv), C(venv), any directory with a C(pyvenv.cfg)), C(.tox), C(.nox),
@@ -36,13 +36,13 @@ options:
   variable:
     description: The variable the paths came from, named in the error when one is missing.
     type: str
-    default: pretrain_source_dir
+    default: run_source_dir
 """
 
 EXAMPLES = r"""
-- name: What pretrain_source_dir deploys
+- name: What run_source_dir deploys
   ansible.builtin.debug:
-    msg: "{{ lookup('llmtrain.slurm.source_tree', pretrain_source_dir, exclude=['data/*']).digest }}"
+    msg: "{{ lookup('llmtrain.slurm.source_tree', run_source_dir, exclude=['data/*']).digest }}"
 """
 
 RETURN = r"""

@@ -147,30 +147,30 @@ def _one_line(value):
 
 
 def _script_errors(values):
-    """pretrain_script, pretrain_source_dir, pretrain_source_exclude, pretrain_script_chdir:
+    """run_script, run_source_dir, run_source_exclude, run_script_chdir:
     their form (that the files exist is checked where they are read, on the controller)."""
     errors = []
-    script, source = values.get("pretrain_script"), values.get("pretrain_source_dir")
-    for name in ("pretrain_script", "pretrain_source_dir", "pretrain_script_chdir"):
+    script, source = values.get("run_script"), values.get("run_source_dir")
+    for name in ("run_script", "run_source_dir", "run_script_chdir"):
         if name in values and not _one_line(values[name]):
             errors.append("%s=%r must be a path on one line, or null." % (name, values[name]))
     if source and _one_line(source):
         if not script:
-            errors.append("pretrain_source_dir=%s is set but pretrain_script is not: name your training script inside "
-                          "it, such as pretrain_script: train.py." % source)
+            errors.append("run_source_dir=%s is set but run_script is not: name your training script inside "
+                          "it, such as run_script: train.py." % source)
         elif _one_line(script) and (script.startswith("/") or ".." in script.split("/")):
-            errors.append("pretrain_script=%s must be a path inside pretrain_source_dir=%s, relative to it (such as "
-                          "train.py or scripts/train.py), when pretrain_source_dir is set." % (script, source))
+            errors.append("run_script=%s must be a path inside run_source_dir=%s, relative to it (such as "
+                          "train.py or scripts/train.py), when run_source_dir is set." % (script, source))
     if "inference_script" in values:
         if not _one_line(values["inference_script"]):
             errors.append("inference_script=%r must be a path on one line, or null." % (values["inference_script"],))
         elif not script:
-            errors.append("inference_script=%s is for a run of your own training script (pretrain_script); the "
+            errors.append("inference_script=%s is for a run of your own training script (run_script); the "
                           "reference trainer samples with inference_prompts: unset inference_script, or set "
-                          "pretrain_script." % values["inference_script"])
+                          "run_script." % values["inference_script"])
         elif values["inference_script"].startswith("/") or ".." in values["inference_script"].split("/"):
             errors.append("inference_script=%s must be a path relative to the directory your code is deployed to "
-                          "(inside pretrain_source_dir, or the name of one of deploy_extra_files), such as "
+                          "(inside run_source_dir, or the name of one of run_extra_files), such as "
                           "sample.py." % values["inference_script"])
     if "pretrain_progress_regex" in values:
         patterns = values["pretrain_progress_regex"]
@@ -182,9 +182,9 @@ def _script_errors(values):
                 log_progress.compile_patterns(patterns)
             except ValueError as err:
                 errors.append("%s." % err)
-    if "pretrain_source_exclude" in values:
-        message = _strings(values, "pretrain_source_exclude", "[\"data/*\", \"*.ckpt\"]")
-        if message and values["pretrain_source_exclude"] != []:
+    if "run_source_exclude" in values:
+        message = _strings(values, "run_source_exclude", "[\"data/*\", \"*.ckpt\"]")
+        if message and values["run_source_exclude"] != []:
             errors.append(message)
     return errors
 
@@ -208,13 +208,13 @@ def _stage_errors(values):
     """The pretrain_* and inference_* values, so that a bad one stops the run before the
     first job rather than when its stage starts."""
     errors = []
-    if "pretrain_run_name" in values and not RUN_NAME.fullmatch(str(values["pretrain_run_name"] or "")):
-        errors.append("pretrain_run_name=%r must be 1-64 letters, digits, . _ - starting with a letter or digit "
-                      "(it names a directory and the job)." % values["pretrain_run_name"])
+    if "run_name" in values and not RUN_NAME.fullmatch(str(values["run_name"] or "")):
+        errors.append("run_name=%r must be 1-64 letters, digits, . _ - starting with a letter or digit "
+                      "(it names a directory and the job)." % values["run_name"])
     _count(errors, values, "pretrain_steps", 1, "optimizer steps of the run")
     _count(errors, values, "pretrain_batch_size", 1, "sequences per process per micro-step")
     _count(errors, values, "pretrain_checkpoint_interval", 0, "steps between checkpoints (0: only at the end)")
-    _count(errors, values, "pretrain_requeue_max", 0, "how often a preempted job may requeue itself")
+    _count(errors, values, "run_requeue_max", 0, "how often a preempted job may requeue itself")
     _count(errors, values, "slurm_node_check_timeout", 10, "seconds the node check step of a job may take")
     if "slurm_exclude_nodes" in values:
         nodes = values["slurm_exclude_nodes"]
@@ -257,10 +257,10 @@ def _stage_errors(values):
         if parallel not in PARALLEL:
             errors.append("pretrain_parallel=%r must be ddp (every process holds the whole model and optimizer) or fsdp "
                           "(parameters, gradients and optimizer state sharded over the processes)." % (parallel,))
-        elif parallel != "ddp" and values.get("pretrain_script"):
-            errors.append("pretrain_parallel=%s is for the reference trainer; your script (pretrain_script=%s) "
+        elif parallel != "ddp" and values.get("run_script"):
+            errors.append("pretrain_parallel=%s is for the reference trainer; your script (run_script=%s) "
                           "parallelises as it does itself: remove pretrain_parallel, or pass your script its own "
-                          "flag in pretrain_script_args." % (parallel, values["pretrain_script"]))
+                          "flag in pretrain_script_args." % (parallel, values["run_script"]))
     if "pretrain_extra_args" in values and not (isinstance(values["pretrain_extra_args"], list) and
                                                 all(isinstance(a, str) for a in values["pretrain_extra_args"])):
         errors.append("pretrain_extra_args=%r must be a list of strings, such as [\"--warmup\", \"100\"]."
@@ -275,14 +275,14 @@ def _stage_errors(values):
         if intervals is None or not 0 <= intervals <= 10:
             errors.append("pretrain_straggler_intervals=%r must be a whole number from 0 (no straggler lines) to 10: "
                           "loss records in a row a node must be slow." % (values["pretrain_straggler_intervals"],))
-    project = values.get("pretrain_wandb_project")
+    project = values.get("run_wandb_project")
     if project is not None and (not isinstance(project, str) or not project or len(project) > 128
                                 or set(project) & set(WANDB_PROJECT_FORBIDDEN)):
-        errors.append("pretrain_wandb_project=%r must be a W&B project name: 1-128 characters, none of %s (the "
-                      "entity goes in pretrain_wandb_entity)." % (project, " ".join(WANDB_PROJECT_FORBIDDEN)))
-    if values.get("pretrain_wandb_mode", "online") not in WANDB_MODES:
-        errors.append("pretrain_wandb_mode=%r must be online (the nodes reach W&B) or offline (wandb sync later)."
-                      % (values["pretrain_wandb_mode"],))
+        errors.append("run_wandb_project=%r must be a W&B project name: 1-128 characters, none of %s (the "
+                      "entity goes in run_wandb_entity)." % (project, " ".join(WANDB_PROJECT_FORBIDDEN)))
+    if values.get("run_wandb_mode", "online") not in WANDB_MODES:
+        errors.append("run_wandb_mode=%r must be online (the nodes reach W&B) or offline (wandb sync later)."
+                      % (values["run_wandb_mode"],))
     if "inference_prompts" in values:
         prompts = values["inference_prompts"]
         if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) and p for p in prompts):
@@ -315,7 +315,7 @@ def workspace_need(values):
     """(bytes, how) the reference trainer's checkpoints of this run take at most: keep + 1
     (the one being written) checkpoints of weights plus Adam's two moments, float32. None
     for your own training script, whose checkpoints this cannot know."""
-    if values.get("pretrain_script"):
+    if values.get("run_script"):
         return None
     model = dict(values.get("pretrain_model") or {})
     layers, width, block = (_int(model.get(k)) for k in ("n_layer", "n_embd", "block_size"))

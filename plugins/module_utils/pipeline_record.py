@@ -8,7 +8,7 @@ code's digest and the collection's own files) and a digest of each stage's recor
 cluster (the jobs' done files, the deploy manifest). A rerun computes the same fingerprint,
 reads the record and the stage records in one module call, and when nothing differs and the
 controller has runs/<run>/, no stage runs: the rerun of a finished run is one step. Anything
-else (a changed variable or file, a stage run since, pretrain_force, a record that cannot be
+else (a changed variable or file, a stage run since, run_force, a record that cannot be
 read) goes the normal way, stage by stage.
 """
 

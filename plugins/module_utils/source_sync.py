@@ -81,7 +81,7 @@ def _plain_parents(dest, path):
     return True
 
 
-def plan(dest, files, dirs, manifest, keep, umask, uid, variable="pretrain_source_dir"):
+def plan(dest, files, dirs, manifest, keep, umask, uid, variable="run_source_dir"):
     """dest: the directory (exists); files: the source's files (dicts with path, mode, checksum,
     size, and whatever else, such as src, which is passed through); dirs: its directories
     (relative); manifest: the last deploy's, or None; keep: the user's exclude patterns.
@@ -124,7 +124,7 @@ def plan(dest, files, dirs, manifest, keep, umask, uid, variable="pretrain_sourc
             new_dirs.append(path)  # a file of an earlier deploy where the source now has a directory
         else:
             problems.append("%s is in the way of the directory %s of %s and was not deployed by llmtrain.slurm "
-                            "(your job's?): move it away, or leave %s out with pretrain_source_exclude."
+                            "(your job's?): move it away, or leave %s out with run_source_exclude."
                             % (full, path, variable, path))
     for path, entry in sorted(wanted_files.items()):
         full = os.path.join(dest, path)
@@ -136,7 +136,7 @@ def plan(dest, files, dirs, manifest, keep, umask, uid, variable="pretrain_sourc
                 to_copy.append(dict(entry, mode=mode))
             else:
                 problems.append("%s is a directory where %s has the file %s: move it away, or leave %s out with "
-                                "pretrain_source_exclude." % (full, variable, path, path))
+                                "run_source_exclude." % (full, variable, path, path))
             continue
         if info is None or not stat.S_ISREG(info.st_mode) or "%04o" % stat.S_IMODE(info.st_mode) != mode \
                 or info.st_size != entry.get("size", info.st_size) or source_tree.sha1(full) != entry["checksum"]:

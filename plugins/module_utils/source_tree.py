@@ -3,8 +3,8 @@
 """The files of your training source, as the deploy stage copies them and the training job's
 fingerprint counts them.
 
-A source is a directory (pretrain_source_dir, deployed whole) or a list of files (your
-pretrain_script with its deploy_extra_files, deployed side by side). Version control, Python
+A source is a directory (run_source_dir, deployed whole) or a list of files (your
+run_script with its run_extra_files, deployed side by side). Version control, Python
 caches and virtual environments are left out, and so are what looks like a secret (SECRET_DIRS,
 SECRET_FILES) and what matches the user's own patterns; the digest (SHA-1 over each file's relative path, mode and content) changes when
 anything deployed changes, and so a finished run trains again only when its source changed.

@@ -57,7 +57,7 @@ options:
   variable:
     description: The inventory variable the source comes from, named in the messages.
     type: str
-    default: pretrain_source_dir
+    default: run_source_dir
 notes:
   - Supports check mode (it says what it would remove, make and copy).
 """
@@ -69,7 +69,7 @@ EXAMPLES = r"""
     manifest: /shared/me/runs/tiny/deployed.json
     files: "{{ run_source.files }}"
     dirs: "{{ run_source.dirs }}"
-    keep: "{{ pretrain_source_exclude }}"
+    keep: "{{ run_source_exclude }}"
   register: sync
 """
 
@@ -121,7 +121,7 @@ def main():
             files=dict(type="list", elements="dict", required=True),
             dirs=dict(type="list", elements="str", default=[]),
             keep=dict(type="list", elements="str", default=[]),
-            variable=dict(type="str", default="pretrain_source_dir"),
+            variable=dict(type="str", default="run_source_dir"),
         ),
         supports_check_mode=True,
     )

@@ -81,7 +81,7 @@ def write_stream_inventory():
     hosts["all"]["children"]["slurm_workers"]["hosts"] = dict((name, None) for name in NODES)
     with open(os.path.join(LOCAL_INVENTORY, "group_vars", "all.yml")) as handle:
         values = yaml.safe_load(handle)
-    values.update(CLUSTER_VARS, slurm_workspace=WORKSPACE, pretrain_runs_dir=RUNS)
+    values.update(CLUSTER_VARS, slurm_workspace=WORKSPACE, run_results_dir=RUNS)
     os.makedirs(os.path.join(INVENTORY_DIR, "group_vars"), exist_ok=True)
     with open(INVENTORY, "w") as handle:
         yaml.safe_dump(hosts, handle)

@@ -37,7 +37,7 @@ def wheelhouse(tmp_path_factory):
 
 
 def venv_vars(wheelhouse, **changes):
-    values = dict(deploy_venv_create=True, pretrain_run_name="venv-test", deploy_prepare_dataset=False, slurm_python=os.path.join(VENV, "bin", "python"),
+    values = dict(deploy_venv_create=True, run_name="venv-test", deploy_prepare_dataset=False, slurm_python=os.path.join(VENV, "bin", "python"),
                   deploy_venv_base_python=os.path.join(sys.base_prefix, "bin", "python3"),
                   deploy_venv_packages=["torch==%s" % metadata.version("torch"), "numpy"],
                   deploy_venv_pip_args=["--no-index", "--find-links", wheelhouse])

@@ -33,7 +33,7 @@ def fresh(run):
 
 def values(run, **more):
     # the stages up to training; the cluster is up (the session's), preflight is test_preflight.py's
-    return ["--skip-tags", "local_cluster,preflight,inference", "-e", json.dumps(dict(QUICK, pretrain_run_name=run, **more))]
+    return ["--skip-tags", "local_cluster,preflight,inference", "-e", json.dumps(dict(QUICK, run_name=run, **more))]
 
 
 def network_record(run):

@@ -47,7 +47,7 @@ def test_placeholder_gres_is_a_mismatch_on_every_node(local_cluster, tmp_path):
         assert survey.rc != 0
         for name in NODES:
             assert "%s: Slurm registers gpu:2, the node detects 0" % name in survey.output, survey.output[-3000:]
-        shown = run_playbook("node_check.yml", "-e", "preflight_gpu_policy=report")
+        shown = run_playbook("node_check.yml", "-e", "run_gpu_policy=report")
         rows = [line.split() for line in re.findall(r'"(%s[^"]*)"' % NODE_RE, shown.output)]
         # GPUs asked/seen by the step/nvidia-smi/torch/registered by Slurm
         assert [row[1] for row in rows] == ["0/0/0/0/2"] * 3, shown.output[-3000:]
@@ -57,7 +57,7 @@ def test_placeholder_gres_is_a_mismatch_on_every_node(local_cluster, tmp_path):
         row = [r for r in drained["nodes"] if r["name"] == node(1)][0]
         assert row["detected"] is None and row["reason"].startswith("node is IDLE+DRAIN: bad gres.conf")
         assert "--nodelist=%s,%s" % (node(0), node(2)) in drained["cmd"]
-        survey = run_playbook("node_check.yml", "-e", "preflight_gpu_policy=report")
+        survey = run_playbook("node_check.yml", "-e", "run_gpu_policy=report")
         assert '"%s  not checked: IDLE+DRAIN (bad gres.conf' % node(1) in survey.output, survey.output[-3000:]
     finally:
         run_playbook("local_cluster.yml")

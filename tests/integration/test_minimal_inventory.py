@@ -2,7 +2,7 @@
 local cluster, from a login shell with umask 002 (RHEL and Ubuntu with user-private groups):
 every other value comes from the roles' defaults, owned by the run role, nothing the run makes
 is writable by the user's group, and the runs after the first are not refused. With
-pretrain_script set it gets past preflight too. Training again with --tags pretrain alone
+run_script set it gets past preflight too. Training again with --tags pretrain alone
 writes a report with the same sections, read from the run's artifacts rather than from facts
 of earlier plays."""
 
@@ -74,7 +74,7 @@ def test_a_minimal_inventory_trains_reports_and_generates(minimal):
     assert writable_by_others(minimal.workspace) == []
     # --tags pretrain alone: the report's sections come from run artifacts, not from earlier plays
     # the second run checks the run directory the first one made, and trains
-    again = minimal("pretrain.yml", "--tags", "pretrain", "-e", "pretrain_force=true", "-e", "pretrain_steps=20")
+    again = minimal("pretrain.yml", "--tags", "pretrain", "-e", "run_force=true", "-e", "pretrain_steps=20")
     assert "Submit the training job" in again.stdout and "is writable by" not in again.stdout
     retrained = (local / "report.md").read_text()
     assert sections(retrained) == sections(report), (sections(retrained), sections(report))
@@ -91,5 +91,5 @@ def test_a_minimal_inventory_trains_reports_and_generates(minimal):
 def test_a_minimal_inventory_with_its_own_script_gets_past_preflight(minimal):
     script = minimal.home / "train.py"
     script.write_text("print('my own training script')\n")
-    result = minimal("preflight.yml", "-e", "pretrain_script=%s" % script)
+    result = minimal("preflight.yml", "-e", "run_script=%s" % script)
     assert "failed=0" in result.stdout

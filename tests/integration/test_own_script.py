@@ -44,8 +44,8 @@ def test_your_script_from_its_directory_trains_continues_after_a_redeploy_and_a_
         for name in files:
             os.chmod(os.path.join(base, name), 0o664)
     settings = dict(
-        pretrain_run_name=run, pretrain_source_dir=str(source), pretrain_script="train.py",
-        pretrain_script_args=["config/tiny.py", "--log_interval=5", "--out_dir=out"], pretrain_source_exclude=["data/*"])
+        run_name=run, run_source_dir=str(source), run_script="train.py",
+        pretrain_script_args=["config/tiny.py", "--log_interval=5", "--out_dir=out"], run_source_exclude=["data/*"])
 
     # the whole pipeline; without inference_script its stage says so and the play succeeds
     result = run_playbook("pretrain.yml", "-e", json.dumps(settings), umask=0o002)
@@ -120,7 +120,7 @@ def own_run(name, tmp_path, *args, **settings):
     source = tmp_path / "nanolm"
     shutil.copytree(SCRIPT, str(source))
     # (without the network check, which test_fabric.py tests: about 5 s less per job start)
-    settings.update(pretrain_run_name=run, pretrain_source_dir=str(source), pretrain_script="train.py",
+    settings.update(run_name=run, run_source_dir=str(source), run_script="train.py",
                     pretrain_script_args=["config/tiny.py"] + list(args), pretrain_poll_interval=2,
                     pretrain_network_check=False)
     return run, BackgroundPlaybook(settings, tags="nccl_env,deploy,pretrain")
@@ -146,7 +146,7 @@ def checkpoint_iter(path):
 def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(local_cluster, tmp_path):
     # its W&B logging (offline) as a public trainer does it, with the job's WANDB_* environment
     run, play = own_run("preempt", tmp_path, "--max_iters=80", "--iter_pause=0.2", "--log_interval=5", "--wandb_log=True",
-                        pretrain_wandb_project="llmtrain-tests", pretrain_wandb_mode="offline",
+                        run_wandb_project="llmtrain-tests", run_wandb_mode="offline",
                         nccl_env_extra=wandb_test_env(tmp_path))
     job = wait_for(lambda: newest_job(run), 300, "the training job", play)
     wait_for(lambda: "iter 10: loss" in job_log(run, job), 300, "the script to log iter 10", play)

@@ -113,7 +113,7 @@ def test_reruns_submit_nothing_a_controller_without_the_run_gets_it_all_then_not
 
 def test_check_mode_submits_nothing(pipeline):
     before = job_ids()
-    checked = run_playbook("pretrain.yml", "--check", "-e", "pretrain_run_name=check-mode-run")
+    checked = run_playbook("pretrain.yml", "--check", "-e", "run_name=check-mode-run")
     assert checked.rc == 0, checked.output[-4000:]
     assert job_ids() - before == set()
     assert not os.path.exists(os.path.join(WORKSPACE, "check-mode-run", "scripts", "pretrain.sbatch"))
@@ -124,7 +124,7 @@ def test_nodes_with_different_host_vars_get_different_env_files(pipeline, tmp_pa
     extra.write_text("all:\n  children:\n    slurm_workers:\n      hosts:\n"
                      "        %s:\n          nccl_env_ib_hca: mlx5_1:1\n          nccl_env_debug: INFO\n" % node(1))
     run_playbook("nccl_env.yml", "-i", INVENTORY, "-i", str(extra),
-                 "-e", "pretrain_run_name=env-files-run")
+                 "-e", "run_name=env-files-run")
     env_dir = os.path.join(WORKSPACE, "env-files-run", "env")
     one = open(os.path.join(env_dir, node(1) + ".env")).read()
     # a node whose host vars change nothing has no file of its own: it sources cluster.env
@@ -146,7 +146,7 @@ def test_failing_job_fails_the_play_with_its_log_tail_and_keeps_its_logs(pipelin
     shutil.rmtree(os.path.join(WORKSPACE, name), ignore_errors=True)
     os.makedirs(os.path.join(WORKSPACE, name))
     os.symlink(str(private), os.path.join(WORKSPACE, name, "metrics.jsonl"))
-    failed = run_playbook("pretrain.yml", "--tags", "nccl_env,deploy,pretrain", "-e", "pretrain_run_name=" + name,
+    failed = run_playbook("pretrain.yml", "--tags", "nccl_env,deploy,pretrain", "-e", "run_name=" + name,
                           "-e", json.dumps({"pretrain_extra_args": ["--no-such-flag"]}), check=False)
     assert failed.rc != 0
     assert re.search(r"Training job \d+ \(llmtrain-failing-run\) ended FAILED, exit code [1-9]", failed.output), \

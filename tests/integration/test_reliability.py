@@ -38,7 +38,7 @@ def run_vars(run, steps=60, pause=0.2, interval=10, extra_env=None, **more):
     if any(name.startswith("TRAINER_FAULT_") for name in env):
         env["PYTHONPATH"] = os.path.join(ROOT, "tests", "faults")
     values = {
-        "pretrain_run_name": run,
+        "run_name": run,
         "pretrain_steps": steps,
         "pretrain_model": MODEL,
         "pretrain_batch_size": 4,
@@ -202,8 +202,8 @@ def reference(local_cluster):
 def test_preemption_requeue_checkpoints_and_resumes_at_the_same_step(reference, tmp_path):
     run = fresh("preempt")
     # with its metrics also logged to W&B, offline
-    play = Playbook(run_vars(run, extra_env=wandb_test_env(tmp_path), pretrain_wandb_project="llmtrain-tests",
-                             pretrain_wandb_mode="offline"))
+    play = Playbook(run_vars(run, extra_env=wandb_test_env(tmp_path), run_wandb_project="llmtrain-tests",
+                             run_wandb_mode="offline"))
     wait_for(lambda: training_step(run) >= 15, 180, "training to pass step 15", play)
     job_id = only_job(run)
     slurm("scontrol", "requeue", job_id)
@@ -439,10 +439,10 @@ def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cl
     # 280 steps of about 0.5 s: more than two starts can train (at most ~130 steps each), so
     # both starts the play allows (the first and one requeue) are stopped by the time limit.
     values = run_vars(run, steps=280, pause=0.5, interval=0, slurm_time_limit="00:02:00", pretrain_signal_lead=45,
-                      pretrain_requeue_max=1)
+                      run_requeue_max=1)
     first = run_playbook_now(values, timeout=500)
     assert first.rc != 0
-    assert "pretrain_requeue_max=1 requeues are used up" in first.output, first.output[-6000:]
+    assert "run_requeue_max=1 requeues are used up" in first.output, first.output[-6000:]
     assert "requeue 1 of 1" in job_logs(run)
     # Each start is stopped by the notice: in training (a checkpoint), or, when a loaded
     # machine let the node and network checks run past the notice's moment, before training
@@ -460,7 +460,7 @@ def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cl
     assert load_checkpoint(run, steps[-1]) == steps[-1]
     # The rerun, with more requeues allowed and no time limit, continues from the checkpoint
     # (unslowed: what is left to train proves nothing more).
-    values.update(pretrain_requeue_max=5, slurm_time_limit=None, nccl_env_extra={})
+    values.update(run_requeue_max=5, slurm_time_limit=None, nccl_env_extra={})
     second = run_playbook_now(values, timeout=600)
     assert second.rc == 0, second.output[-6000:]
     resumes = events(run, "resume")
@@ -640,7 +640,7 @@ def test_metacharacters_are_literal_modes_are_sane_and_secrets_stay_secret(local
     values = run_vars(run, steps=20, pause=0, slurm_workspace=workspace, inference_prompts=prompts,
                       inference_max_new_tokens=20, slurm_secret_env={"LLMTRAIN_TEST_TOKEN": secret},
                       extra_env={"LLMTRAIN_TEST_VALUE": HOSTILE}, slurm_env_setup=["set -x"],
-                      deploy_extra_files=[str(credential)])
+                      run_extra_files=[str(credential)])
     try:
         # the whole pipeline (preflight to inference), verbose and with diffs: where a secret could leak
         result = Playbook(values, tags=None, args=["-v", "--diff"]).wait(900)
@@ -690,9 +690,9 @@ def test_metacharacters_are_literal_modes_are_sane_and_secrets_stay_secret(local
 
 def test_a_run_name_with_metacharacters_is_refused_before_anything_runs(local_cluster):
     run = "x; touch %s-run-name" % CANARY
-    result = run_playbook_now(dict(run_vars("unused"), pretrain_run_name=run), tags=None)
+    result = run_playbook_now(dict(run_vars("unused"), run_name=run), tags=None)
     assert result.rc != 0
-    assert "pretrain_run_name=%r must be 1-64 letters, digits, . _ - starting with a letter or digit" % run \
+    assert "run_name=%r must be 1-64 letters, digits, . _ - starting with a letter or digit" % run \
         in result.output.replace("\\\\", "\\").replace('\\"', '"')
     assert canaries() == [] and not os.path.exists(os.path.join(WORKSPACE, run))
 

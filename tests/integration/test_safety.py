@@ -22,7 +22,7 @@ def workspace():
 
 
 def stage(playbook, workspace, **values):
-    values = dict(dict(slurm_workspace=workspace, pretrain_run_name="r"), **values)
+    values = dict(dict(slurm_workspace=workspace, run_name="r"), **values)
     return run_playbook(playbook, "-e", json.dumps(values), check=False)
 
 
@@ -58,7 +58,7 @@ def test_env_is_the_users_alone_and_secrets_are_never_readable_by_others(workspa
     ("deploy.yml", "slurm_time_limit", "04:00:00\ntouch /tmp/llmtrain-pwned"),
     ("deploy.yml", "slurm_partition", "debug\ntouch /tmp/llmtrain-pwned"),
     ("nccl_env.yml", "slurm_mem_per_cpu", "2G\n"),
-    ("nccl_env.yml", "pretrain_run_name", "../escape"),
+    ("nccl_env.yml", "run_name", "../escape"),
 ])
 def test_a_stage_run_alone_refuses_a_value_that_would_reach_a_shell(workspace, playbook, name, value):
     result = stage(playbook, workspace, **{name: value})
@@ -73,7 +73,7 @@ def test_a_workspace_others_can_write_without_the_sticky_bit_is_refused_before_a
     requeued job would then run their node check as you. The front door refuses it in its first stage."""
     os.chmod(workspace, 0o777)
     result = run_playbook("pretrain.yml", "--skip-tags", "local_cluster", "-e",
-                          json.dumps(dict(slurm_workspace=workspace, pretrain_run_name="r")), check=False)
+                          json.dumps(dict(slurm_workspace=workspace, run_name="r")), check=False)
     assert result.rc != 0
     assert ("%s is writable by group and others (mode 0777) without the sticky bit: anyone who can write there can "
             "rename your directory in it and put their own in its place" % workspace) in result.output, \

@@ -24,7 +24,7 @@ def fresh(run):
 
 
 def values(run, **more):
-    return ["-e", json.dumps(dict(QUICK, pretrain_run_name=run, **more))]
+    return ["-e", json.dumps(dict(QUICK, run_name=run, **more))]
 
 
 def bad_node_inventory(tmp_path, node):
@@ -119,10 +119,10 @@ def test_a_bad_node_is_excluded_the_run_goes_on_and_stays_off_it(local_cluster, 
         recorded = json.load(open(os.path.join(WORKSPACE, run, "bad_nodes.json")))
         assert recorded[node(0)]["reason"].startswith(reason)
 
-        # pretrain_bad_node_policy=fail: the job ends at its check, naming the node; nothing trained
+        # run_bad_node_policy=fail: the job ends at its check, naming the node; nothing trained
         os.unlink(os.path.join(WORKSPACE, run, "bad_nodes.json"))
         failed = run_playbook("pretrain.yml", "--skip-tags", "local_cluster,inference", *bad,
-                              *values(run, pretrain_force=True, pretrain_bad_node_policy="fail", **four), check=False)
+                              *values(run, run_force=True, run_bad_node_policy="fail", **four), check=False)
         assert failed.rc != 0
         assert "Its node check found bad node(s) and started nothing" in failed.output, failed.output[-5000:]
         assert "  %s: %s" % (node(0), reason) in failed.output
@@ -130,7 +130,7 @@ def test_a_bad_node_is_excluded_the_run_goes_on_and_stays_off_it(local_cluster, 
 
         # a forced rerun keeps off the recorded bad node from the start: no exclusion, no requeue
         again = run_playbook("pretrain.yml", "--skip-tags", "local_cluster,inference", *bad,
-                             *values(run, pretrain_force=True, **four))
+                             *values(run, run_force=True, **four))
         assert "node check excluded" not in again.output
         name, state, nodes, excluded = training_job(run)
         assert state == "COMPLETED" and node(0) not in node_set(nodes) and excluded == node(0)

@@ -15,7 +15,7 @@ RUN = "bpe-demo"
 def test_bpe_prepare_train_and_generate_on_the_cluster(local_cluster):
     for base in (WORKSPACE, RUNS):
         shutil.rmtree(os.path.join(base, RUN), ignore_errors=True)
-    settings = dict(pretrain_run_name=RUN, deploy_tokenizer="bpe", deploy_vocab_size=1000,
+    settings = dict(run_name=RUN, deploy_tokenizer="bpe", deploy_vocab_size=1000,
                     deploy_dataset_max_bytes=400000, pretrain_steps=150, pretrain_checkpoint_interval=0,
                     pretrain_extra_args=["--warmup", "10", "--eval-interval", "0", "--log-interval", "10"],
                     inference_max_new_tokens=40)

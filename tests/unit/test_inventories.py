@@ -70,7 +70,7 @@ def test_inventory_values_pass_the_input_checks(name):
     assert values["ansible_python_interpreter"] == "/usr/bin/python3"
     assert set(values["pretrain_model"]) == {"n_layer", "n_head", "n_embd", "block_size"}
     assert values["pretrain_model"]["n_embd"] % values["pretrain_model"]["n_head"] == 0
-    assert values["pretrain_force"] is False
+    assert values["run_force"] is False
     for worker in group_hosts(name, "slurm_workers"):
         env = worker_env(name, worker)
         assert env["NCCL_SOCKET_IFNAME"] == "eth0"

@@ -144,6 +144,31 @@ def test_no_variable_is_declared_by_two_roles():
     assert not dict((name, roles) for name, roles in owners.items() if len(roles) > 1)
 
 
+def test_each_role_declares_only_names_with_its_own_prefix():
+    """A variable's name says which role owns it (ansible-lint's var-naming[no-role-prefix], with no skip):
+    slurm_* are the slurm role's, run_* the run role's, pretrain_* the pretrain role's, and so on."""
+    stray = sorted("%s (roles/%s)" % (name, role) for role, options in SPECS.items() for name in options
+                   if not name.startswith(role + "_"))
+    assert not stray, "declared by a role whose prefix they do not carry: rename them or move them"
+
+
+def test_the_run_fingerprint_takes_every_input_and_nothing_computed():
+    """roles/run/vars/main.yml fingerprints the run from the variables with the inputs' prefixes, less
+    _run_computed: every run_* name the run role computes or records must be listed there (or the
+    fingerprint would hold a computed value, and a finished run would never be recognised), and no
+    declared input may be (or a changed one would not train again)."""
+    run_vars = load(os.path.join(ROOT, "roles", "run", "vars", "main.yml"))
+    computed = set(run_vars["_run_computed"])
+    _, declared = jinja_reads()
+    made = set(name for name in run_vars if name.startswith("run_")) | set(
+        name for name in declared if name.startswith("run_"))
+    inputs = set(name for options in SPECS.values() for name in options)
+    assert sorted(made - inputs - computed) == [], "computed by the run role but missing from _run_computed"
+    assert sorted(computed & inputs) == [], "declared inputs listed in _run_computed: they would leave the fingerprint"
+    assert re.search(r"varnames', '\^\((\w+\|)*run(\|\w+)*\)_'", open(
+        os.path.join(ROOT, "roles", "run", "vars", "main.yml")).read()), "the fingerprint's prefixes lack run_"
+
+
 def test_every_declared_variable_is_read():
     read = set(jinja_reads()[0]) | python_reads()
     unread = sorted("%s (roles/%s)" % (name, role) for role, options in SPECS.items() for name in options
@@ -191,7 +216,7 @@ def role_time(document, path):
 
 
 def test_no_declared_variable_has_a_second_default():
-    """`preflight_gpu_policy | default('strict')` in another role is a second definition of its default,
+    """`run_gpu_policy | default('strict')` in another role is a second definition of its default,
     free to drift from the spec's: a stage that reads a variable depends on the role that declares it."""
     spec_names = set(name for options in SPECS.values() for name in options)
     found = []
@@ -244,8 +269,8 @@ def module_choices(module, option):
 CHOICE_COPIES = {
     "pretrain_parallel": [("plugins/module_utils/inputs.py", "PARALLEL"), ("roles/deploy/files/trainer/config.py", "PARALLEL")],
     "pretrain_network_policy": [("plugins/module_utils/inputs.py", "NETWORK_POLICIES")],
-    "pretrain_wandb_mode": [("plugins/module_utils/inputs.py", "WANDB_MODES"), ("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
-    "preflight_gpu_policy": [("module:slurm_node_check", "gpu_policy"), ("plugins/module_utils/node/node_check.py", "GPU_POLICIES")],
+    "run_wandb_mode": [("plugins/module_utils/inputs.py", "WANDB_MODES"), ("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
+    "run_gpu_policy": [("module:slurm_node_check", "gpu_policy"), ("plugins/module_utils/node/node_check.py", "GPU_POLICIES")],
 }
 
 
@@ -264,6 +289,6 @@ def test_choices_listed_elsewhere_are_the_specs(name):
 def test_every_spec_choice_list_is_accounted_for():
     """A new choice variable whose choices code repeats belongs in CHOICE_COPIES; one that only the spec
     lists is listed here as such."""
-    only_in_spec = {"pretrain_bad_node_policy", "local_cluster_state"}
+    only_in_spec = {"run_bad_node_policy", "local_cluster_state"}
     with_choices = set(name for options in SPECS.values() for name, spec in options.items() if spec.get("choices"))
     assert with_choices == set(CHOICE_COPIES) | only_in_spec

@@ -29,7 +29,7 @@ FAILED = ExitCode(
     "traceback); fix that and run the playbook again.")
 SETTING = ExitCode(
     "SETTING", 2, "the training, generation and venv job scripts, network_check.sh",
-    "A setting names something that cannot be used: the working directory of your script (pretrain_script_chdir) "
+    "A setting names something that cannot be used: the working directory of your script (run_script_chdir) "
     "is not a directory on the node; the directory of slurm_python's venv holds files that are not a venv made by "
     "llmtrain.slurm; the network check was given an unknown option.",
     "The log names the setting: change it and run the playbook again.")
@@ -51,16 +51,16 @@ PREEMPTED = ExitCode(
     "PREEMPTED", 75, "the trainer, the training job script",
     "Stopped with a checkpoint on Slurm's stop notice (SIGUSR2 pretrain_signal_lead seconds before the time limit, "
     "a preemption, scancel --signal=USR2): the trainer saves a checkpoint, writes PREEMPTED and exits with it; the "
-    "job script then requeues the job while pretrain_requeue_max allows, and ends with it once the requeues are "
+    "job script then requeues the job while run_requeue_max allows, and ends with it once the requeues are "
     "used up (also for a notice that came during the checks, before training started).",
-    "The checkpoints are intact: run the playbook again to continue from the newest, or raise pretrain_requeue_max.")
+    "The checkpoints are intact: run the playbook again to continue from the newest, or raise run_requeue_max.")
 NODE_CHECK_FAILED = ExitCode(
     "NODE_CHECK_FAILED", 78, "node_check.sh, the first step of every job",
-    "Bad nodes and no requeue (pretrain_bad_node_policy=fail, or pretrain_requeue_max requeues used up), or "
+    "Bad nodes and no requeue (run_bad_node_policy=fail, or run_requeue_max requeues used up), or "
     "slurm_python does not run on the batch node; nothing else of the job ran.",
     "The play names each bad node with its reason and shows the check's table; they are in the run's "
     "bad_nodes.json and later jobs of the run keep off them. Repair them or leave them out (slurm_exclude_nodes), "
-    "or set pretrain_bad_node_policy=exclude.")
+    "or set run_bad_node_policy=exclude.")
 NETWORK_CHECK_FAILED = ExitCode(
     "NETWORK_CHECK_FAILED", 79, "network_check.sh, the training job's second step",
     "The fabric measured below pretrain_network_min_fraction and pretrain_network_policy=fail; nothing trained.",

@@ -41,7 +41,7 @@ from . import exit_codes, gpu, nccl
 from .atomic import replace_file
 
 BAD_NODES_RC = exit_codes.BAD_NODES.code  # gather's verdict, to node_check.sh
-# preflight_gpu_policy: strict makes a GPU count that differs from what Slurm registers a problem
+# run_gpu_policy: strict makes a GPU count that differs from what Slurm registers a problem
 GPU_POLICIES = ("strict", "report")
 # A node's torch when the job asks for no GPU and does not import torch (the dataset preparation):
 # importing torch takes seconds of CPU on every node, for nothing the job uses; the table shows "-".
@@ -159,7 +159,7 @@ def problems(record, python_name="slurm_python", gpu_policy="strict"):
     if gpu_policy == "strict" and registered is not None and registered != record["detected"]:
         why = " (%s)" % record["gpu_reason"] if record.get("gpu_reason") else ""
         found.append("Slurm registers gpu:%d, the node detects %d%s: make gres.conf and slurm.conf Gres= "
-                     "match %s, or set preflight_gpu_policy=report"
+                     "match %s, or set run_gpu_policy=report"
                      % (registered, record["detected"], why, node))
     for interface in record["missing_interfaces"]:
         found.append("no network interface %s on %s (it has %s): %s"

@@ -18,7 +18,7 @@ requeue_without_bad_nodes() {
         fi
         echo "llmtrain: ${check}: scontrol requeuehold ${SLURM_JOB_ID} failed" >&2
     elif [ "${policy}" = exclude ]; then
-        echo "llmtrain: ${check}: bad node(s) and pretrain_requeue_max=${requeue_max} requeues are used up" >&2
+        echo "llmtrain: ${check}: bad node(s) and run_requeue_max=${requeue_max} requeues are used up" >&2
     fi
     return 1
 }

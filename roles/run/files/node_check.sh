@@ -4,8 +4,8 @@
 #   node_check.sh [llmtrain_node.node_check check options: --gpus N, --require-torch]
 #
 # Its settings come from node_check.conf beside it, which the run role writes on every run
-# (slurm_python, slurm_node_check_timeout, pretrain_bad_node_policy, pretrain_requeue_max,
-# preflight_gpu_policy): they are the run's, not part of any one job, so changing them never
+# (slurm_python, slurm_node_check_timeout, run_bad_node_policy, run_requeue_max,
+# run_gpu_policy): they are the run's, not part of any one job, so changing them never
 # makes a finished job run again.
 #
 # The batch node asks Slurm once for the job's nodes (`scontrol show node -o`); then one task per

@@ -80,7 +80,7 @@ def test_without_the_wandb_package_the_run_stops_before_its_first_step(train_arg
     result = run_module("train", *train_args, "--out", out, "--steps", 4, *WANDB, timeout=120, env=wandb_env)
     assert result.returncode == 2
     assert "--wandb-project needs the Python package 'wandb'" in result.stderr
-    assert "pretrain_wandb_project" in result.stderr
+    assert "run_wandb_project" in result.stderr
     assert not (out / "metrics.jsonl").exists() and not list((out / "checkpoints").glob("step_*"))
 
 

@@ -50,7 +50,7 @@ class WandbLog:
         except ImportError:
             raise ConfigError("--wandb-project needs the Python package 'wandb' in the interpreter that runs the "
                               "trainer (pip install wandb; the venv of deploy_venv_create gets it when "
-                              "pretrain_wandb_project is set)") from None
+                              "run_wandb_project is set)") from None
         out_dir = Path(out_dir)
         try:
             self.run = wandb.init(project=cfg.wandb_project, entity=cfg.wandb_entity or None, mode=cfg.wandb_mode,

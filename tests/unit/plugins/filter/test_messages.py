@@ -77,7 +77,7 @@ def test_a_job_whose_node_check_failed_names_each_bad_node():
     assert job_failure_message(CHECK_FAILED, log, *WHERE, node_check=NODE_CHECK).split("\n") == [
         "Training job 42 (llmtrain-demo) ended FAILED, exit code 78, reason: NonZeroExitCode.",
         "What the run left is in /runs/demo; checkpoints stay in /w/demo/checkpoints and a rerun resumes from the newest.",
-        "Its node check found bad node(s) and started nothing (pretrain_bad_node_policy=fail, or pretrain_requeue_max "
+        "Its node check found bad node(s) and started nothing (run_bad_node_policy=fail, or run_requeue_max "
         "requeues used up); they are recorded in /w/demo/bad_nodes.json and later jobs of the run keep off them:",
         "  slurm-worker-0: slurm-worker-0 did not answer the node check within 60 s",
         "  slurm-worker-1: no network interface ib0 on slurm-worker-1 (it has eth0, lo)",

@@ -64,7 +64,7 @@ def test_workspace_need_filter():
     need = preflight.workspace_need(run)
     assert need == dict(zip(("bytes", "how"), inputs.workspace_need(run)))
     assert need["bytes"] > 4 * 1567623 and need["how"].startswith("4 checkpoints of about ")
-    assert preflight.workspace_need(dict(run, pretrain_script="/shared/train.py")) is None
+    assert preflight.workspace_need(dict(run, run_script="/shared/train.py")) is None
     assert preflight.workspace_need({}) is None
     assert preflight.FilterModule().filters()["workspace_need"] is preflight.workspace_need
 

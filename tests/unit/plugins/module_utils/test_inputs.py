@@ -2,14 +2,14 @@ import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
 
-GOOD = dict(pretrain_run_name="gpt2-124m", pretrain_steps=20000, pretrain_batch_size=16, pretrain_learning_rate=6e-4,
+GOOD = dict(run_name="gpt2-124m", pretrain_steps=20000, pretrain_batch_size=16, pretrain_learning_rate=6e-4,
             pretrain_model=dict(n_layer=12, n_head=12, n_embd=768, block_size=1024), pretrain_checkpoint_interval=1000,
-            pretrain_requeue_max=3, pretrain_force=False, pretrain_extra_args=["--warmup", "100"],
+            run_requeue_max=3, run_force=False, pretrain_extra_args=["--warmup", "100"],
             inference_prompts=["def "], inference_max_new_tokens=200, inference_temperature=0.8, inference_top_k=50,
             slurm_partition="gpu", slurm_nodes=3, slurm_gpus_per_node=4, slurm_procs_per_node=4,
             slurm_cpus_per_task=16, slurm_mem_per_cpu="8G", slurm_time_limit="2-00:00:00",
             slurm_master_port="auto", slurm_workspace="/shared/work", slurm_python="/shared/venv/bin/python",
-            slurm_env_setup=["module load cuda/12.4"], preflight_gpu_policy="strict",
+            slurm_env_setup=["module load cuda/12.4"], run_gpu_policy="strict",
             nccl_env_socket_ifname="eth0", nccl_env_ib_hca="mlx5_0:1",
             deploy_venv_create=True, deploy_venv_base_python="python3.11", deploy_venv_packages=["torch==2.13.0", "numpy"],
             deploy_venv_pip_args=["--index-url", "https://download.pytorch.org/whl/cu124"],
@@ -27,7 +27,7 @@ def test_slurm_time_formats(time_limit):
 
 @pytest.mark.parametrize("name, value", [
     ("slurm_partition", "debug\nrm -rf ~"), ("slurm_partition", "debug\n"), ("slurm_time_limit", "04:00:00\n"),
-    ("slurm_time_limit", "30\ncurl x | sh"), ("slurm_mem_per_cpu", "2G\n"), ("pretrain_run_name", "run\n"),
+    ("slurm_time_limit", "30\ncurl x | sh"), ("slurm_mem_per_cpu", "2G\n"), ("run_name", "run\n"),
     ("slurm_python", "/shared/v/bin/python\n"),
 ])
 def test_a_newline_never_reaches_a_job_script(name, value):
@@ -55,7 +55,7 @@ def test_a_newline_never_reaches_a_job_script(name, value):
     ("slurm_env_setup", "module load cuda", "list of shell lines"),
     ("slurm_env_setup", ["module load a\nrm -rf /"], "one line per item"),
     ("nccl_env_debug", "LOUD", "VERSION, WARN, INFO, TRACE"),
-    ("pretrain_run_name", "../escape", "names a directory"),
+    ("run_name", "../escape", "names a directory"),
     ("pretrain_steps", 0, "optimizer steps"),
     ("pretrain_poll_interval", 0, "seconds between progress lines"),
     ("pretrain_learning_rate", "fast", "between 0 and 1"),
@@ -64,9 +64,9 @@ def test_a_newline_never_reaches_a_job_script(name, value):
     ("pretrain_straggler_threshold", "slow", "must be a number above 0"),
     ("pretrain_straggler_intervals", 11, "from 0 (no straggler lines) to 10"),
     ("pretrain_straggler_intervals", -1, "from 0 (no straggler lines) to 10"),
-    ("pretrain_wandb_project", "team/project", "none of / \\ # ? % : (the entity goes in pretrain_wandb_entity)"),
-    ("pretrain_wandb_project", "", "1-128 characters"),
-    ("pretrain_wandb_mode", "cloud", "online (the nodes reach W&B) or offline"),
+    ("run_wandb_project", "team/project", "none of / \\ # ? % : (the entity goes in run_wandb_entity)"),
+    ("run_wandb_project", "", "1-128 characters"),
+    ("run_wandb_mode", "cloud", "online (the nodes reach W&B) or offline"),
     ("inference_prompts", [], "non-empty list"),
     ("inference_temperature", -1, "number >= 0"),
     ("inference_max_new_tokens", 0, "tokens generated per prompt"),
@@ -195,7 +195,7 @@ def test_workspace_need_grows_with_the_ranks_random_states():
 
 
 @pytest.mark.parametrize("values", [
-    dict(LOCAL_RUN, pretrain_script="/shared/my_train.py"),
+    dict(LOCAL_RUN, run_script="/shared/my_train.py"),
     dict(LOCAL_RUN, pretrain_model=None),
     dict(LOCAL_RUN, pretrain_model=dict(n_layer=2, n_embd=64)),
     dict(LOCAL_RUN, pretrain_model=dict(n_layer=0, n_embd=64, block_size=64)),
@@ -238,14 +238,14 @@ def test_slurm_node_check_timeout_is_at_least_ten_seconds():
 
 
 @pytest.mark.parametrize("values, words", [
-    (dict(pretrain_source_dir="/home/me/nanolm"),
-     "pretrain_source_dir=/home/me/nanolm is set but pretrain_script is not: name your training script inside it"),
-    (dict(pretrain_source_dir="/home/me/nanolm", pretrain_script="/home/me/nanolm/train.py"),
-     "pretrain_script=/home/me/nanolm/train.py must be a path inside pretrain_source_dir=/home/me/nanolm, relative"),
-    (dict(pretrain_source_dir="/home/me/nanolm", pretrain_script="../other/train.py"),
-     "pretrain_script=../other/train.py must be a path inside pretrain_source_dir"),
-    (dict(pretrain_script_chdir="run\nrm -rf /"), "pretrain_script_chdir='run\\nrm -rf /' must be a path on one line"),
-    (dict(pretrain_source_exclude="data/*"), "pretrain_source_exclude='data/*' must be a list of one-line strings"),
+    (dict(run_source_dir="/home/me/nanolm"),
+     "run_source_dir=/home/me/nanolm is set but run_script is not: name your training script inside it"),
+    (dict(run_source_dir="/home/me/nanolm", run_script="/home/me/nanolm/train.py"),
+     "run_script=/home/me/nanolm/train.py must be a path inside run_source_dir=/home/me/nanolm, relative"),
+    (dict(run_source_dir="/home/me/nanolm", run_script="../other/train.py"),
+     "run_script=../other/train.py must be a path inside run_source_dir"),
+    (dict(run_script_chdir="run\nrm -rf /"), "run_script_chdir='run\\nrm -rf /' must be a path on one line"),
+    (dict(run_source_exclude="data/*"), "run_source_exclude='data/*' must be a list of one-line strings"),
 ])
 def test_your_own_scripts_paths_are_checked_before_anything_runs(values, words):
     errors = inputs.validate(dict(GOOD, **values))
@@ -253,10 +253,10 @@ def test_your_own_scripts_paths_are_checked_before_anything_runs(values, words):
 
 
 @pytest.mark.parametrize("values", [
-    dict(pretrain_script="/home/me/train.py"),
-    dict(pretrain_source_dir="/home/me/nanolm", pretrain_script="scripts/train.py", pretrain_script_chdir="scripts",
-         pretrain_source_exclude=["data/*", "*.ckpt"]),
-    dict(pretrain_source_dir="~/nanolm", pretrain_script="train.py", pretrain_source_exclude=[]),
+    dict(run_script="/home/me/train.py"),
+    dict(run_source_dir="/home/me/nanolm", run_script="scripts/train.py", run_script_chdir="scripts",
+         run_source_exclude=["data/*", "*.ckpt"]),
+    dict(run_source_dir="~/nanolm", run_script="train.py", run_source_exclude=[]),
 ])
 def test_your_own_script_in_a_source_dir_or_alone_passes(values):
     assert inputs.validate(dict(GOOD, **values)) == []
@@ -273,15 +273,15 @@ def test_your_progress_patterns_are_checked_before_anything_runs():
 
 @pytest.mark.parametrize("values, words", [
     (dict(inference_script="sample.py"), "inference_script=sample.py is for a run of your own training script"),
-    (dict(pretrain_script="/home/me/train.py", inference_script="/home/me/sample.py"),
+    (dict(run_script="/home/me/train.py", inference_script="/home/me/sample.py"),
      "inference_script=/home/me/sample.py must be a path relative to the directory your code is deployed to"),
-    (dict(pretrain_script="/home/me/train.py", inference_script=["sample.py"]),
+    (dict(run_script="/home/me/train.py", inference_script=["sample.py"]),
      "inference_script=['sample.py'] must be a path on one line"),
 ])
 def test_your_sampling_script_is_checked_before_anything_runs(values, words):
     errors = inputs.validate(dict(GOOD, **values))
     assert len(errors) == 1 and errors[0].startswith(words), errors
-    assert inputs.validate(dict(GOOD, pretrain_script="/home/me/train.py", inference_script="sample.py")) == []
+    assert inputs.validate(dict(GOOD, run_script="/home/me/train.py", inference_script="sample.py")) == []
 
 
 def test_a_tokenizer_file_needs_no_vocabulary_size():
@@ -294,10 +294,10 @@ def test_pretrain_parallel_is_ddp_or_fsdp_and_for_the_reference_trainer_only():
     assert inputs.validate(dict(GOOD, pretrain_parallel="zero3")) == [
         "pretrain_parallel='zero3' must be ddp (every process holds the whole model and optimizer) or fsdp "
         "(parameters, gradients and optimizer state sharded over the processes)."]
-    assert inputs.validate(dict(GOOD, pretrain_parallel="fsdp", pretrain_script="train.py")) == [
-        "pretrain_parallel=fsdp is for the reference trainer; your script (pretrain_script=train.py) parallelises as "
+    assert inputs.validate(dict(GOOD, pretrain_parallel="fsdp", run_script="train.py")) == [
+        "pretrain_parallel=fsdp is for the reference trainer; your script (run_script=train.py) parallelises as "
         "it does itself: remove pretrain_parallel, or pass your script its own flag in pretrain_script_args."]
-    assert inputs.validate(dict(GOOD, pretrain_parallel="ddp", pretrain_script="train.py")) == []  # the default
+    assert inputs.validate(dict(GOOD, pretrain_parallel="ddp", run_script="train.py")) == []  # the default
 
 
 # Sharded checkpoints (pretrain_parallel: fsdp) as the reference trainer wrote them, measured:

@@ -199,7 +199,7 @@ def test_gpu_policy_strict_or_report_when_slurm_registers_gpus_the_node_lacks():
                   torch=CPU_TORCH, gpu_reason="nvidia-smi not found (no NVIDIA driver utilities on PATH)")
     assert node_check.problems(lost, gpu_policy="strict") == [
         "Slurm registers gpu:2, the node detects 0 (nvidia-smi not found (no NVIDIA driver utilities on PATH)): "
-        "make gres.conf and slurm.conf Gres= match n1, or set preflight_gpu_policy=report"]
+        "make gres.conf and slurm.conf Gres= match n1, or set run_gpu_policy=report"]
     assert node_check.problems(lost, gpu_policy="report") == []
     assert node_check.problems(lost) == node_check.problems(lost, gpu_policy="strict")  # strict by default
 

@@ -89,7 +89,7 @@ def test_the_collections_own_files_count(tmp_path):
 
 def test_a_stage_that_ran_since_or_a_record_that_cannot_be_read_is_not_finished():
     fingerprint, record = finished(**DONE)
-    again = {**DONE, "train_done_json": '{"job_id": 9}\n'}  # trained again (pretrain_force, --tags pretrain)
+    again = {**DONE, "train_done_json": '{"job_id": 9}\n'}  # trained again (run_force, --tags pretrain)
     assert pipeline_record.verdict(read(record, **again), fingerprint, []) == \
         (False, "a stage ran again since the pipeline finished")
     gone = {**DONE, "generate_done_json": None}

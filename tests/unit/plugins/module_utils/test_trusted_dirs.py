@@ -109,7 +109,7 @@ def test_the_run_directory_and_below_are_yours_alone(tmp_path):
     (run_dir / "logs").write_text("not a directory")
     os.chmod(str(run_dir / "scripts"), 0o1777)  # sticky does not make it yours alone
     os.chown(str(run_dir / "env"), NOBODY, NOBODY)
-    problems, _own, missing = trusted_dirs.check(str(run_dir), os.geteuid(), "pretrain_run_name",
+    problems, _own, missing = trusted_dirs.check(str(run_dir), os.geteuid(), "run_name",
                                                  ["env", "scripts", "logs", "data"])
     assert missing == [str(run_dir / "data")]
     assert problems[0].startswith("%s belongs to nobody (uid 65534), not to you" % (run_dir / "env"))

@@ -92,7 +92,7 @@ def test_a_deployed_file_that_changed_since_is_kept_with_a_warning(deploy):
     os.unlink(str(deploy.source / "notes.txt"))
     result = deploy()
     assert result["removed"] == [] and (deploy.dest / "notes.txt").read_text() == "the job added to it\n"
-    assert result["kept"] == ["%s/notes.txt changed since it was deployed and is no longer in pretrain_source_dir: it "
+    assert result["kept"] == ["%s/notes.txt changed since it was deployed and is no longer in run_source_dir: it "
                               "is left as it is" % deploy.dest]
 
 
@@ -120,7 +120,7 @@ def test_something_of_the_jobs_in_the_way_fails_naming_it_and_nothing_is_removed
     write(deploy.dest, {"out/ckpt.pt": "weights"})
     write(deploy.source, {"out": "now a file of the source\n"})
     result = deploy(expect_failure=True)
-    assert "%s is a directory where pretrain_source_dir has the file out" % (deploy.dest / "out") in result["msg"]
+    assert "%s is a directory where run_source_dir has the file out" % (deploy.dest / "out") in result["msg"]
     assert (deploy.dest / "out" / "ckpt.pt").is_file()
 
 
