@@ -159,7 +159,7 @@ def test_the_run_fingerprint_takes_every_input_and_nothing_computed():
     declared input may be (or a changed one would not train again)."""
     run_vars = load(os.path.join(ROOT, "roles", "run", "vars", "main.yml"))
     computed = set(run_vars["_run_computed"])
-    _, declared = jinja_reads()
+    declared = jinja_reads()[1]
     made = set(name for name in run_vars if name.startswith("run_")) | set(
         name for name in declared if name.startswith("run_"))
     inputs = set(name for options in SPECS.values() for name in options)
@@ -267,9 +267,9 @@ def module_choices(module, option):
 # Where code other than the spec lists a variable's choices: the input checks (which a stage run
 # alone also applies), the reference trainer's own CLI, the modules the roles pass the value to.
 CHOICE_COPIES = {
-    "pretrain_parallel": [("plugins/module_utils/inputs.py", "PARALLEL"), ("roles/deploy/files/trainer/config.py", "PARALLEL")],
-    "pretrain_network_policy": [("plugins/module_utils/inputs.py", "NETWORK_POLICIES")],
-    "run_wandb_mode": [("plugins/module_utils/inputs.py", "WANDB_MODES"), ("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
+    "pretrain_parallel": [("plugins/module_utils/inputs/pretrain.py", "PARALLEL"), ("roles/deploy/files/trainer/config.py", "PARALLEL")],
+    "pretrain_network_policy": [("plugins/module_utils/inputs/pretrain.py", "NETWORK_POLICIES")],
+    "run_wandb_mode": [("plugins/module_utils/inputs/run.py", "WANDB_MODES"), ("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
     "run_gpu_policy": [("module:slurm_node_check", "gpu_policy"), ("plugins/module_utils/node/node_check.py", "GPU_POLICIES")],
 }
 

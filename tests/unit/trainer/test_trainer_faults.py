@@ -250,5 +250,5 @@ def test_preflight_asks_for_at_least_the_room_a_real_checkpoint_takes(data_dir, 
     written = (out / "checkpoints" / "step_000001.pt").stat().st_size
     need, how = inputs.workspace_need(dict(pretrain_model=model, pretrain_extra_args=["--keep-checkpoints", "1"]))
     assert written <= need / 2 < 1.5 * written  # one kept, one being written
-    params = sum(p.numel() for p in GPT(GPTConfig(vocab_size=inputs.VOCAB_SIZE, dropout=0.0, **model)).parameters())
+    params = sum(p.numel() for p in GPT(GPTConfig(vocab_size=inputs.pretrain.VOCAB_SIZE, dropout=0.0, **model)).parameters())
     assert f"({params} parameters," in how

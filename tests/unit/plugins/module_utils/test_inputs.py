@@ -189,7 +189,7 @@ def test_workspace_need_counts_the_checkpoints_the_trainer_keeps(extra_args, cou
 
 
 def test_workspace_need_grows_with_the_ranks_random_states():
-    assert one_checkpoint(dict(LOCAL_RUN, slurm_nodes=6)) - one_checkpoint(LOCAL_RUN) == 6 * inputs.RNG_BYTES_PER_RANK
+    assert one_checkpoint(dict(LOCAL_RUN, slurm_nodes=6)) - one_checkpoint(LOCAL_RUN) == 6 * inputs.pretrain.RNG_BYTES_PER_RANK
     assert one_checkpoint(dict(LOCAL_RUN, slurm_nodes=None, slurm_procs_per_node=None)) == \
         one_checkpoint(dict(LOCAL_RUN, slurm_nodes=1, slurm_procs_per_node=1))
 
@@ -339,3 +339,24 @@ def test_network_policy_names_its_choices():
         "exclude requeues the job without it, fail ends the job."]
     for policy in ("warn", "exclude", "fail"):
         assert inputs.validate(dict(GOOD, pretrain_network_policy=policy)) == []
+
+
+def test_each_roles_checks_live_in_its_own_module():
+    """inputs/ is split by role: the module named after a role checks that role's variables (a value
+    of another role it reads only to bound its own), and every role whose variables need code has one."""
+    import glob
+    import os
+    import re
+    here = os.path.dirname(inputs.__file__)
+    modules = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(here, "*.py")))
+    assert modules == ["__init__", "common", "deploy", "inference", "pretrain", "run", "slurm"]
+    for module in modules[2:]:
+        with open(os.path.join(here, module + ".py"), encoding="utf-8") as handle:
+            text = handle.read()
+        checked = set(re.findall(r'"(\w+)" in values', text)) | set(re.findall(r'count\(found, values, "(\w+)"', text))
+        assert checked, module
+        assert sorted(n for n in checked if not n.startswith(module + "_")) == [], module
+    messages = inputs.validate(dict(slurm_nodes=0, run_name="../x", deploy_tokenizer="x", pretrain_steps=0,
+                                    inference_top_k=-1))
+    assert [m.split("=", 1)[0] for m in messages] == [
+        "slurm_nodes", "run_name", "deploy_tokenizer", "pretrain_steps", "inference_top_k"]
