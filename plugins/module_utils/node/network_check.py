@@ -190,14 +190,21 @@ class Measure:
         return self._slowest(time.perf_counter() - start, group) / iters, iters
 
     def sweep(self, byte_sizes, ranks, group=None):
-        """[dict(bytes, seconds, iters, busbw)] up to the first size that takes the whole budget."""
+        """[dict(bytes, seconds, iters, busbw)] up to the first size that takes the whole budget, and
+        at least one size past the latency one (a busy CPU can make even 8 bytes take it all, and
+        a sweep without a bandwidth is no measurement)."""
         found = []
         for size in byte_sizes:
             seconds, iters = self.seconds_per_all_reduce(size, group)
             found.append(dict(bytes=size, seconds=seconds, iters=iters, busbw=bus_bandwidth(size, seconds, ranks)))
-            if seconds * 2 > self.budget:
+            if seconds * 2 > self.budget and size > LATENCY_BYTES:
                 break
         return found
+
+
+def best_of(one, other):
+    """The larger of two bandwidths, either of which may be None (not measured)."""
+    return other if one is None else one if other is None else max(one, other)
 
 
 def summary_of(sweep):
@@ -259,7 +266,7 @@ def run(args, environ=None, started=None):
                     pair_busbw, pair_latency = summary_of(pair_sweep)
                     key = (nodes[a]["node"], nodes[b]["node"])
                     best = found.setdefault(key, dict(nodes=list(key), busbw=pair_busbw, latency_us=pair_latency))
-                    best["busbw"] = max(best["busbw"], pair_busbw)
+                    best["busbw"] = best_of(best["busbw"], pair_busbw)
                     best["latency_us"] = min(best["latency_us"], pair_latency)
                 dist.barrier()
         # each pair as its two ranks measured it (the slowest of the two), once

@@ -166,3 +166,23 @@ def test_the_program_measures_two_gloo_ranks_on_this_machine(tmp_path):
     assert len(result["pairs"]) == 1 and result["slow"] == {} and result["verdict"] == "ok"
     assert "llmtrain: network check: all-reduce over 2 ranks (gloo): bus bandwidth" in outputs[0]
     assert "llmtrain: network check  node1  lo" in outputs[0]
+
+
+def test_a_busy_cpu_that_spends_the_budget_on_8_bytes_still_gets_a_bandwidth_and_no_crash():
+    """Under load even the latency size can take the whole budget: the sweep measures one size past it
+    all the same (it stopped there, and two ranks compared None with None: a TypeError that ended the
+    check on every rank), and a pair's best keeps a measured bandwidth over an unmeasured one."""
+    class Slow(network_check.Measure):
+        def __init__(self):
+            super().__init__(None, None, None, budget=0.05)
+
+        def seconds_per_all_reduce(self, size, group=None):
+            return 0.04, 1  # every size takes most of the budget
+
+    sweep = Slow().sweep(network_check.sizes(2 ** 20), 2)
+    assert [s["bytes"] for s in sweep][:1] == [network_check.LATENCY_BYTES] and len(sweep) == 2
+    busbw, latency_us = network_check.summary_of(sweep)
+    assert busbw is not None and busbw > 0 and latency_us == 40000.0
+    assert network_check.best_of(None, None) is None
+    assert network_check.best_of(None, 2.0) == 2.0 and network_check.best_of(3.0, None) == 3.0
+    assert network_check.best_of(3.0, 2.0) == 3.0
