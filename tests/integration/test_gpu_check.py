@@ -25,7 +25,8 @@ def test_cpu_nodes_register_and_detect_zero(local_cluster, tmp_path):
 
 def test_placeholder_gres_is_a_mismatch_on_every_node(local_cluster, tmp_path):
     try:
-        run_playbook("local_cluster.yml", "-e", "local_cluster_gres_gpus=2")
+        # typed, as most sites register them (gpu:TYPE:N); an untyped request (--gres=gpu:2) takes them too
+        run_playbook("local_cluster.yml", "-e", "local_cluster_gres_gpus=2", "-e", "local_cluster_gres_gpu_type=tiny")
         report = check(tmp_path, mode="report")
         assert not report["failed"], report["_output"]
         assert report["mismatches"] == NODES
@@ -43,10 +44,21 @@ def test_placeholder_gres_is_a_mismatch_on_every_node(local_cluster, tmp_path):
             assert "Likely fix:" in line and "Gres=gpu:0 for NodeName=" + name in line
 
         assert run_playbook("preflight.yml").rc == 0  # Slurm registers the GPUs: only a node can tell
+        # a run that asks for typed GPUs: the type the nodes register passes, another is refused naming it
+        typed = ["-e", "slurm_gpus_per_node=2", "-e", "slurm_procs_per_node=1"]
+        assert run_playbook("preflight.yml", *typed, "-e", "slurm_gpu_type=tiny").rc == 0
+        wrong = run_playbook("preflight.yml", *typed, "-e", "slurm_gpu_type=h100", check=False)
+        assert wrong.rc != 0
+        assert ("slurm_gpu_type=h100: no usable node of partition debug registers GPUs of that type; they register "
+                "gpu:tiny (3 nodes).") in wrong.output, wrong.output[-3000:]
         survey = run_playbook("node_check.yml", check=False)
         assert survey.rc != 0
         for name in NODES:
             assert "%s: Slurm registers gpu:2, the node detects 0" % name in survey.output, survey.output[-3000:]
+        # the survey's step asks for the GPUs by type (--gres=gpu:tiny:2): Slurm takes it, and each node is shown
+        typed_survey = run_playbook("node_check.yml", "-e", "run_gpu_policy=report", *typed, "-e", "slurm_gpu_type=tiny")
+        typed_rows = [line.split() for line in re.findall(r'"(%s[^"]*)"' % NODE_RE, typed_survey.output)]
+        assert [row[1].split("/")[0] for row in typed_rows] == ["2"] * 3, typed_survey.output[-3000:]
         shown = run_playbook("node_check.yml", "-e", "run_gpu_policy=report")
         rows = [line.split() for line in re.findall(r'"(%s[^"]*)"' % NODE_RE, shown.output)]
         # GPUs asked/seen by the step/nvidia-smi/torch/registered by Slurm
