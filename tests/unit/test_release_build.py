@@ -164,3 +164,26 @@ def test_the_installed_preflight_playbook_rejects_missing_inputs_before_asking_s
     assert proc.returncode == 2, proc.stdout
     assert "slurm_nodes is not set: add it to the inventory" in proc.stdout
     assert "Ask Slurm" not in proc.stdout
+
+
+def test_an_execution_environment_gets_the_collections_controller_requirements_and_nothing_of_the_training(release):
+    """ansible-builder reads the installed collection's meta/execution-environment.yml (not the root
+    requirements.txt, which is this repository's development environment: torch, molecule, ...),
+    and makes the build context of ee/execution-environment.yml. Building the image needs podman
+    or docker and the base image's registry, which this machine has not."""
+    _members, env, work, installed = release
+    builder = os.path.join(BIN, "ansible-builder")
+    found = run([builder, "introspect", "--sanitize", installed], work, env).stdout
+    python = [line for line in found.splitlines() if "from collection llmtrain.slurm" in line]
+    assert any(line.startswith("- 'matplotlib") for line in python), found
+    assert not [line for line in python if any(name in line for name in ("torch", "molecule", "pytest", "ansible-lint"))]
+    assert "openssh-client [platform:dpkg]" in found
+
+    context = work / "ee-context"
+    run([builder, "create", "-f", os.path.join(ROOT, "ee", "execution-environment.yml"), "-c", context,
+         "--output-filename", "Containerfile"], work, env)
+    containerfile = (context / "Containerfile").read_text()
+    assert 'ARG EE_BASE_IMAGE="quay.io/centos/centos:stream9"' in containerfile
+    assert "ansible-galaxy collection install" in containerfile and "/usr/bin/python3.11" in containerfile
+    requirements = (context / "_build" / "requirements.yml").read_text()
+    assert "name: llmtrain.slurm" in requirements
