@@ -11,11 +11,12 @@
   values | llmtrain.slurm.workspace_need           -> {bytes, how} the run's checkpoints take, or none
   cluster | llmtrain.slurm.cluster_errors(partition, usable, excluded, slurm_partition, slurm_nodes,
                                           slurm_gpus_per_node, bad_nodes_file) -> [message]
+  cluster | llmtrain.slurm.site_errors(partition, usable, values) -> {errors, notes} of the site's options
 """
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs, site_check
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import nccl
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
     expand_hostlist, out_of_service_nodes, usable_nodes)
@@ -110,6 +111,28 @@ def cluster_errors(cluster, partition, usable, excluded, slurm_partition, slurm_
     return errors
 
 
+def site_errors(cluster, partition, usable, values):
+    """What the site requires of a job (values: slurm_constraint, slurm_gpu_type, slurm_reservation,
+    slurm_account, slurm_qos, slurm_nodes, slurm_gpus_per_node) against what Slurm has (cluster: as
+    slurm_cluster_info returns it, with reservations and associations where asked for) ->
+    {errors, notes}; partition: the run's partition's name; usable: its usable nodes less the
+    excluded ones."""
+    values = dict(values or {})
+    usable = list(usable or [])
+    nodes = _int(values.get("slurm_nodes"))
+    errors = site_check.constraint_errors(values.get("slurm_constraint"), usable, nodes, partition)
+    errors += site_check.release_errors(values.get("slurm_sbatch_options"), cluster.get("version"))
+    errors += site_check.gpu_type_errors(values.get("slurm_gpu_type"), _int(values.get("slurm_gpus_per_node")),
+                                         usable, nodes, partition)
+    more, notes = site_check.reservation_errors(values.get("slurm_reservation"), cluster.get("reservations"), usable,
+                                                nodes, partition, cluster.get("user"), values.get("slurm_account"))
+    errors += more
+    more, also = site_check.association_errors(values.get("slurm_account"), values.get("slurm_qos"),
+                                               cluster.get("associations"), partition, cluster.get("user"),
+                                               cluster.get("associations_note"))
+    return {"errors": errors + more, "notes": notes + also}
+
+
 class FilterModule(object):
     def filters(self):
         return {"input_errors": input_errors, "usable_nodes": usable_nodes,
@@ -117,4 +140,5 @@ class FilterModule(object):
                 "hostnames": hostnames,
                 "gpu_mismatch_line": gpu_mismatch_line,
                 "workspace_need": workspace_need,
-                "cluster_errors": cluster_errors}
+                "cluster_errors": cluster_errors,
+                "site_errors": site_errors}

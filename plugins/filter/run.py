@@ -7,6 +7,7 @@
   run values | llmtrain.slurm.pipeline_fingerprint(workers, source digest) -> what the run is made from
   read_files result | llmtrain.slurm.pipeline_verdict(fingerprint, missing) -> may a rerun stop here
   read_files result | llmtrain.slurm.pipeline_record(fingerprint) -> the text of <run>/pipeline.json
+  GPUs per node | llmtrain.slurm.gpu_options(type, how) -> the sbatch options that ask for them
 """
 
 from __future__ import annotations
@@ -62,7 +63,29 @@ def pipeline_record_text(read, fingerprint):
     return pipeline_record.record_text(fingerprint, read or {})
 
 
+# slurm_gpu_request: how a job asks for its GPUs
+GPU_REQUESTS = ("gres", "gpus-per-node")
+
+
+def gpu_options(count, gpu_type=None, how="gres"):
+    """The sbatch options that ask for `count` GPUs on each node: {} for none, else
+    {'gres': 'gpu[:TYPE]:N'} or, with how=gpus-per-node, {'gpus-per-node': '[TYPE:]N'}."""
+    try:
+        count = int(count or 0)
+    except (TypeError, ValueError):
+        raise AnsibleFilterError("gpu_options: %r is not a GPU count" % (count,))
+    if count <= 0:
+        return {}
+    typed = "%s:%d" % (gpu_type, count) if gpu_type else "%d" % count
+    if how == "gpus-per-node":
+        return {"gpus-per-node": typed}
+    if how not in GPU_REQUESTS:
+        raise AnsibleFilterError("gpu_options: how=%r must be one of %s (slurm_gpu_request)" % (how, ", ".join(GPU_REQUESTS)))
+    return {"gres": "gpu:" + typed}
+
+
 class FilterModule(object):
     def filters(self):
         return {"env_file_values": env_file_values, "log_metrics": log_metrics,
-                "pipeline_fingerprint": pipeline_fingerprint, "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text}
+                "pipeline_fingerprint": pipeline_fingerprint, "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text,
+                "gpu_options": gpu_options}

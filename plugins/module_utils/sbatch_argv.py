@@ -13,8 +13,9 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node.nccl import en
 
 COMMENT_PREFIX = "llmtrain:"
 
-# sbatch long options of Slurm 22.05 that a task may set through `options`. The options
-# the module sets itself (job name, comment, parsable, wait, chdir) are not among them.
+# sbatch long options of Slurm 22.05 to 25.05 that a task may set through `options`. The
+# options the module sets itself (job name, comment, parsable, wait, chdir) are not among
+# them. Those that not every release has are in OPTION_RELEASES.
 SBATCH_OPTIONS = frozenset("""
 account acctg-freq array batch bb bbf begin cluster-constraint clusters constraint container
 contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu cpus-per-task deadline delay-boot
@@ -26,7 +27,41 @@ ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket open-mode outpu
 oversubscribe partition power priority profile propagate qos quiet reboot requeue reservation
 signal sockets-per-node spread-job switches test-only thread-spec threads-per-core time time-min
 tmp tres-per-task uid use-min-nodes verbose wait-all-nodes wckey
+container-id extra tres-bind resv-ports segment stepmgr oom-kill-step
 """.split())
+# option -> (the first release whose sbatch has it, the first that no longer has it), from each
+# release's src/common/slurm_opt.c and RELEASE_NOTES (docs/slurm-releases.md)
+OPTION_RELEASES = {
+    "container-id": ((23, 2), None),
+    "extra": ((23, 2), None),
+    "tres-per-task": ((23, 2), None),
+    "tres-bind": ((23, 11), None),
+    "resv-ports": ((24, 5), None),
+    "segment": ((24, 5), None),
+    "stepmgr": ((24, 5), None),
+    "oom-kill-step": ((24, 11), None),
+    "power": (None, (24, 5)),
+}
+
+
+def release(version):
+    """'22.05.8' -> (22, 5); None when it is not a Slurm version."""
+    match = re.match(r"^\s*(?:slurm(?:-wlm)?\s+)?(\d+)\.(\d+)", str(version or ""))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def option_release_error(name, version):
+    """Why sbatch of Slurm `version` lacks the long option `name`, or None (also when the
+    version is unknown: sbatch then says it itself)."""
+    have = release(version)
+    first, gone = OPTION_RELEASES.get(name, (None, None))
+    if have is None:
+        return None
+    if first and have < first:
+        return "--%s needs Slurm %d.%02d or later, and this cluster runs %s" % (name, first[0], first[1], version.strip())
+    if gone and have >= gone:
+        return "--%s was removed in Slurm %d.%02d, and this cluster runs %s" % (name, gone[0], gone[1], version.strip())
+    return None
 RESERVED_OPTIONS = {
     "job-name": "set the job name with the name option",
     "comment": "the comment records the job's identity (name and fingerprint)",
@@ -36,6 +71,41 @@ RESERVED_OPTIONS = {
     "wrap": "use the content option",
 }
 OPTION_NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+
+# The sbatch options the collection's jobs set themselves, each with the variable (or the reason)
+# that owns it: slurm_sbatch_options may give any other option of SBATCH_OPTIONS, never these.
+COLLECTION_OPTIONS = {
+    "partition": "slurm_partition",
+    "nodes": "slurm_nodes",
+    "ntasks": "the collection (one launcher task per node)",
+    "ntasks-per-node": "the collection (one launcher task per node; slurm_procs_per_node sets the processes)",
+    "cpus-per-task": "slurm_cpus_per_task",
+    "mem": "slurm_mem_per_cpu (deploy_prepare_mem and inference_mem for their jobs)",
+    "mem-per-cpu": "slurm_mem_per_cpu",
+    "time": "slurm_time_limit (deploy_prepare_time_limit and inference_time_limit for their jobs)",
+    "gres": "slurm_gpus_per_node, slurm_gpu_type and slurm_gpu_request",
+    "gpus": "slurm_gpus_per_node, slurm_gpu_type and slurm_gpu_request",
+    "gpus-per-node": "slurm_gpus_per_node, slurm_gpu_type and slurm_gpu_request",
+    "exclude": "slurm_exclude_nodes",
+    "account": "slurm_account",
+    "qos": "slurm_qos",
+    "reservation": "slurm_reservation",
+    "constraint": "slurm_constraint",
+    "exclusive": "slurm_exclusive",
+    "mail-type": "slurm_mail_type",
+    "mail-user": "slurm_mail_user",
+    "output": "the collection (logs/%x-%j.out in the run directory, which the watch reads)",
+    "error": "the collection (one log per job, logs/%x-%j.out, which the watch reads)",
+    "open-mode": "the collection (a requeued job appends to its log)",
+    "requeue": "run_requeue_max (how often the jobs requeue themselves)",
+    "no-requeue": "run_requeue_max=0 (how often the jobs requeue themselves)",
+    "signal": "pretrain_signal_lead",
+    "export": "the collection (the jobs' environment: the run's env files, slurm_secret_env)",
+    "export-file": "the collection (the jobs' environment: the run's env files, slurm_secret_env)",
+    "array": "the collection (one job per stage)",
+    "hold": "the collection (a job is held only by its node check)",
+    "test-only": "the collection (ansible-playbook --check submits nothing)",
+}
 
 
 def fingerprint(name, content, options, env, chdir):

@@ -8,8 +8,9 @@ import os
 import pwd
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
-    FIELD_SEP, SACCT_FIELDS, SINFO_STATE_FORMAT, SQUEUE_FORMAT, job_from_scontrol, parse_nodes, parse_partitions,
-    parse_records, parse_sacct, parse_squeue, parse_state_counts, parse_version, unknown_job)
+    ASSOC_FORMAT, FIELD_SEP, NO_ACCOUNTING_MARKER, SACCT_FIELDS, SINFO_STATE_FORMAT, SQUEUE_FORMAT, job_from_scontrol,
+    parse_associations, parse_nodes, parse_partitions, parse_records, parse_reservations, parse_sacct, parse_squeue,
+    parse_state_counts, parse_version, unknown_job)
 
 
 def show_argv(argv):
@@ -97,6 +98,25 @@ class Slurm:
     def partitions(self):
         """`scontrol show partition -o` as parse_partitions gives it."""
         return parse_partitions(self.run([self.bin("scontrol"), "show", "partition", "-o"])[1])
+
+    def reservations(self):
+        """`scontrol show reservation -o` as parse_reservations gives it."""
+        return parse_reservations(self.run([self.bin("scontrol"), "show", "reservation", "-o"])[1])
+
+    def associations(self, user):
+        """(the user's associations as parse_associations gives them, None) where the cluster keeps
+        accounting, else (None, why they could not be read)."""
+        sacctmgr = self.bin("sacctmgr", required=False)
+        if not sacctmgr:
+            return None, "sacctmgr is not installed here"
+        argv = [sacctmgr, "--noheader", "--parsable2", "show", "assoc", "user=" + user, "format=" + ASSOC_FORMAT]
+        rc, out, err = self.module.run_command(argv)
+        if rc == 0:
+            return parse_associations(out), None
+        text = (err or out).strip()
+        if NO_ACCOUNTING_MARKER in text:
+            return None, "this cluster keeps no accounting database (%s)" % " ".join(text.split())
+        return None, "%s failed (rc %d): %s" % (show_argv(argv), rc, text)
 
     def version(self):
         """The client's Slurm version, such as '22.05.8'."""

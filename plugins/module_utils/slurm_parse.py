@@ -245,6 +245,46 @@ def parse_nodes(text):
     return nodes
 
 
+def parse_reservations(text):
+    """`scontrol show reservation -o` -> a list of reservation dicts ("No reservations in the
+    system" is none)."""
+    found = []
+    for rec in parse_records(text, "ReservationName"):
+        found.append(dict(
+            name=rec["ReservationName"],
+            state=(rec.get("State") or "").lower(),
+            start_time=null(rec.get("StartTime")),
+            end_time=null(rec.get("EndTime")),
+            nodes=expand_hostlist(rec.get("Nodes")),
+            node_count=_int(rec.get("NodeCnt")),
+            partition=null(rec.get("PartitionName")),
+            features=null(rec.get("Features")),
+            flags=_split_list(rec.get("Flags")),
+            users=_split_list(rec.get("Users")),
+            accounts=_split_list(rec.get("Accounts")),
+        ))
+    return found
+
+
+# sacctmgr -nP show assoc: account|partition|qos (QoS names joined by commas)
+ASSOC_FORMAT = "account,partition,qos"
+# What sacctmgr prints where the cluster keeps no accounting (AccountingStorageType=accounting_storage/none)
+NO_ACCOUNTING_MARKER = "not running a supported accounting_storage plugin"
+
+
+def parse_associations(text):
+    """`sacctmgr --noheader --parsable2 show assoc format=account,partition,qos` -> [{account,
+    partition (None for any), qos: [names]}]."""
+    found = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = (line.split("|") + ["", "", ""])[:3]
+        found.append(dict(account=fields[0] or None, partition=fields[1] or None,
+                          qos=[q for q in fields[2].split(",") if q]))
+    return found
+
+
 def parse_partitions(text):
     """`scontrol show partition -o` -> a list of partition dicts."""
     parts = []

@@ -444,7 +444,10 @@ def identity(module, p):
     """(content, option argv, export argv, env, fingerprint) of the job the task describes."""
     if p["poll_interval"] < 1:
         module.fail_json(msg="poll_interval must be at least 1 (one Slurm query per second at most)")
-    options = dict((k.replace("_", "-") if isinstance(k, str) else k, v) for k, v in p["options"].items())
+    # an option set to null or false is not given (nor part of the fingerprint): a task may list
+    # every option it could set, and one left unset does not make another job of the same one
+    options = dict((k.replace("_", "-") if isinstance(k, str) else k, v) for k, v in p["options"].items()
+                   if v is not None and v is not False)
     export = options.pop("export", None)
     env = dict((k, "" if v is None else str(v)) for k, v in p["env"].items())
     try:

@@ -30,6 +30,20 @@ options:
         that is not a regular file or is larger than 16 MiB, and one that is not a JSON object."
     type: path
     version_added: 0.1.0
+  reservations:
+    description:
+      - Also read C(scontrol show reservation -o), in the same call, as RV(reservations), and return RV(user).
+    type: bool
+    default: false
+    version_added: 0.1.0
+  associations:
+    description:
+      - Also read this user's associations (C(sacctmgr show assoc user=USER)), in the same call, as
+        RV(associations), and return RV(user). Where the cluster keeps no accounting, or C(sacctmgr) fails,
+        RV(associations) is null and RV(associations_note) says why; the task does not fail.
+    type: bool
+    default: false
+    version_added: 0.1.0
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -106,6 +120,45 @@ bad_nodes:
   sample: {"slurm-worker-1": {"reason": "no network interface ib0 on slurm-worker-1 (it has eth0, lo)",
                               "job_id": "42", "time": "2026-11-29T21:44:31Z"}}
   version_added: 0.1.0
+reservations:
+  description: The reservations (C(scontrol show reservation -o)); not part of the facts.
+  returned: with reservations
+  type: list
+  elements: dict
+  contains:
+    name: {description: Reservation name., type: str, sample: llm-week}
+    state: {description: C(active) or C(inactive)., type: str}
+    start_time: {description: StartTime as Slurm prints it (local time)., type: str, sample: "2026-12-04T10:00:00"}
+    end_time: {description: EndTime as Slurm prints it (local time)., type: str}
+    nodes: {description: "Its nodes, host list expanded.", type: list, elements: str}
+    node_count: {description: NodeCnt., type: int}
+    partition: {description: PartitionName (null for any)., type: str}
+    features: {description: Features its nodes were picked by., type: str}
+    flags: {description: Flags such as C(MAINT)., type: list, elements: str}
+    users: {description: Users allowed., type: list, elements: str}
+    accounts: {description: Accounts allowed., type: list, elements: str}
+  version_added: 0.1.0
+associations:
+  description: The user's associations; null where they could not be read (see RV(associations_note)).
+  returned: with associations
+  type: list
+  elements: dict
+  contains:
+    account: {description: Account., type: str, sample: ml-team}
+    partition: {description: The partition the association is for; null for every partition., type: str}
+    qos: {description: The QoS names it allows., type: list, elements: str, sample: [normal, high]}
+  version_added: 0.1.0
+associations_note:
+  description: Why RV(associations) is null, such as C(this cluster keeps no accounting database ...).
+  returned: with associations
+  type: str
+  version_added: 0.1.0
+user:
+  description: The user the module ran as (whose associations and reservations were read).
+  returned: with reservations or associations
+  type: str
+  sample: ada
+  version_added: 0.1.0
 ansible_facts:
   description: The same data as C(slurm_cluster), with keys C(version), C(partitions), C(nodes).
   returned: always
@@ -119,13 +172,24 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(bad_nodes=dict(type="path")), supports_check_mode=True)
+    module = AnsibleModule(argument_spec=dict(bad_nodes=dict(type="path"), reservations=dict(type="bool", default=False),
+                                              associations=dict(type="bool", default=False)),
+                           supports_check_mode=True)
     client = Slurm(module)
     try:
         info = dict(version=client.version(), partitions=client.partitions(), nodes=client.nodes())
     except (SlurmError, ValueError) as err:
         module.fail_json(msg=str(err))
     result = dict(changed=False, ansible_facts=dict(slurm_cluster=info), **info)
+    if module.params["reservations"] or module.params["associations"]:
+        result["user"] = client.user()
+    if module.params["reservations"]:
+        try:
+            result["reservations"] = client.reservations()
+        except (SlurmError, ValueError) as err:
+            module.fail_json(msg=str(err))
+    if module.params["associations"]:
+        result["associations"], result["associations_note"] = client.associations(result["user"])
     if module.params["bad_nodes"]:
         result["bad_nodes"], unusable = load_bad_nodes(module.params["bad_nodes"])
         if unusable:

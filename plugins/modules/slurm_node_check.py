@@ -34,6 +34,12 @@ options:
     description: GPUs per node a job would ask for (C(--gres=gpu:N) on the step); 0 for CPU nodes.
     type: int
     default: 0
+  gpu_type:
+    description:
+      - The GPU type a job would ask for, as the nodes register it (C(--gres=gpu:TYPE:N) on the step), such as
+        C(h100); unset, any type.
+    type: str
+    version_added: 0.1.0
   require_torch:
     description: A node whose O(python) cannot import C(torch) is bad.
     type: bool
@@ -156,7 +162,7 @@ def step_argv(srun, p, partition, nodes, workdir, token):
     if partition:
         argv.append("--partition=" + partition)
     if p["gpus"] > 0:
-        argv.append("--gres=gpu:%d" % p["gpus"])
+        argv.append("--gres=gpu:%s%d" % (p["gpu_type"] + ":" if p["gpu_type"] else "", p["gpus"]))
     # what Slurm registers for each node is read from the listing this module already made,
     # not asked of the controller by every node
     check = [p["python"], "-m", "llmtrain_node.node_check", "check", "--dir", workdir, "--token", token,
@@ -211,6 +217,7 @@ def main():
             partition=dict(type="str"),
             python=dict(type="str", default="python3"),
             gpus=dict(type="int", default=0),
+            gpu_type=dict(type="str"),
             require_torch=dict(type="bool", default=True),
             gpu_policy=dict(type="str", default="strict", choices=["strict", "report"]),
             mode=dict(type="str", default="strict", choices=["strict", "report"]),

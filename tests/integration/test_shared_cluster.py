@@ -158,3 +158,63 @@ def test_a_python_that_does_not_run_fails_the_first_job_naming_it(local_cluster)
     assert result.rc != 0
     assert "slurm_python=/nonexistent/python does not run on " + node("") in result.output, result.output[-5000:]
     assert training_job(run) is None
+
+
+def test_what_the_site_requires_reaches_every_job_and_a_bad_value_stops_the_run_before_any(local_cluster):
+    """A reservation of two nodes, features on them, and more of what a site asks of a job: every
+    job of the run (data, training, samples) carries them; a value Slurm would refuse or never
+    schedule is refused by preflight, naming the variable, before any job."""
+    run = fresh("site")
+    known = set(jobs_of(run))  # the controller remembers the jobs of an earlier test run a while
+    reserved = "%s,%s" % (node(0), node(1))
+    slurm("scontrol", "create", "reservation", "ReservationName=llm-site", "StartTime=now", "Duration=60",
+          "Nodes=" + reserved, "Users=root")
+    try:
+        for name in (node(0), node(1)):
+            slurm("scontrol", "update", "NodeName=" + name, "AvailableFeatures=site,ib", "ActiveFeatures=site,ib")
+
+        # refused by the input check: an option the collection sets itself, named with its variable
+        owned = run_playbook("pretrain.yml", *values(run, slurm_sbatch_options={"nodes": 3, "time": "5"}), check=False)
+        assert owned.rc != 0
+        assert "slurm_sbatch_options: nodes is one the collection sets for every job: set slurm_nodes instead." \
+            in owned.output, owned.output[-3000:]
+        assert "slurm_sbatch_options: time is one the collection sets for every job: set slurm_time_limit" \
+            in owned.output
+        # refused by preflight, from what Slurm has: no such reservation, a feature no node has
+        missing = run_playbook("pretrain.yml", *values(run, slurm_reservation="llm-nope", slurm_constraint="site&h200"),
+                               check=False)
+        assert missing.rc != 0
+        assert "slurm_reservation=llm-nope does not exist; Slurm has llm-site" in missing.output, missing.output[-3000:]
+        assert ("slurm_constraint=site&h200 names feature h200, which no usable node of partition debug has; "
+                "their features: ib (2 nodes), site (2 nodes).") in missing.output
+        # more nodes than the reservation holds
+        big = run_playbook("preflight.yml", *values(run, slurm_reservation="llm-site", slurm_nodes=3), check=False)
+        assert big.rc != 0 and "slurm_reservation=llm-site holds 2 usable nodes of partition debug" in big.output
+        assert set(jobs_of(run)) == known  # nothing was submitted
+
+        site = dict(slurm_nodes=2, slurm_reservation="llm-site", slurm_constraint="site&ib", slurm_account="ml-team",
+                    slurm_exclusive=True, slurm_mail_type="END,FAIL", slurm_mail_user="ada@example.org",
+                    slurm_sbatch_options={"nice": 7})
+        result = run_playbook("pretrain.yml", *values(run, **site))
+        # the local cluster keeps no accounting: the account is not checked, and preflight says so
+        assert "slurm_account not checked: this cluster keeps no accounting database" in result.output, \
+            result.output[-3000:]
+        jobs = dict((job_id, job) for job_id, job in jobs_of(run).items() if job_id not in known)
+        names = sorted(name for name, _state, _nodes, _excluded in jobs.values())
+        assert names == sorted(["llmtrain-%s" % run, "llmtrain-generate-%s" % run, "llmtrain-prepare-%s" % run]), names
+        for job_id, (name, state, nodes, _excluded) in jobs.items():
+            info = slurm("scontrol", "show", "job", "-o", job_id)
+            fields = dict(re.findall(r"(\w+)=(\S*)", info))
+            assert state == "COMPLETED", (name, state)
+            assert (fields["Reservation"], fields["Features"], fields["Account"], fields["Nice"],
+                    fields["OverSubscribe"], fields["MailType"], fields["MailUser"]) == (
+                "llm-site", "site&ib", "ml-team", "7", "NO", "END,FAIL", "ada@example.org"), (name, info)
+            assert node_set(nodes) <= {node(0), node(1)}, (name, nodes)
+        assert "Steps: 20 of 20" in open(os.path.join(RUNS, run, "report.md")).read()
+        # the same inputs again: nothing to do
+        again = run_playbook("pretrain.yml", *values(run, **site))
+        assert "no stage runs" in again.output, again.output[-3000:]
+    finally:
+        slurm("scontrol", "delete", "ReservationName=llm-site")
+        for name in (node(0), node(1)):
+            slurm("scontrol", "update", "NodeName=" + name, "AvailableFeatures=", "ActiveFeatures=")

@@ -8,12 +8,21 @@ from __future__ import annotations
 import re
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, int_or_none, one_line
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import COLLECTION_OPTIONS, SBATCH_OPTIONS
 
 PARTITION = re.compile(r"^[A-Za-z0-9_.-]+$")
 MEMORY = re.compile(r"^[1-9][0-9]*[KMGT]?$")
 # minutes | MM:SS | HH:MM:SS | D-HH | D-HH:MM | D-HH:MM:SS
 TIME_LIMIT = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|\d+-\d{1,2}:\d{1,2}:\d{1,2})$")
 NODE_ITEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-\[\]]*")
+# an account, QoS, reservation or GPU type name: Slurm's names have no blanks, commas or colons
+SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-+@]*$")
+# --constraint: features joined by & (and), | (or), [..] (one of), *N (counts) and parentheses
+CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-&|\[\]()*!,:]+$")
+# sbatch's --mail-type values (its man page, 22.05 to 25.05)
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
+OPTION_KEY = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 
 
 def errors(values):
@@ -65,4 +74,69 @@ def errors(values):
                 isinstance(n, str) and all(NODE_ITEM.fullmatch(i.strip()) for i in n.split(",")) for n in nodes):
             found.append("slurm_exclude_nodes=%r must be a list of node names or hostlists, such as "
                          "[gpu-07, \"gpu-[10-12]\"]." % (nodes,))
+    found.extend(site_errors(values))
+    return found
+
+
+def site_errors(values):
+    """What the site requires of a job: account, QoS, reservation, constraint, typed GPUs, mail and
+    any other sbatch option (slurm_sbatch_options)."""
+    found = []
+    for name, what in (("slurm_account", "an account name, such as ml-team"),
+                       ("slurm_qos", "a QoS name, such as normal or high"),
+                       ("slurm_reservation", "a reservation name, as `scontrol show reservation` lists it"),
+                       ("slurm_gpu_type", "a GPU type as the nodes register it (their Gres=gpu:TYPE:N), such as h100")):
+        if name in values and not (isinstance(values[name], str) and SLURM_NAME.fullmatch(values[name])):
+            found.append("%s=%r must be %s: letters, digits and _ . - + @, no blanks, commas or colons."
+                         % (name, values[name], what))
+    if "slurm_constraint" in values and not (isinstance(values["slurm_constraint"], str)
+                                             and CONSTRAINT.fullmatch(values["slurm_constraint"])):
+        found.append("slurm_constraint=%r must be node features in --constraint's syntax, such as h100, "
+                     "\"h100&ib\" or \"a100|h100\" (no blanks)." % (values["slurm_constraint"],))
+    if values.get("slurm_gpu_type") and int_or_none(values.get("slurm_gpus_per_node")) == 0:
+        found.append("slurm_gpu_type=%s asks for GPUs of that type, but slurm_gpus_per_node=0 asks for none: set "
+                     "slurm_gpus_per_node, or unset slurm_gpu_type." % values["slurm_gpu_type"])
+    if "slurm_mail_type" in values:
+        kinds = str(values["slurm_mail_type"]).split(",")
+        bad = [kind for kind in kinds if kind.strip().upper() not in MAIL_TYPES]
+        if bad or not one_line(values["slurm_mail_type"]):
+            found.append("slurm_mail_type=%r must be sbatch --mail-type values joined by commas, such as END,FAIL "
+                         "(%s)." % (values["slurm_mail_type"], ", ".join(MAIL_TYPES)))
+    if "slurm_mail_user" in values:
+        if not one_line(values["slurm_mail_user"]) or " " in str(values["slurm_mail_user"]):
+            found.append("slurm_mail_user=%r must be one mail address or user name, such as ada@example.org."
+                         % (values["slurm_mail_user"],))
+        elif "slurm_mail_type" not in values:
+            found.append("slurm_mail_user=%s is set but slurm_mail_type is not, so no mail is sent: set "
+                         "slurm_mail_type, such as END,FAIL." % values["slurm_mail_user"])
+    if "slurm_sbatch_options" in values:
+        found.extend(sbatch_option_errors(values["slurm_sbatch_options"]))
+    return found
+
+
+def sbatch_option_errors(options):
+    """slurm_sbatch_options: {long option: value} of sbatch options the collection does not set."""
+    if not isinstance(options, dict):
+        return ["slurm_sbatch_options=%r must be a mapping of sbatch long options to values, such as "
+                "{wckey: llm, nice: 10} (true for a flag)." % (options,)]
+    found = []
+    for key in sorted(options, key=str):
+        value = options[key]
+        name = key.replace("_", "-") if isinstance(key, str) else key
+        if not isinstance(key, str) or not OPTION_KEY.fullmatch(key):
+            found.append("slurm_sbatch_options: %r is not an sbatch long option name: write it without its dashes, "
+                         "such as wckey or cpu-freq." % (key,))
+        elif name in COLLECTION_OPTIONS and COLLECTION_OPTIONS[name].startswith("the collection"):
+            found.append("slurm_sbatch_options: %s is one the collection sets itself (%s): leave it out."
+                         % (key, COLLECTION_OPTIONS[name][len("the collection ("):-1]))
+        elif name in COLLECTION_OPTIONS:
+            found.append("slurm_sbatch_options: %s is one the collection sets for every job: set %s instead."
+                         % (key, COLLECTION_OPTIONS[name]))
+        elif name not in SBATCH_OPTIONS:
+            found.append("slurm_sbatch_options: %s is not an option of sbatch (or one the module sets itself: job "
+                         "name, comment, chdir, parsable, wait): see `man sbatch`." % key)
+        elif not (value is True or isinstance(value, (int, float)) and not isinstance(value, bool)
+                  or isinstance(value, str) and one_line(value)):
+            found.append("slurm_sbatch_options: %s=%r must be a string or number on one line, or true for a flag "
+                         "(false or null: leave it out)." % (key, value))
     return found

@@ -70,3 +70,16 @@ def test_pipeline_filters_leave_out_facts_and_say_why():
         "finished": False, "why": "no pipeline.json: the pipeline has not finished with these inputs"}
     done = dict(read, files=dict(read["files"], **{"pipeline.json": record}), missing=[])
     assert filters["pipeline_verdict"](done, before, []) == {"finished": True, "why": "finished with these inputs"}
+
+
+def test_gpu_options_ask_for_the_gpus_typed_or_not_by_gres_or_per_node():
+    from ansible.errors import AnsibleFilterError
+    import pytest
+    gpu_options = run.FilterModule().filters()["gpu_options"]
+    assert gpu_options(0) == {} and gpu_options(None, "h100") == {}
+    assert gpu_options(8) == {"gres": "gpu:8"}
+    assert gpu_options("8", "h100") == {"gres": "gpu:h100:8"}
+    assert gpu_options(4, None, "gpus-per-node") == {"gpus-per-node": "4"}
+    assert gpu_options(4, "a100", "gpus-per-node") == {"gpus-per-node": "a100:4"}
+    with pytest.raises(AnsibleFilterError, match="slurm_gpu_request"):
+        gpu_options(4, None, "gpus")

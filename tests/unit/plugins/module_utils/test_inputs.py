@@ -360,3 +360,45 @@ def test_each_roles_checks_live_in_its_own_module():
                                     inference_top_k=-1))
     assert [m.split("=", 1)[0] for m in messages] == [
         "slurm_nodes", "run_name", "deploy_tokenizer", "pretrain_steps", "inference_top_k"]
+
+
+def test_site_options_are_checked_before_anything_reaches_slurm():
+    assert inputs.validate(dict(slurm_account="ml-team", slurm_qos="high", slurm_reservation="llm-week",
+                                slurm_constraint="[h100|a100]&ib", slurm_gpu_type="h100", slurm_gpus_per_node=8,
+                                slurm_mail_type="END,FAIL", slurm_mail_user="ada@example.org",
+                                slurm_sbatch_options={"wckey": "llm", "nice": 10, "cpu_freq": "high",
+                                                      "wait-all-nodes": True})) == []
+    messages = inputs.validate(dict(slurm_account="ml team", slurm_constraint="h100 && ib", slurm_gpu_type="h100",
+                                    slurm_gpus_per_node=0, slurm_mail_user="ada@example.org",
+                                    slurm_sbatch_options={"output": "x", "gres": "gpu:2", "requeue": True, "bogus": 1,
+                                                          "nice": [1]}))
+    assert messages == [
+        "slurm_account='ml team' must be an account name, such as ml-team: letters, digits and _ . - + @, no blanks, "
+        "commas or colons.",
+        "slurm_constraint='h100 && ib' must be node features in --constraint's syntax, such as h100, \"h100&ib\" or "
+        "\"a100|h100\" (no blanks).",
+        "slurm_gpu_type=h100 asks for GPUs of that type, but slurm_gpus_per_node=0 asks for none: set "
+        "slurm_gpus_per_node, or unset slurm_gpu_type.",
+        "slurm_mail_user=ada@example.org is set but slurm_mail_type is not, so no mail is sent: set slurm_mail_type, "
+        "such as END,FAIL.",
+        "slurm_sbatch_options: bogus is not an option of sbatch (or one the module sets itself: job name, comment, "
+        "chdir, parsable, wait): see `man sbatch`.",
+        "slurm_sbatch_options: gres is one the collection sets for every job: set slurm_gpus_per_node, slurm_gpu_type "
+        "and slurm_gpu_request instead.",
+        "slurm_sbatch_options: nice=[1] must be a string or number on one line, or true for a flag (false or null: "
+        "leave it out).",
+        "slurm_sbatch_options: output is one the collection sets itself (logs/%x-%j.out in the run directory, which "
+        "the watch reads): leave it out.",
+        "slurm_sbatch_options: requeue is one the collection sets for every job: set run_requeue_max (how often the "
+        "jobs requeue themselves) instead."]
+    assert inputs.validate(dict(slurm_sbatch_options=["nice=10"]))[0].startswith(
+        "slurm_sbatch_options=['nice=10'] must be a mapping of sbatch long options")
+    assert inputs.validate(dict(slurm_mail_type="END,BOGUS"))[0].startswith("slurm_mail_type='END,BOGUS' must be")
+
+
+def test_every_option_the_collection_sets_is_an_sbatch_option_and_owned_by_a_variable_or_the_collection():
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import COLLECTION_OPTIONS, SBATCH_OPTIONS
+    assert sorted(set(COLLECTION_OPTIONS) - SBATCH_OPTIONS) == []
+    for option, owner in COLLECTION_OPTIONS.items():
+        assert owner.startswith("the collection (") or owner.split(" ")[0].rstrip(",").startswith(
+            ("slurm_", "run_", "pretrain_")), option

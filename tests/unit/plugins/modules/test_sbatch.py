@@ -726,3 +726,19 @@ def test_without_bad_nodes_file_a_held_job_is_left_alone(monkeypatch, capsys):
     s.done()  # no scontrol update, release or scancel
     assert result["failed"] and result["msg"] == "job 16 still PENDING after 1s (wait_timeout)"
     assert result["excluded"] == []
+
+
+def test_an_option_set_to_null_or_false_is_not_given_nor_part_of_the_job(monkeypatch, capsys):
+    """Every job of a run lists the site's options (account, QoS, ...); one left unset is the job
+    without it - the same argv and the same fingerprint - and one that is set makes another job."""
+    fp = fp_of(options={"nodes": 2})
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (submit_argv(fp=fp, extra=["--nodes=2"]), (0, "16\n", "")),
+        (scontrol_job(16), (0, job_text("pending", 16), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, options={
+        "nodes": 2, "account": None, "qos": None, "exclusive": False, "mail-type": None}), capsys)
+    s.done()
+    assert result["fingerprint"] == fp and result["cmd"] == submit_argv(fp=fp, extra=["--nodes=2"])
+    assert fp_of(options={"nodes": 2, "account": "ml-team"}) != fp

@@ -86,3 +86,40 @@ def test_cluster_info_without_slurm(monkeypatch, capsys):
     result = run(slurm_cluster_info.main, {}, capsys)
     s.done()
     assert result["failed"] and "scontrol not found on PATH" in result["msg"]
+
+
+ASSOC = ["/usr/bin/sacctmgr", "--noheader", "--parsable2", "show", "assoc", "user=alice", "format=account,partition,qos"]
+
+
+def test_reservations_and_associations_in_the_same_call(monkeypatch, capsys):
+    s = Slurm(monkeypatch, CLUSTER + [
+        (["/usr/bin/scontrol", "show", "reservation", "-o"], (0, fixture("scontrol_show_reservation.txt"), "")),
+        (ASSOC, (0, "ml-team||high,normal\n", ""))], bins=("scontrol", "sacctmgr"))
+    result = run(slurm_cluster_info.main, dict(reservations=True, associations=True), capsys)
+    s.done()
+    assert result["user"] == "alice"
+    assert [r["name"] for r in result["reservations"]] == ["llm-week", "later"]
+    assert result["associations"] == [dict(account="ml-team", partition=None, qos=["high", "normal"])]
+    assert result["associations_note"] is None
+    assert "reservations" not in result["ansible_facts"]["slurm_cluster"]
+
+
+def test_associations_where_the_cluster_keeps_no_accounting_or_has_no_sacctmgr(monkeypatch, capsys):
+    s = Slurm(monkeypatch, CLUSTER + [(ASSOC, (1, "", fixture("sacctmgr_no_accounting.txt")))],
+              bins=("scontrol", "sacctmgr"))
+    result = run(slurm_cluster_info.main, dict(associations=True), capsys)
+    s.done()
+    assert not result.get("failed") and result["associations"] is None
+    assert result["associations_note"] == (
+        "this cluster keeps no accounting database (You are not running a supported accounting_storage plugin "
+        "Only 'accounting_storage/slurmdbd' is supported.)")
+    s = Slurm(monkeypatch, CLUSTER, bins=("scontrol",))
+    result = run(slurm_cluster_info.main, dict(associations=True), capsys)
+    s.done()
+    assert result["associations"] is None and result["associations_note"] == "sacctmgr is not installed here"
+    # a slurmdbd that does not answer: not refused either, and the note says what sacctmgr said
+    s = Slurm(monkeypatch, CLUSTER + [(ASSOC, (1, "", "sacctmgr: error: Problem talking to the database: "
+                                                      "Connection refused\n"))], bins=("scontrol", "sacctmgr"))
+    result = run(slurm_cluster_info.main, dict(associations=True), capsys)
+    s.done()
+    assert result["associations"] is None and "Problem talking to the database" in result["associations_note"]
