@@ -45,6 +45,7 @@ else:
                         local_cluster_netns_prefix="llmt%d-" % STREAM,
                         local_cluster_slurmctld_port=6817 + 100 * STREAM,
                         local_cluster_slurmd_port=6818 + 100 * STREAM,
+                        local_cluster_slurmdbd_port=6819 + 100 * STREAM,
                         local_cluster_link_system_config=False)
     WORKSPACE = "/var/tmp/llmtrain-workspace-%d" % STREAM
     RUNS = os.path.join(ROOT, "tests", "output", "runs-%d" % STREAM)

@@ -4,10 +4,11 @@ can tell (its GPUs against Slurm's GRES) is found by the node check (test_gpu_ch
 
 import json
 import os
+import subprocess
 
 import pytest
 
-from cluster import NODES, WORKSPACE, job_ids, node, run_playbook
+from cluster import NODES, SLURM_CONF, WORKSPACE, job_ids, node, run_playbook, slurm
 ASKS_SLURM = "Ask Slurm for its partitions and nodes"
 
 
@@ -73,3 +74,33 @@ def test_bad_input_is_rejected_before_slurm_is_asked(local_cluster, name, value,
 def test_what_slurm_cannot_give_is_rejected_before_any_job(local_cluster, name, value, message):
     result = preflight((name, value), check=False)
     assert result.rc != 0 and message in result.output, result.output[-3000:]
+
+
+def test_account_and_qos_are_checked_against_a_real_accounting_database(local_cluster):
+    """The local cluster with an accounting database (MariaDB and slurmdbd, AccountingStorageEnforce):
+    preflight refuses an account or QoS that root's associations do not allow, naming what they do;
+    a pair they allow passes; and Slurm agrees, job by job."""
+    try:
+        run_playbook("local_cluster.yml", "-e", "local_cluster_accounting=true")
+        account = preflight(("slurm_account", "physics"), check=False)
+        assert account.rc != 0
+        assert ("slurm_account=physics is not an account root may use in partition debug; the associations allow "
+                "ml-team, root (sacctmgr show assoc user=root).") in account.output, account.output[-3000:]
+        qos = preflight(("slurm_account", "ml-team"), ("slurm_qos", "gold"), check=False)
+        assert qos.rc != 0
+        assert "slurm_qos=gold is not a QoS root may use with account ml-team; allowed: high, normal." in qos.output, \
+            qos.output[-3000:]
+        good = preflight(("slurm_account", "ml-team"), ("slurm_qos", "high"), check=True)
+        assert "not checked" not in good.output
+        # what preflight said is what Slurm does
+        refused = subprocess.run(["sbatch", "--account=physics", "--wrap=true", "--output=/dev/null"],
+                                 env=dict(os.environ, SLURM_CONF=SLURM_CONF), stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
+        assert refused.returncode != 0 and "Invalid account" in refused.stdout, refused.stdout
+        job = slurm("sbatch", "--parsable", "--account=ml-team", "--qos=high", "--wrap=true", "--output=/dev/null")
+        info = slurm("scontrol", "show", "job", "-o", job.strip())
+        assert "Account=ml-team" in info and "QOS=high" in info, info
+    finally:
+        run_playbook("local_cluster.yml")
+    without = preflight(("slurm_account", "ml-team"), check=True)
+    assert "slurm_account not checked: this cluster keeps no accounting database" in without.output
