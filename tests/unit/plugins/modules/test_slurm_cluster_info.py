@@ -117,9 +117,11 @@ def test_associations_where_the_cluster_keeps_no_accounting_or_has_no_sacctmgr(m
     result = run(slurm_cluster_info.main, dict(associations=True), capsys)
     s.done()
     assert result["associations"] is None and result["associations_note"] == "sacctmgr is not installed here"
-    # a slurmdbd that does not answer: not refused either, and the note says what sacctmgr said
-    s = Slurm(monkeypatch, CLUSTER + [(ASSOC, (1, "", "sacctmgr: error: Problem talking to the database: "
-                                                      "Connection refused\n"))], bins=("scontrol", "sacctmgr"))
+    # a slurmdbd that does not answer (sacctmgr 22.05's words, recorded): not refused either, and the note
+    # says what sacctmgr said
+    s = Slurm(monkeypatch, CLUSTER + [(ASSOC, (1, "", fixture("sacctmgr_slurmdbd_down.txt")))],
+              bins=("scontrol", "sacctmgr"))
     result = run(slurm_cluster_info.main, dict(associations=True), capsys)
     s.done()
-    assert result["associations"] is None and "Problem talking to the database" in result["associations_note"]
+    assert result["associations"] is None
+    assert "failed to open persistent connection to host:localhost:7031: Connection refused" in result["associations_note"]
