@@ -62,6 +62,8 @@ def option_release_error(name, version):
     if gone and have >= gone:
         return "--%s was removed in Slurm %d.%02d, and this cluster runs %s" % (name, gone[0], gone[1], version.strip())
     return None
+
+
 RESERVED_OPTIONS = {
     "job-name": "set the job name with the name option",
     "comment": "the comment records the job's identity (name and fingerprint)",

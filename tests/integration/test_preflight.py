@@ -95,7 +95,7 @@ def test_account_and_qos_are_checked_against_a_real_accounting_database(local_cl
         # what preflight said is what Slurm does
         refused = subprocess.run(["sbatch", "--account=physics", "--wrap=true", "--output=/dev/null"],
                                  env=dict(os.environ, SLURM_CONF=SLURM_CONF), stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
+                                 stderr=subprocess.STDOUT, universal_newlines=True, timeout=60, check=False)
         assert refused.returncode != 0 and "Invalid account" in refused.stdout, refused.stdout
         job = slurm("sbatch", "--parsable", "--account=ml-team", "--qos=high", "--wrap=true", "--output=/dev/null")
         info = slurm("scontrol", "show", "job", "-o", job.strip())

@@ -400,5 +400,5 @@ def test_every_option_the_collection_sets_is_an_sbatch_option_and_owned_by_a_var
     from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import COLLECTION_OPTIONS, SBATCH_OPTIONS
     assert sorted(set(COLLECTION_OPTIONS) - SBATCH_OPTIONS) == []
     for option, owner in COLLECTION_OPTIONS.items():
-        assert owner.startswith("the collection (") or owner.split(" ")[0].rstrip(",").startswith(
+        assert owner.startswith("the collection (") or owner.split(" ", maxsplit=1)[0].rstrip(",").startswith(
             ("slurm_", "run_", "pretrain_")), option

@@ -78,7 +78,7 @@ def test_a_reservation_that_does_not_exist_is_too_small_or_is_for_others():
         "slurm_reservation=nope does not exist; Slurm has later, llm-week (scontrol show reservation). Fix the "
         "name, or unset slurm_reservation."], [])
     assert site_check.reservation_errors("llm-week", reservations, usable, 2, "debug", "root") == ([], [])
-    errors, _ = site_check.reservation_errors("llm-week", reservations, usable, 3, "debug", "ada")
+    errors = site_check.reservation_errors("llm-week", reservations, usable, 3, "debug", "ada")[0]
     assert errors == [
         "slurm_reservation=llm-week is for users root, not for ada: ask its owner to add you, or set slurm_account to "
         "one of its accounts.",
@@ -94,7 +94,7 @@ def test_a_reservation_that_does_not_exist_is_too_small_or_is_for_others():
 def test_account_and_qos_against_the_users_associations():
     assoc = parse_associations("ml-team||high,normal\nphysics|gpu|normal\n")
     assert site_check.association_errors("ml-team", "high", assoc, "debug", "ada") == ([], [])
-    errors, _ = site_check.association_errors("physics", "high", assoc, "debug", "ada")
+    errors = site_check.association_errors("physics", "high", assoc, "debug", "ada")[0]
     assert errors == [
         "slurm_account=physics is not an account ada may use in partition debug; the associations allow ml-team "
         "(sacctmgr show assoc user=ada). Set one of them, or ask the administrators to add you to physics.",
