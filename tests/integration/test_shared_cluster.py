@@ -192,7 +192,9 @@ def test_what_the_site_requires_reaches_every_job_and_a_bad_value_stops_the_run_
         assert big.rc != 0 and "slurm_reservation=llm-site holds 2 usable nodes of partition debug" in big.output
         assert set(jobs_of(run)) == known  # nothing was submitted
 
-        site = dict(slurm_nodes=2, slurm_reservation="llm-site", slurm_constraint="site&ib", slurm_account="ml-team",
+        # one process per node on one CPU: it gets one thread (torch.distributed.run would leave it every
+        # CPU of the machine, two here)
+        site = dict(slurm_nodes=2, slurm_procs_per_node=1, slurm_cpus_per_task=1, slurm_reservation="llm-site", slurm_constraint="site&ib", slurm_account="ml-team",
                     slurm_exclusive=True, slurm_mail_type="END,FAIL", slurm_mail_user="ada@example.org",
                     slurm_sbatch_options={"nice": 7})
         result = run_playbook("pretrain.yml", *values(run, **site))
@@ -211,6 +213,10 @@ def test_what_the_site_requires_reaches_every_job_and_a_bad_value_stops_the_run_
                 "llm-site", "site&ib", "ml-team", "7", "NO", "END,FAIL", "ada@example.org"), (name, info)
             assert node_set(nodes) <= {node(0), node(1)}, (name, nodes)
         assert "Steps: 20 of 20" in open(os.path.join(RUNS, run, "report.md")).read()
+        logs = os.path.join(RUNS, run, "logs")
+        training_log = "".join(open(os.path.join(logs, name)).read() for name in os.listdir(logs)
+                               if name.startswith("llmtrain-%s-" % run))
+        assert "2 rank(s) (ddp) on cpu (1 CPU thread(s) per rank)" in training_log, training_log[-3000:]
         # the same inputs again: nothing to do
         again = run_playbook("pretrain.yml", *values(run, **site))
         assert "no stage runs" in again.output, again.output[-3000:]

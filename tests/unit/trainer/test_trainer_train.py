@@ -47,7 +47,8 @@ def checkpoint_steps(run_dir):
 
 def test_a_run_records_metrics_and_checkpoints_and_running_it_again_does_nothing(reference_run, train_args):
     out, result = reference_run
-    assert "parameters" in result.stdout
+    # the start line says how many CPU threads each rank has: OMP_NUM_THREADS, as the job sets it
+    assert "1 rank(s) (one process) on cpu (1 CPU thread(s) per rank)" in result.stdout, result.stdout
     records = read_metrics(out)
     assert all("step" in r or "event" in r for r in records)
     loss_records = [r for r in records if "loss" in r]

@@ -96,6 +96,11 @@ def first_os_error(error):
     return error
 
 
+def cpu_threads(device):
+    """' (N CPU threads per rank)' on a CPU: what the job gave each process (OMP_NUM_THREADS)."""
+    return " (%d CPU thread(s) per rank)" % torch.get_num_threads() if device.type == "cpu" else ""
+
+
 def trains_in_bf16(device, dtype):
     """Whether to train under bfloat16 autocast: on a CUDA GPU with native bfloat16 (compute
     capability 8.0 or newer), unless --dtype float32. Plain torch.cuda.is_bf16_supported() also
@@ -209,7 +214,7 @@ class Training:
                           else "starting at step 0")
             self.log(f"train: {self.raw_model.num_params() / 1e6:.2f}M parameters, {dist.world_size} rank(s) "
                      f"({cfg.parallel if dist.active else 'one process'}) on "
-                     f"{device.type}, {self.tokens_per_step:,} tokens per step, {start_note}")
+                     f"{device.type}{cpu_threads(device)}, {self.tokens_per_step:,} tokens per step, {start_note}")
 
         self.clock = RunClock(self.start_step, prior_elapsed)
         self.model.train()
