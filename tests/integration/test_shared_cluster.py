@@ -194,8 +194,8 @@ def test_what_the_site_requires_reaches_every_job_and_a_bad_value_stops_the_run_
 
         # one process per node on one CPU: it gets one thread (torch.distributed.run would leave it every
         # CPU of the machine, two here)
-        site = dict(slurm_nodes=2, slurm_procs_per_node=1, slurm_cpus_per_task=1, slurm_reservation="llm-site", slurm_constraint="site&ib", slurm_account="ml-team",
-                    slurm_exclusive=True, slurm_mail_type="END,FAIL", slurm_mail_user="ada@example.org",
+        site = dict(slurm_nodes=2, slurm_procs_per_node=1, slurm_cpus_per_task=1, slurm_reservation="llm-site",
+                    slurm_constraint="site&ib", slurm_account="ml-team", slurm_exclusive=True, slurm_mail_type="END,FAIL", slurm_mail_user="ada@example.org",
                     slurm_sbatch_options={"nice": 7})
         result = run_playbook("pretrain.yml", *values(run, **site))
         # the local cluster keeps no accounting: the account is not checked, and preflight says so
