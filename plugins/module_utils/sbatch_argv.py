@@ -44,26 +44,6 @@ OPTION_RELEASES = {
 }
 
 
-def release(version):
-    """'22.05.8' -> (22, 5); None when it is not a Slurm version."""
-    match = re.match(r"^\s*(?:slurm(?:-wlm)?\s+)?(\d+)\.(\d+)", str(version or ""))
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def option_release_error(name, version):
-    """Why sbatch of Slurm `version` lacks the long option `name`, or None (also when the
-    version is unknown: sbatch then says it itself)."""
-    have = release(version)
-    first, gone = OPTION_RELEASES.get(name, (None, None))
-    if have is None:
-        return None
-    if first and have < first:
-        return "--%s needs Slurm %d.%02d or later, and this cluster runs %s" % (name, first[0], first[1], version.strip())
-    if gone and have >= gone:
-        return "--%s was removed in Slurm %d.%02d, and this cluster runs %s" % (name, gone[0], gone[1], version.strip())
-    return None
-
-
 RESERVED_OPTIONS = {
     "job-name": "set the job name with the name option",
     "comment": "the comment records the job's identity (name and fingerprint)",

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import option_release_error
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import OPTION_RELEASES
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_version
 
 # a --constraint this check can evaluate: features joined by & (and, also ,) and | (or);
 # brackets, parentheses, counts (*N) and ! are only checked feature by feature
@@ -38,8 +39,8 @@ def constraint_errors(constraint, usable, nodes_needed, partition):
     for node in usable:
         for feature in node.get("features") or []:
             counts[feature] = counts.get(feature, 0) + 1
-    unknown = sorted(set(FEATURE.findall(constraint)) - set(counts) - {"1", "2", "3", "4", "5", "6", "7", "8", "9"})
-    unknown = [name for name in unknown if not name.isdigit()]
+    # (counts such as the 2 of h100*2 are not features)
+    unknown = sorted(name for name in set(FEATURE.findall(constraint)) - set(counts) if not name.isdigit())
     if unknown:
         return ["slurm_constraint=%s names %s, which no usable node of partition %s has; their features: %s. "
                 "Name features the nodes have (scontrol show node lists AvailableFeatures), or unset slurm_constraint."
@@ -61,13 +62,13 @@ def gpu_type_errors(gpu_type, gpus_per_node, usable, nodes_needed, partition):
     counts, enough = {}, 0
     for node in usable:
         gpu = ((node.get("gres") or {}).get("gpu") or {})
-        for name, n in (gpu.get("types") or {}).items():
+        for name in gpu.get("types") or {}:
             counts["gpu:%s" % name] = counts.get("gpu:%s" % name, 0) + 1
         if gpu.get("untyped"):
             counts["gpu (untyped)"] = counts.get("gpu (untyped)", 0) + 1
         if (gpu.get("types") or {}).get(gpu_type, 0) >= gpus_per_node:
             enough += 1
-    if not any(name == "gpu:" + gpu_type for name in counts):
+    if "gpu:" + gpu_type not in counts:
         return ["slurm_gpu_type=%s: no usable node of partition %s registers GPUs of that type; they register %s. "
                 "Use a type they register (Gres=gpu:TYPE:N in scontrol show node), or unset slurm_gpu_type."
                 % (gpu_type, partition, _listing(counts))]
@@ -142,6 +143,21 @@ def association_errors(account, qos, associations, partition, user=None, why=Non
                           "for the default." % (qos, user or "you", " with account %s" % account if account else "",
                                                 ", ".join(allowed) or "none"))
     return errors, []
+
+
+def option_release_error(name, version):
+    """Why sbatch of Slurm `version` (as scontrol --version gives it) lacks the long option `name`, or
+    None (also when the version is unknown: sbatch then says it itself)."""
+    parsed = parse_version(str(version or ""))
+    if not parsed:
+        return None
+    have = tuple(int(part) for part in parsed.split(".")[:2])
+    first, gone = OPTION_RELEASES.get(name, (None, None))
+    if first and have < first:
+        return "--%s needs Slurm %d.%02d or later, and this cluster runs %s" % (name, first[0], first[1], parsed)
+    if gone and have >= gone:
+        return "--%s was removed in Slurm %d.%02d, and this cluster runs %s" % (name, gone[0], gone[1], parsed)
+    return None
 
 
 def release_errors(sbatch_options, version):

@@ -38,8 +38,7 @@ def one_line(value):
 def strings(values, name, example):
     """values[name] as a list of one-line strings, or an error message."""
     value = values[name]
-    if isinstance(value, list) and all(isinstance(v, str) and v.strip() and "\n" not in v and "\0" not in v
-                                       for v in value):
+    if isinstance(value, list) and all(one_line(v) for v in value):
         return None
     return "%s=%r must be a list of one-line strings, such as %s." % (name, value, example)
 
