@@ -2,7 +2,9 @@
 
 Runs the trainer itself (one process per GPU under torch.distributed.run when --gpus > 1)
 on random tokens with GPT-2's padded vocabulary, and reports the steady-state tokens/s
-and MFU from its metrics.jsonl. Without a CUDA device it says so and exits 0.
+and MFU from its metrics.jsonl. Without a CUDA device it says so, prints the measurements
+kept in bench/recorded/trainer_gpu.jsonl (where and with what each was taken), and exits 0;
+--record appends this run's result there, with the machine's versions.
 
     python bench/trainer_gpu.py                  # all GPUs of this machine
     python bench/trainer_gpu.py --gpus 1 --format json
@@ -19,8 +21,10 @@ The trainer's own output goes to stderr.
 """
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import shutil
 import statistics
 import subprocess
@@ -31,7 +35,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-FILES_DIR = Path(__file__).resolve().parents[1] / "roles" / "deploy" / "files"
+ROOT = Path(__file__).resolve().parents[1]
+FILES_DIR = ROOT / "roles" / "deploy" / "files"
+RECORDED = ROOT / "bench" / "recorded" / "trainer_gpu.jsonl"
 sys.path.insert(0, str(FILES_DIR))
 from trainer.mfu import peak_bf16_flops  # noqa: E402  pylint: disable=wrong-import-position
 from trainer.model import GPT, GPTConfig  # noqa: E402  pylint: disable=wrong-import-position
@@ -87,9 +93,12 @@ def main(argv=None):
     p.add_argument("--no-compile", dest="compile", action="store_false")
     p.add_argument("--smoke", action="store_true", help="tiny model on whatever device there is")
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--record", action="store_true", help=f"append the result to {RECORDED.relative_to(ROOT)}")
     args = p.parse_args(argv)
     if not args.smoke and not torch.cuda.is_available():
         print("trainer_gpu: no CUDA device here; skipped (run it on a GPU node, or with --smoke)")
+        if args.format != "json":
+            print_recorded(args.format)
         return 0
     shape = SMOKE if args.smoke else GPT2_SMALL
     vocab = 256 if args.smoke else VOCAB
@@ -144,28 +153,83 @@ def main(argv=None):
         "flops_per_token": flops, "non_embedding_params": n_params, "peak_flops": peak,
         "final_loss": steady[-1]["loss"],
     }
+    if args.record:
+        record(result)
     if args.format == "json":
         print(json.dumps(result, indent=2))
         return 0
+    if not cuda:
+        result["mfu_note"] = "n/a (no GPU)"
+    elif not native_bf16:
+        result["mfu_note"] = "n/a (no native bfloat16 on this GPU: trained in float32)"
+    print_result(result, args.format)
+    return 0
+
+
+def print_result(result, fmt):
+    """One result (this run's or a recorded one) as a markdown table row or as text."""
+    shape = result["model"]
+    flops, n_params, peak = result["flops_per_token"], result["non_embedding_params"], result["peak_flops"]
     mfu = (f"{result['mfu']:.1%}" if result["mfu"] is not None
-           else "n/a (no GPU)" if not cuda
-           else "n/a (no native bfloat16 on this GPU: trained in float32)" if not native_bf16
-           else "n/a (GPU not in the peak-FLOPs table)")
+           else result.get("mfu_note") or "n/a (GPU not in the peak-FLOPs table)")
     L, H, T = shape["n_layer"], shape["n_head"], shape["block_size"]
     Q = shape["n_embd"] // H
     formula = (f"{MFU_FORMULA} = {flops / 1e9:.3g} GFLOP per token (N = {n_params / 1e6:.1f}M parameters less the "
                f"position table, L*H*Q*T = {L}*{H}*{Q}*{T}, attention over the whole T x T)")
     if peak:
         formula += f", over {peak / 1e12:g} TFLOP/s dense bf16 per GPU"
-    compiled = f"compile={result['compile']}" + (f" ({compile_note})" if compile_note else "")
+    note = result.get("compile_note")
+    compiled = f"compile={result['compile']}" + (f" ({note})" if note else "")
     what = (f"{result['gpus']} x {result['device']}, GPT {', '.join(f'{k}={v}' for k, v in shape.items())}, "
-            f"batch {args.batch_size}/GPU, {compiled}")
-    if args.format == "markdown":
+            f"batch {result['batch_size_per_gpu']}/GPU, {compiled}")
+    if fmt == "markdown":
         print(f"| {what} | {result['tokens_per_s']:,} tokens/s | MFU {mfu}; {formula} |")
     else:
         print(f"{what}\n  {result['tokens_per_s']:,} tokens/s, MFU {mfu}\n  MFU counts {formula}")
-    return 0
 
+
+def machine():
+    """Where a result was measured: the date, the GPU and driver, and the software's versions."""
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,compute_cap",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=60, check=False)
+        gpus = smi.stdout.strip().splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        gpus = []
+    return {"date": datetime.date.today().isoformat(), "gpus": gpus, "cpus": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None}
+
+
+def record(result):
+    with RECORDED.open("a") as handle:
+        handle.write(json.dumps(dict(result, recorded=machine()), sort_keys=True) + "\n")
+
+
+def print_recorded(fmt):
+    """The results kept in RECORDED, each with where and with what it was measured."""
+    try:
+        results = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError) as e:
+        print(f"trainer_gpu: no recorded GPU measurement to show ({RECORDED.relative_to(ROOT)}: {e})")
+        return
+    where = sorted({(r["recorded"]["date"], r["recorded"].get("machine") or ", ".join(r["recorded"].get("gpus", [])),
+                     f"torch {r['recorded']['torch']}, CUDA {r['recorded']['cuda']}, NCCL {r['recorded']['nccl']}")
+                    for r in results})
+    print(f"\nMeasured earlier on GPUs, as kept in {RECORDED.relative_to(ROOT)} (this script with `--record`, or its "
+          "`--format json` output with the machine added):" if fmt == "markdown" else "recorded on GPUs:")
+    ceilings = {r["recorded"]["date"]: r["recorded"].get("ceilings") for r in results}
+    for date, gpu, versions in where:
+        line = f"{'- ' if fmt == 'markdown' else '  '}{date}: {gpu}; {versions}"
+        if ceilings.get(date):
+            line += "; bf16 matrix products measured there (M x K x N: TFLOP/s): " + ", ".join(
+                f"{shape if 'x' in shape else 'x'.join([shape] * 3)}: {v:g}"
+                for shape, v in sorted((k.split("_")[2], v) for k, v in ceilings[date].items()))
+        print(line)
+    if fmt == "markdown":
+        print("\n| what | throughput | MFU |\n|---|---:|---|")
+    for r in results:
+        print_result(r, fmt)
 
 if __name__ == "__main__":
     sys.exit(main())

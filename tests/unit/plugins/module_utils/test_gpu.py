@@ -175,3 +175,17 @@ def test_torch_here_that_breaks_inside_torch_is_a_finding(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "torch", Broken)
     assert gpu.torch_here() == dict(importable=False, error="RuntimeError: CUDA driver init failed")
+
+
+def test_what_a_real_h200_printed_is_read_as_it_was_there():
+    """nvidia-smi's and torch's answers recorded on an H200 give the line gpu.py printed on that machine."""
+    recorded = json.loads(fixture("h200_detect.json"))
+    torch_answer = (0, json.dumps(recorded["torch"]), "")
+    runner = Runner((QUERY, (0, fixture("h200.csv"), "")), (["python3"], torch_answer))
+    result = gpu.detect("python3", runner, which_found, environ={})
+    for key in ("hostname", "slurm_node"):
+        result.pop(key), recorded.pop(key)
+    assert result == recorded
+    assert result["gpus"][0]["name"] == "NVIDIA H200" and result["gpus"][0]["compute_capability"] == "9.0"
+    assert result["count"] == result["torch_count"] == 1 and result["reason"] is None
+    assert gpu.parse_list(fixture("h200_list.txt")) == {0: []}  # one GPU, no MIG device
