@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import inspect
 import os
 import socket
 import statistics
@@ -230,7 +231,10 @@ def run(args, environ=None, started=None):
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout))
+    # the rank's GPU named, not guessed from the rank (torch 2.3 and later take it)
+    bound = {"device_id": device} if backend == "nccl" and "device_id" in inspect.signature(
+        dist.init_process_group).parameters else {}
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=args.timeout), **bound)
     connected = time.monotonic()
     node = environ.get("SLURMD_NODENAME") or socket.gethostname()
     mine = None

@@ -317,3 +317,29 @@ def test_the_wait_clock_on_cuda_times_from_the_last_gradient_to_the_reduced_grad
     clock.reduced()  # armed, but no gradient was computed: no span
     assert len(clock.spans) == 2
     assert clock.take() == pytest.approx(0.010) and clock.take() == 0.0
+
+
+# the process group
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_an_nccl_rank_names_its_gpu_to_the_process_group(monkeypatch, cuda):
+    """torch guesses a rank's GPU from its global rank when init_process_group is not told (and warns,
+    on every start, that the guess can hang); NCCL ranks name theirs, gloo ranks have none to name."""
+    from trainer import distributed
+    calls = []
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: calls.append(("set_device", index)))
+
+    def init_process_group(backend=None, init_method=None, device_id=None):  # torch's keywords (2.3 and later)
+        calls.append(("init", {k: v for k, v in dict(backend=backend, init_method=init_method,
+                                                        device_id=device_id).items() if v is not None}))
+
+    monkeypatch.setattr(distributed.torch_dist, "init_process_group", init_process_group)
+    monkeypatch.setattr(distributed.torch_dist, "barrier", lambda: calls.append(("barrier",)))
+    Distributed(rendezvous_timeout=5)
+    expected = {"backend": "nccl", "init_method": "env://", "device_id": torch.device("cuda", 1)} if cuda else \
+        {"backend": "gloo", "init_method": "env://"}
+    assert calls == ([("set_device", 1)] if cuda else []) + [("init", expected), ("barrier",)]

@@ -7,6 +7,7 @@ barrier, an all-reduce that does not wait), FSDP2 sharding of the model, and sto
 signal handlers that record a stop request and the ranks' vote on when to act on it.
 """
 
+import inspect
 import os
 import signal
 import socket
@@ -23,6 +24,11 @@ ALL_GATHER_SINGLE = getattr(torch_dist, "all_gather_single", None) or torch_dist
 EXIT_RENDEZVOUS = 3  # the ranks did not all connect within --rendezvous-timeout
 CLOSED_KEY = "llmtrain/process-group-closed"  # on the launcher's store: how many ranks have torn down
 CLOSE_WAIT_S = 60.0
+
+
+def takes_device_id():
+    """torch 2.3 and later take the rank's device in init_process_group."""
+    return "device_id" in inspect.signature(torch_dist.init_process_group).parameters
 
 
 class Distributed:
@@ -60,7 +66,10 @@ class Distributed:
 
         threading.Thread(target=give_up, name="rendezvous-timeout", daemon=True).start()
         try:
-            torch_dist.init_process_group(backend=backend, init_method="env://")
+            # NCCL: the rank's GPU named, not guessed from the global rank (torch warns on every start that a
+            # guess can hang where ranks and GPUs do not map one to one)
+            bound = {"device_id": self.device} if backend == "nccl" and takes_device_id() else {}
+            torch_dist.init_process_group(backend=backend, init_method="env://", **bound)
             torch_dist.barrier()
         except Exception as e:  # any failure to connect gets the same hint
             print(rendezvous_hint(self.rank, backend, f"{type(e).__name__}: {e}"), file=sys.stderr, flush=True)
