@@ -231,5 +231,6 @@ def print_recorded(fmt):
     for r in results:
         print_result(r, fmt)
 
+
 if __name__ == "__main__":
     sys.exit(main())
