@@ -114,7 +114,8 @@ def cluster_errors(cluster, partition, usable, excluded, slurm_partition, slurm_
 def site_errors(cluster, partition, usable, values):
     """What the site requires of a job (values: slurm_constraint, slurm_gpu_type, slurm_reservation,
     slurm_account, slurm_qos, slurm_nodes, slurm_gpus_per_node) against what Slurm has (cluster: as
-    slurm_cluster_info returns it, with reservations and associations where asked for) ->
+    slurm_cluster_info returns it, with reservations, associations and the run's container where
+    asked for) ->
     {errors, notes}; partition: the run's partition's name; usable: its usable nodes less the
     excluded ones."""
     values = dict(values or {})
@@ -130,7 +131,10 @@ def site_errors(cluster, partition, usable, values):
     more, also = site_check.association_errors(values.get("slurm_account"), values.get("slurm_qos"),
                                                cluster.get("associations"), partition, cluster.get("user"),
                                                cluster.get("associations_note"))
-    return {"errors": errors + more, "notes": notes + also}
+    # the run's container, as slurm_cluster_info found it on this node (with container=...)
+    found = cluster.get("container") or {}
+    return {"errors": errors + more + list(found.get("errors") or []),
+            "notes": notes + also + list(found.get("notes") or [])}
 
 
 class FilterModule(object):

@@ -8,6 +8,7 @@
   read_files result | llmtrain.slurm.pipeline_verdict(fingerprint, missing) -> may a rerun stop here
   read_files result | llmtrain.slurm.pipeline_record(fingerprint) -> the text of <run>/pipeline.json
   GPUs per node | llmtrain.slurm.gpu_options(type, how) -> the sbatch options that ask for them
+  container settings | llmtrain.slurm.container_argv(workdir) -> {step, task, batch}: how a job runs its Python
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, pipeline_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check
 
 display = Display()
@@ -84,8 +85,18 @@ def gpu_options(count, gpu_type=None, how="gres"):
     return {"gres": "gpu:" + typed}
 
 
+def container_argv(settings, workdir):
+    """The run's container (run_container: slurm_container_* and slurm_workspace) -> {step: srun
+    options of a job step, task: the prefix of a step's command, batch: the prefix of a command on
+    the batch node}, each a list of words; all empty without a container (module_utils/container.py)."""
+    if not isinstance(settings, dict) or not str(workdir or "").startswith("/"):
+        raise AnsibleFilterError("container_argv: needs run_container and an absolute working directory (got %r, %r)"
+                                 % (settings, workdir))
+    return container.argv(settings, str(workdir))
+
+
 class FilterModule(object):
     def filters(self):
         return {"env_file_values": env_file_values, "log_metrics": log_metrics,
                 "pipeline_fingerprint": pipeline_fingerprint, "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text,
-                "gpu_options": gpu_options}
+                "gpu_options": gpu_options, "container_argv": container_argv}

@@ -44,6 +44,18 @@ options:
     type: bool
     default: false
     version_added: 0.1.0
+  container:
+    description:
+      - "The run's container, C({runtime, image, mounts, args, workspace}) (the slurm role's
+        C(slurm_container_*) variables and C(slurm_workspace)): what this node can tell of it is
+        returned as RV(container)."
+      - "C(pyxis): C(srun --help) must list C(--container-image) (the plugin is loaded), and an image
+        given as a path must be a file here."
+      - "C(charliecloud): an image given as a path must exist here (the nodes read it from the shared
+        filesystem); a directory image must have C(/bin/sh) and a directory for every mount target,
+        unless C(-w) is among its args. C(ch-run) missing here is a note, not an error."
+    type: dict
+    version_added: 0.1.0
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -159,6 +171,13 @@ user:
   type: str
   sample: ada
   version_added: 0.1.0
+container:
+  description: What was found of O(container) on this node, C({errors, notes}), each a list of messages.
+  returned: with container
+  type: dict
+  sample: {"errors": ["slurm_container_runtime=pyxis, but srun on this node has no --container-image option ..."],
+           "notes": []}
+  version_added: 0.1.0
 ansible_facts:
   description: The same data as C(slurm_cluster), with keys C(version), C(partitions), C(nodes).
   returned: always
@@ -167,13 +186,15 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils import container
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(bad_nodes=dict(type="path"), reservations=dict(type="bool", default=False),
-                                              associations=dict(type="bool", default=False)),
+                                              associations=dict(type="bool", default=False),
+                                              container=dict(type="dict")),
                            supports_check_mode=True)
     client = Slurm(module)
     try:
@@ -190,6 +211,14 @@ def main():
             module.fail_json(msg=str(err))
     if module.params["associations"]:
         result["associations"], result["associations_note"] = client.associations(result["user"])
+    if module.params["container"]:
+        def run(argv):
+            if not module.get_bin_path(argv[0]):
+                return 127, "", "%s: not found" % argv[0]
+            return module.run_command(argv, environ_update=dict(USER=client.user()))  # ch-run needs USER
+
+        errors, notes = container.preflight(module.params["container"], run)
+        result["container"] = dict(errors=errors, notes=notes)
     if module.params["bad_nodes"]:
         result["bad_nodes"], unusable = load_bad_nodes(module.params["bad_nodes"])
         if unusable:

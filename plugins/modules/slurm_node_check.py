@@ -85,6 +85,14 @@ options:
     type: list
     elements: str
     default: []
+  container:
+    description:
+      - "The run's container, C({runtime, image, mounts, args, workspace}) (the run role's C(run_container),
+        from C(slurm_container_*)): the check runs in it, as the run's jobs do, with O(python) the interpreter
+        inside the image. O(scratch_dir) must be below the workspace, which is mounted at its own path."
+      - Omitted, or with C(runtime=none), the check runs on the nodes as they are.
+    type: dict
+    version_added: 0.1.0
 notes:
   - Supports check mode (it changes nothing on the cluster; the step only reads).
 seealso:
@@ -135,7 +143,7 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils import container, node_package, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import atomic, node_check
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
@@ -174,7 +182,11 @@ def step_argv(srun, p, partition, nodes, workdir, token):
     # and the llmtrain_node package placed in workdir first on the path (workdir is an argument too)
     path_first = ['PYTHONPATH="$1${PYTHONPATH:+:${PYTHONPATH}}"', "export PYTHONPATH", "shift"]
     script = "\n".join(list(p["env_setup"]) + path_first + ['exec "$@"'])
-    return argv + list(p["srun_extra_args"]) + ["--", "bash", "-c", script, "llmtrain-node-check", workdir] + check
+    # in the run's container: its srun options, and its command prefix before the check (Python
+    # finds the package in its working directory, workdir, whatever PYTHONPATH the image sets)
+    inside = container.argv(p["container"], workdir) if p.get("container") else dict(step=[], task=[])
+    return (argv + inside["step"] + list(p["srun_extra_args"]) + ["--", "bash", "-c", script, "llmtrain-node-check", workdir]
+            + inside["task"] + check)
 
 
 SLURM_NODES = "slurm_nodes.txt"  # `scontrol show node -o` as the module listed the nodes
@@ -227,6 +239,7 @@ def main():
             immediate=dict(type="int", default=10),
             time_limit=dict(type="int", default=5),
             srun_extra_args=dict(type="list", elements="str", default=[]),
+            container=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -255,7 +268,8 @@ def main():
                 argv = step_argv(client.bin("srun"), p, partition, ready, workdir, token)
                 result["cmd"] = argv
                 # the nodes write their records with the user's umask less group and other write
-                rc, out, err = module.run_command(argv, environ_update=dict(SLURM_UMASK="%04o" % trusted_dirs.strict_umask()))
+                env = dict(SLURM_UMASK="%04o" % trusted_dirs.strict_umask(), USER=client.user())  # ch-run needs USER
+                rc, out, err = module.run_command(argv, environ_update=env)
                 records = read_records(workdir, ready, token, p["time_limit"] * 60, p["python"])
                 if rc != 0 and all(not r.get("answered", True) for r in records):
                     step_error = "%s failed (rc %d): %s" % (" ".join(argv[:argv.index("--")]), rc,

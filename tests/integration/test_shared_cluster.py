@@ -7,6 +7,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
 
 import pytest
 
@@ -224,3 +226,79 @@ def test_what_the_site_requires_reaches_every_job_and_a_bad_value_stops_the_run_
         slurm("scontrol", "delete", "ReservationName=llm-site")
         for name in (node(0), node(1)):
             slurm("scontrol", "update", "NodeName=" + name, "AvailableFeatures=", "ActiveFeatures=")
+
+
+def debian_mirror():
+    """The Debian mirror this machine's apt uses (the image is made from it, and from nothing else)."""
+    for path in ("/etc/apt/sources.list.d/debian.sources", "/etc/apt/sources.list"):
+        try:
+            text = open(path).read()
+        except OSError:
+            continue
+        found = re.search(r"(?m)^(?:URIs:\s*|deb\s+(?:\[[^]]*\]\s+)?)(\S+/debian)/?\s", text)
+        if found:
+            return found.group(1)
+    return "http://deb.debian.org/debian"
+
+
+@pytest.fixture(scope="module")
+def image(local_cluster):
+    """A Debian 13 image for ch-run, made by debootstrap from Debian's packages (the local cluster
+    installs both): minbase and python3 (whose libraries the bound Python needs), and a directory
+    for each mount of the run below (ch-run mounts only onto directories the image has)."""
+    base = tempfile.mkdtemp(prefix="llmtrain-image-", dir="/var/tmp")
+    path = os.path.join(base, "trixie")
+    made = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3", "trixie", path, debian_mirror()],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=900, check=False)
+    assert made.returncode == 0, made.stdout[-3000:]
+    for target in (WORKSPACE, sys.base_prefix, "/opt/llmtrain-venv"):
+        os.makedirs(path + target, exist_ok=True)
+    yield path
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_every_python_of_a_run_runs_in_its_container(image):
+    """slurm_container_runtime=charliecloud: the node and network checks, the data preparation, the
+    training and the samples all run in the image (ch-run on each node). slurm_python is a path that
+    only the image has (this machine's venv mounted at /opt/llmtrain-venv), so a Python started on
+    the node itself fails the job; the node checks' records name the image's system, Debian 13,
+    where the nodes run Debian 12. What no job could use is refused by preflight, before any job."""
+    run = fresh("container")
+    known = set(jobs_of(run))
+    inside = "/opt/llmtrain-venv/bin/python"
+    assert not os.path.exists(inside)
+    settings = dict(slurm_container_runtime="charliecloud", slurm_container_image=image,
+                    slurm_container_mounts=[sys.base_prefix, sys.prefix + ":/opt/llmtrain-venv"], slurm_python=inside,
+                    slurm_nodes=2, slurm_procs_per_node=1, pretrain_network_check=True)
+
+    # refused before any job: a mount target the image lacks; pyxis, which this cluster's srun lacks
+    lacking = dict(settings)
+    lacking["slurm_container_mounts"] = settings["slurm_container_mounts"] + ["/var/tmp:/llmtrain-data"]
+    lacking = run_playbook("preflight.yml", *values(run, **lacking), check=False)
+    assert lacking.rc != 0
+    assert ("slurm_container_image=%s has no directory /llmtrain-data to mount /var/tmp on: ch-run mounts only onto directories the "
+            "image has. Make it in the image (mkdir -p %s/llmtrain-data)" % (image, image)) in lacking.output, lacking.output[-3000:]
+    pyxis = dict(settings)
+    pyxis.update(slurm_container_runtime="pyxis", slurm_container_image="nvcr.io#nvidia/pytorch:25.01-py3",
+                 slurm_container_mounts=[])
+    pyxis = run_playbook("preflight.yml", *values(run, **pyxis), check=False)
+    assert pyxis.rc != 0
+    assert "slurm_container_runtime=pyxis, but srun on this node has no --container-image option" in pyxis.output, \
+        pyxis.output[-3000:]
+    assert set(jobs_of(run)) == known
+
+    result = run_playbook("pretrain.yml", *values(run, **settings))
+    jobs = dict((job_id, job) for job_id, job in jobs_of(run).items() if job_id not in known)
+    assert sorted(name for name, _state, _nodes, _excluded in jobs.values()) == sorted(
+        ["llmtrain-%s" % run, "llmtrain-generate-%s" % run, "llmtrain-prepare-%s" % run]), result.output[-3000:]
+    assert {state for _name, state, _nodes, _excluded in jobs.values()} == {"COMPLETED"}
+    checks = os.path.join(WORKSPACE, run, "node_check")
+    for name in os.listdir(checks):  # the node check of every job: on every node, in the image
+        for record in json.load(open(os.path.join(checks, name)))["nodes"]:
+            assert (record["python"], record["os"], record["ok"]) == (inside, "Debian GNU/Linux 13 (trixie)", True), record
+    network = json.load(open(os.path.join(WORKSPACE, run, "network_check", "llmtrain-%s.json" % run)))
+    assert (network["ranks"], network["verdict"]) == (2, "ok"), network
+    assert "Steps: 20 of 20" in open(os.path.join(RUNS, run, "report.md")).read()
+    assert json.load(open(os.path.join(WORKSPACE, run, "samples.json")))  # the samples, made in the image too
+    again = run_playbook("pretrain.yml", *values(run, **settings))
+    assert "no stage runs" in again.output, again.output[-3000:]

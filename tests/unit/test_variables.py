@@ -271,6 +271,7 @@ CHOICE_COPIES = {
     "pretrain_network_policy": [("plugins/module_utils/inputs/pretrain.py", "NETWORK_POLICIES")],
     "run_wandb_mode": [("plugins/module_utils/inputs/run.py", "WANDB_MODES"), ("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
     "slurm_gpu_request": [("plugins/filter/run.py", "GPU_REQUESTS")],
+    "slurm_container_runtime": [("plugins/module_utils/container.py", "RUNTIMES")],
     "run_gpu_policy": [("module:slurm_node_check", "gpu_policy"), ("plugins/module_utils/node/node_check.py", "GPU_POLICIES")],
 }
 

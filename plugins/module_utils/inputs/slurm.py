@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils import container
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, int_or_none, one_line
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import COLLECTION_OPTIONS, SBATCH_OPTIONS
 
@@ -75,6 +76,7 @@ def errors(values):
             found.append("slurm_exclude_nodes=%r must be a list of node names or hostlists, such as "
                          "[gpu-07, \"gpu-[10-12]\"]." % (nodes,))
     found.extend(site_errors(values))
+    found.extend(container.input_errors(values))
     return found
 
 

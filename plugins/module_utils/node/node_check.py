@@ -173,6 +173,19 @@ def problems(record, python_name="slurm_python", gpu_policy="strict"):
     return found
 
 
+def os_name(path="/etc/os-release"):
+    """The system the check runs on, as os-release names it (PRETTY_NAME): the node's own, or the
+    image's in the run's container; None where there is no such file."""
+    try:
+        with open(path) as handle:
+            for line in handle.read(65536).splitlines():
+                if line.startswith("PRETTY_NAME="):
+                    return shlex.split(line[len("PRETTY_NAME="):])[0] if line[len("PRETTY_NAME="):] else ""
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def check(args, environ=None, runner=gpu.run):
     """This node's record (written to args.dir/<node>.json, and returned)."""
     environ = os.environ if environ is None else environ
@@ -199,7 +212,7 @@ def check(args, environ=None, runner=gpu.run):
     detection = gpu.detect(sys.executable, runner=runner, environ=environ, torch=torch)
     record = dict(
         node=node, token=args.token, dir=args.dir,
-        python=sys.executable, python_version=sys.version.split()[0],
+        python=sys.executable, python_version=sys.version.split()[0], os=os_name(),
         torch=detection["torch"], require_torch=args.require_torch,
         gpus_requested=args.gpus, gpus_visible=visible_gpus(environ),
         nvidia_smi_count=detection["nvidia_smi_count"], torch_count=detection["torch_count"],

@@ -5,7 +5,9 @@
 #
 #   network_check.sh --gpus N --procs P --policy warn|exclude|fail --min-fraction F --timeout S
 #
-# python=, timeout_s= and requeue_max= come from node_check.conf beside it (the run's). On
+# python=, timeout_s=, requeue_max= and the run's container (container_step=, container_task=,
+# container_batch=: each node's ranks and the verdict run in it) come from node_check.conf beside
+# it (the run's). On
 # GPUs, torch.distributed.run starts P ranks per node (NCCL, as the training); on CPUs one
 # rank per node (Gloo; the processes of a node share its link). The port is the training's
 # MASTER_PORT moved by 20000, so that the two never meet. Writes
@@ -20,6 +22,7 @@ scripts=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=exit_codes.sh
 . "${scripts}/exit_codes.sh" || exit 1
 python=python3 timeout_s=120 requeue_max=0
+container_step=() container_task=() container_batch=()
 # shellcheck source=/dev/null  # written by the run role: python=, timeout_s=, requeue_max=, ...
 . "${scripts}/node_check.conf" || exit "${EXIT_FAILED}"
 gpus=0 procs=1 policy=warn min_fraction=0.5 meet_s=60
@@ -54,7 +57,8 @@ echo "llmtrain: network check of job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} ($
 # reach each other) ends the step at once
 # shellcheck disable=SC2016  # expanded by the step's shell, on each node
 timeout --kill-after=10 "${timeout_s}" srun --ntasks="${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 \
-    --kill-on-bad-exit=1 --job-name=network-check sh -c 'trap "" USR2  # the stop notice: ignored by torchrun; each rank records it (LLMTRAIN_STOP_NOTICE)
+    --kill-on-bad-exit=1 --job-name=network-check ${container_step[@]+"${container_step[@]}"} \
+    ${container_task[@]+"${container_task[@]}"} sh -c 'trap "" USR2  # the stop notice: ignored by torchrun; each rank records it (LLMTRAIN_STOP_NOTICE)
     env_file="${LLMTRAIN_RUN_DIR}/env/${SLURMD_NODENAME:-$(hostname)}.env"
     [ -f "${env_file}" ] || env_file="${LLMTRAIN_RUN_DIR}/env/cluster.env"
     [ -f "${env_file}" ] && . "${env_file}"
@@ -72,7 +76,7 @@ timeout --kill-after=10 "${timeout_s}" srun --ntasks="${SLURM_JOB_NUM_NODES}" --
 step=$?
 verdict=
 if [ "${step}" -eq 0 ]; then
-    verdict=$("${python}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"])' "${out}" 2>/dev/null)
+    verdict=$(${container_batch[@]+"${container_batch[@]}"} "${python}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["verdict"])' "${out}" 2>/dev/null)
 fi
 case ${verdict} in
     ok) exit 0 ;;

@@ -5,8 +5,9 @@
 #
 # Its settings come from node_check.conf beside it, which the run role writes on every run
 # (slurm_python, slurm_node_check_timeout, run_bad_node_policy, run_requeue_max,
-# run_gpu_policy): they are the run's, not part of any one job, so changing them never
-# makes a finished job run again.
+# run_gpu_policy, and how the run's container is started, from slurm_container_*): they are
+# the run's, not part of any one job, so changing them never makes a finished job run again.
+# In a container, every Python below runs in it: the check on each node and the judging.
 #
 # The batch node asks Slurm once for the job's nodes (`scontrol show node -o`); then one task per
 # node runs `python -m llmtrain_node.node_check check` (GPUs, the GPUs Slurm registers from that answer, Python,
@@ -26,11 +27,16 @@ scripts=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=exit_codes.sh
 . "${scripts}/exit_codes.sh" || exit 1
 python=python3 timeout_s=120 policy=exclude requeue_max=0 gpu_policy=strict
+container_step=() container_task=() container_batch=()
 # shellcheck source=/dev/null  # written by the run role: python=, timeout_s=, policy=, ...
 . "${scripts}/node_check.conf" || exit "${EXIT_FAILED}"
 # the check is the llmtrain_node package beside this file (python -m llmtrain_node.node_check),
-# found first on the path, before any of the same name that slurm_env_setup may add
+# found first on the path, before any of the same name that slurm_env_setup may add; in the
+# run's container (slurm_container_runtime), whose image may set PYTHONPATH itself, Python finds
+# it in its working directory, this one (python -m puts that first on the path)
 export PYTHONPATH="${scripts}${PYTHONPATH:+:${PYTHONPATH}}"
+# (${a[@]+"${a[@]}"}: an array's words, none when it is empty; bash before 4.4 calls an empty
+# "${a[@]}" unbound under set -u)
 # the run directory holds scripts/ (this file's directory)
 LLMTRAIN_RUN_DIR=${LLMTRAIN_RUN_DIR:-$(dirname "${scripts}")}
 restart=${SLURM_RESTART_COUNT:-0}
@@ -40,10 +46,16 @@ mkdir -p "${dir}" && printf '%s\n' "${token}" > "${dir}/token" || {
     echo "llmtrain: node check: cannot write ${dir} on the batch node $(hostname): is slurm_workspace writable there?" >&2
     exit "${EXIT_FAILED}"
 }
-if ! "${python}" -c '' 2> "${dir}/python.err"; then
-    echo "llmtrain: node check: slurm_python=${python} does not run on $(hostname) after slurm_env_setup" \
-         "($(tail -c 300 "${dir}/python.err")): install Python there, or point slurm_python (and slurm_env_setup," \
-         "e.g. module load) at one that runs" >&2
+if ! ${container_batch[@]+"${container_batch[@]}"} "${python}" -c '' 2> "${dir}/python.err"; then
+    if [ ${#container_batch[@]} -gt 0 ]; then
+        echo "llmtrain: node check: slurm_python=${python} does not run in the run's container on $(hostname)" \
+             "($(tail -c 300 "${dir}/python.err")): point slurm_python at the interpreter inside the image," \
+             "and check slurm_container_image, slurm_container_runtime and that its runtime works on the nodes" >&2
+    else
+        echo "llmtrain: node check: slurm_python=${python} does not run on $(hostname) after slurm_env_setup" \
+             "($(tail -c 300 "${dir}/python.err")): install Python there, or point slurm_python (and slurm_env_setup," \
+             "e.g. module load) at one that runs" >&2
+    fi
     rm -rf "${dir}"
     exit "${EXIT_NODE_CHECK_FAILED}"
 fi
@@ -59,13 +71,13 @@ if ! timeout 60 scontrol show node -o "${SLURM_JOB_NODELIST}" > "${dir}/slurm_no
 fi
 echo "llmtrain: node check of job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} ($(echo ${nodes} | wc -w) node(s), ${timeout_s} s at most)"
 timeout --kill-after=10 "${timeout_s}" srun --ntasks="${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 \
-    --kill-on-bad-exit=0 --job-name=node-check \
+    --kill-on-bad-exit=0 --job-name=node-check ${container_step[@]+"${container_step[@]}"} ${container_task[@]+"${container_task[@]}"} \
     "${python}" -m llmtrain_node.node_check check --dir "${dir}" --token "${token}" --run-dir "${LLMTRAIN_RUN_DIR}" \
     --gpu-policy "${gpu_policy}" --slurm-nodes "${dir}/slurm_nodes.txt" "$@" > "${dir}/step.out"
 step=$?
 [ "${step}" -eq 0 ] || echo "llmtrain: node check step ended with exit code ${step}" >&2
 # shellcheck disable=SC2086  # one argument per node name
-"${python}" -m llmtrain_node.node_check gather --dir "${dir}" --token "${token}" --nodes ${nodes} \
+${container_batch[@]+"${container_batch[@]}"} "${python}" -m llmtrain_node.node_check gather --dir "${dir}" --token "${token}" --nodes ${nodes} \
     --out "${LLMTRAIN_RUN_DIR}/node_check/${SLURM_JOB_NAME}.json" --bad-nodes-file "${LLMTRAIN_RUN_DIR}/bad_nodes.json" \
     --timeout "${timeout_s}" --python "${python}" --job "${SLURM_JOB_ID}" --restart "${restart}"
 verdict=$?

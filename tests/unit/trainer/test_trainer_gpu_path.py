@@ -334,8 +334,8 @@ def test_an_nccl_rank_names_its_gpu_to_the_process_group(monkeypatch, cuda):
     monkeypatch.setattr(torch.cuda, "set_device", lambda index: calls.append(("set_device", index)))
 
     def init_process_group(backend=None, init_method=None, device_id=None):  # torch's keywords (2.3 and later)
-        calls.append(("init", {k: v for k, v in dict(backend=backend, init_method=init_method,
-                                                        device_id=device_id).items() if v is not None}))
+        given = dict(backend=backend, init_method=init_method, device_id=device_id)
+        calls.append(("init", {k: v for k, v in given.items() if v is not None}))
 
     monkeypatch.setattr(distributed.torch_dist, "init_process_group", init_process_group)
     monkeypatch.setattr(distributed.torch_dist, "barrier", lambda: calls.append(("barrier",)))

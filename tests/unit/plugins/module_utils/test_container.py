@@ -1,0 +1,105 @@
+"""The run's container: the words each job starts its Python with, and what is refused before a job."""
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import container
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import validate
+
+WS = "/shared/runs"
+
+
+def cfg(runtime, image="/shared/images/torch", mounts=(), args=()):
+    return dict(runtime=runtime, image=image, mounts=list(mounts), args=list(args), workspace=WS)
+
+
+def test_no_container_adds_nothing():
+    assert container.argv(cfg("none", image=None), "/x") == dict(step=[], task=[], batch=[])
+
+
+def test_pyxis_steps_get_the_image_mounts_workdir_and_one_container_per_job():
+    got = container.argv(cfg("pyxis", "nvcr.io#nvidia/pytorch:25.01-py3", ["/datasets:/data:ro", "/scratch"],
+                             ["--no-container-mount-home"]), WS + "/r/scripts")
+    step = ["--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
+            "--container-mounts=/shared/runs:/shared/runs,/datasets:/data:ro,/scratch:/scratch",
+            "--container-workdir=/shared/runs/r/scripts", "--container-name=llmtrain", "--no-container-mount-home"]
+    assert got["step"] == step and got["task"] == []
+    # a command of the batch script runs as a one-task step of its own in the same container
+    assert got["batch"] == ["srun", "--ntasks=1", "--nodes=1", "--overlap", "--job-name=in-container"] + step
+
+
+def test_charliecloud_runs_each_command_through_ch_run():
+    got = container.argv(cfg("charliecloud", mounts=["/datasets", "/home/ada/venv:/opt/venv"], args=["--set-env"]),
+                         WS + "/r/scripts")
+    task = ["ch-run", "-b", WS, "-b", "/datasets", "-b", "/home/ada/venv:/opt/venv", "--set-env",
+            "--cd", WS + "/r/scripts", "/shared/images/torch", "--"]
+    assert got == dict(step=[], task=task, batch=task)
+
+
+@pytest.mark.parametrize("values, message", [
+    (dict(slurm_container_runtime="docker"), "slurm_container_runtime='docker' must be one of none, pyxis, charliecloud"),
+    (dict(slurm_container_image="/i"), "slurm_container_image is set but slurm_container_runtime is none"),
+    (dict(slurm_container_runtime="pyxis"), "slurm_container_runtime=pyxis needs slurm_container_image: an enroot"),
+    (dict(slurm_container_runtime="pyxis", slurm_container_image="a b"), "slurm_container_image='a b' is not an enroot"),
+    (dict(slurm_container_runtime="charliecloud", slurm_container_image="/i", slurm_container_mounts=["data"]),
+     "slurm_container_mounts: 'data' is not a mount: SOURCE[:TARGET], both absolute paths"),
+    (dict(slurm_container_runtime="charliecloud", slurm_container_image="/i", slurm_container_mounts=["/d:/d:ro"]),
+     "slurm_container_mounts: '/d:/d:ro' has mount flags (ro), which ch-run does not take"),
+    (dict(slurm_container_runtime="pyxis", slurm_container_image="i", slurm_container_mounts=["/a,/b"]),
+     "slurm_container_mounts: '/a,/b' is not a mount: SOURCE[:TARGET[:FLAGS]]"),
+    (dict(slurm_container_runtime="pyxis", slurm_container_image="i", slurm_container_args=["--container-mounts=/x"]),
+     "slurm_container_args: --container-mounts is what slurm_container_mounts says: set that instead."),
+    (dict(slurm_container_runtime="charliecloud", slurm_container_image="/i", slurm_container_args=["--cd"]),
+     "slurm_container_args: --cd is set by the collection (each job's working directory): leave it out."),
+])
+def test_bad_container_settings_are_refused_naming_the_variable(values, message):
+    found = container.input_errors(values)
+    assert any(m.startswith(message) for m in found), found
+    assert any(m.startswith(message) for m in validate(values))  # the run's input check says it too
+
+
+def test_good_container_settings_pass():
+    assert container.input_errors(dict(slurm_container_runtime="pyxis", slurm_container_image="nvcr.io#nvidia/pytorch:25.01-py3",
+                                       slurm_container_mounts=["/datasets:/data:ro"])) == []
+    assert container.input_errors(dict(slurm_container_runtime="none", slurm_container_mounts=[])) == []
+
+
+def runner(answers):
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return answers.get(argv[0], (127, "", "not found"))
+
+    run.calls = calls
+    return run
+
+
+def test_pyxis_needs_the_plugin_in_srun():
+    errors, _notes = container.preflight(cfg("pyxis", "nvcr.io#nvidia/pytorch:25.01-py3"),
+                                         runner({"srun": (0, "Usage: srun [OPTIONS(0)...]\n  --overlap\n", "")}))
+    assert errors and errors[0].startswith("slurm_container_runtime=pyxis, but srun on this node has no --container-image")
+    errors, _notes = container.preflight(cfg("pyxis", "nvcr.io#nvidia/pytorch:25.01-py3"),
+                                         runner({"srun": (0, "  --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH\n", "")}))
+    assert errors == []
+
+
+def test_charliecloud_image_needs_sh_and_every_mount_target(tmp_path):
+    image = tmp_path / "img"
+    (image / "bin").mkdir(parents=True)
+    (image / "bin" / "sh").write_text("")
+    (image / WS.lstrip("/")).mkdir(parents=True)
+    errors, notes = container.preflight(cfg("charliecloud", str(image), ["/datasets"]), runner({"ch-run": (0, "0.31", "")}))
+    assert errors == ["slurm_container_image=%s has no directory /datasets to mount /datasets on: ch-run mounts only onto "
+                      "directories the image has. Make it in the image (mkdir -p %s/datasets), or let ch-run write the "
+                      "image (slurm_container_args: [-w])." % (image, image)]
+    assert notes == []
+    (image / "datasets").mkdir()
+    assert container.preflight(cfg("charliecloud", str(image), ["/datasets"]), runner({}))[0] == []
+    # ch-run missing here: said, not refused (the nodes may have it)
+    assert "ch-run is not on this node's PATH" in container.preflight(cfg("charliecloud", str(image)), runner({}))[1][0]
+    # -w: ch-run makes the targets
+    assert container.preflight(cfg("charliecloud", str(image), ["/elsewhere"], ["-w"]), runner({}))[0] == []
+    (image / "bin" / "sh").unlink()
+    assert "has no /bin/sh" in container.preflight(cfg("charliecloud", str(image)), runner({}))[0][0]
+    missing = container.preflight(cfg("charliecloud", str(tmp_path / "nope")), runner({}))[0]
+    assert missing[0].startswith("slurm_container_image=%s does not exist here" % (tmp_path / "nope"))
