@@ -13,28 +13,53 @@ import threading
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import MAX_LINE_CHARS, tail_lines
 
-# The log lines of popular public trainers, tried in order, the first that matches wins:
-#   iter 100: loss 2.3456, time 41.2ms           (a plain "iter N: loss X")
-#   step 100/2000 | loss 2.3456 | lr 3.0e-04     (step N, with or without a total, then loss)
-#   {'loss': 2.3456, 'learning_rate': 5e-05, 'epoch': 0.12}   (Hugging Face Trainer)
+# The log lines of popular public trainers (tests/unit/fixtures/trainers, each with the release
+# it comes from), tried in order; the first that matches wins:
+#   step 250: train loss 3.1234, val loss 3.2345              (nanoGPT's evaluation)
+#   iter 100: loss 2.3456, time 41.2ms                        (nanoGPT; a plain "iter N: loss X")
+#   [date] iteration  10/ 5000 | ... | learning rate: 6.9E-07 | ... | lm loss: 9.9E+00 |   (Megatron-LM)
+#   step: 10  loss:  9.87654  grad_norm: ...  tps: 38,123     (torchtitan, colours taken off)
+#   step 100/2000 | loss 2.3456 | lr 3.0e-04                  (step N, with or without a total, then loss)
+#   {'loss': 2.3456, 'learning_rate': 5e-05, 'epoch': 0.12}   (Hugging Face Trainer 4.x; 5.x quotes
+#                                                              the values: {'loss': '2.346', ...})
+# A record without a step (the Hugging Face Trainer's) takes it, and the total, from the progress
+# bar tqdm drew last before it ("| 250/1000 ["; PROGRESS_BAR); a torchtitan "validate step" line
+# is not a training record.
 # Each takes time linear in the line's length, whatever the line:
 # - a repeat is never followed by a piece that can match its characters, so giving one back fails
 #   at once (`\s*[:=]?\s*` split a run of blanks between its two repeats in every way, quadratic
 #   in the run's length; SEP has one repeat on each side of the ':');
 # - no repeat holds a repeat;
-# - a lazy gap before a word is bounded (.{0,80}?), or is in a pattern anchored at the line's
-#   start (^), which fails at once anywhere else. A start then costs its gap's length times the
-#   word's, plus the blanks after each word its gap reaches, which only the starts (`step N`)
-#   of the 80 characters before that word read again.
+# - a lazy gap before a word is bounded (.{0,80}?, Megatron's .{0,400}?), or is in a pattern
+#   anchored at the line's start (^), which fails at once anywhere else. A start then costs its
+#   gap's length times the word's, plus the blanks after each word its gap reaches, which only
+#   the starts (`step N`) of the gap before that word read again.
 NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
 # between a name and its value: blanks, at most one ':' or '=', blanks
 SEP = r"\s*(?:[:=]\s*)?"
 DEFAULT_PATTERNS = [
+    r"^\s*step (?P<step>\d+): train loss (?P<loss>%(number)s), val loss (?P<val_loss>%(number)s)" % dict(number=NUMBER),
     r"^\s*iter(?:ation)?\s+(?P<step>\d+)\s*(?:[:|,]\s*)?loss%(sep)s(?P<loss>%(number)s)" % dict(sep=SEP, number=NUMBER),
-    r"(?i)\bstep%(sep)s(?P<step>\d+)(?:\s*/\s*(?P<total_steps>\d+))?\b.{0,80}?\bloss%(sep)s(?P<loss>%(number)s)"
-    r"(?:.{0,80}?\blr%(sep)s(?P<lr>%(number)s))?" % dict(sep=SEP, number=NUMBER),
-    r"^\s*\{'loss': (?P<loss>%(number)s)(?:.*?'learning_rate': (?P<lr>%(number)s))?" % dict(number=NUMBER),
+    r"\biteration +(?P<step>\d+)/ *(?P<total_steps>\d+) \|(?:.{0,400}? learning rate: (?P<lr>%(number)s) \|)?"
+    r".{0,400}? lm loss: (?P<loss>%(number)s) \|" % dict(number=NUMBER),
+    r"(?<!validate )\bstep: *(?P<step>\d+) +loss: *(?P<loss>%(number)s)(?:.{0,200}? tps: (?P<tokens_per_s>\d[\d,]*))?"
+    % dict(number=NUMBER),
+    r"(?i)(?<!validate )\bstep%(sep)s(?P<step>\d+)(?:\s*/\s*(?P<total_steps>\d+))?\b.{0,80}?\bloss%(sep)s"
+    r"(?P<loss>%(number)s)(?:.{0,80}?\blr%(sep)s(?P<lr>%(number)s))?" % dict(sep=SEP, number=NUMBER),
+    r"^\s*\{'loss': '?(?P<loss>%(number)s)'?(?:.*?'learning_rate': '?(?P<lr>%(number)s)'?)?" % dict(number=NUMBER),
 ]
+# The trainers' evaluation lines: no record of their own, their val_loss goes to the record of
+# their step (the Trainer's, the step of the bar before it), in a log of the whole run.
+VAL_PATTERNS = [re.compile(p % dict(number=NUMBER)) for p in (
+    r"^\s*\{'eval_loss': '?(?P<val_loss>%(number)s)'?",  # Hugging Face Trainer
+    r"\bvalidation loss at iteration (?P<step>\d+) \| lm loss value: (?P<val_loss>%(number)s) \|",  # Megatron-LM
+    r"\bvalidate step: *(?P<step>\d+) +loss: *(?P<val_loss>%(number)s)",  # torchtitan
+)]
+# tqdm's bar, "{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}]": the step a Hugging Face
+# Trainer's log line does not print
+PROGRESS_BAR = re.compile(r"\| *(?P<n>\d+)/(?P<total>\d+) \[")
+# terminal colours and cursor moves (torchtitan colours its lines; tqdm moves between its bars)
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 INTEGERS = ("step", "total_steps")
 NUMBERS = ("loss", "val_loss", "lr", "tokens_per_s")
 # what a log holds between polls is read from its end, at most this many lines
@@ -67,7 +92,7 @@ def compile_patterns(patterns):
 
 def _value(name, text):
     try:
-        return int(text) if name in INTEGERS else float(text)
+        return int(text) if name in INTEGERS else float(text.replace(",", ""))
     except (TypeError, ValueError):
         return None
 
@@ -127,7 +152,10 @@ class _Matcher(object):
 
     def record(self, line, number):
         """The record of one line ({step, loss, ...} from the first pattern that matches and
-        names a loss that is a number), or None. number: the line's, for a warning."""
+        names a loss that is a number), or None. number: the line's, for a warning. Terminal
+        escapes (colours, cursor moves) are taken off first."""
+        if "\x1b" in line:
+            line = ESCAPES.sub("", line)
         for index, regex in enumerate(self.compiled):
             if index in self._skipped:
                 continue
@@ -150,27 +178,103 @@ class _Matcher(object):
         return None
 
 
+class _Bars(object):
+    """The progress bars tqdm drew (PROGRESS_BAR), for a record that prints no step: the bar
+    drawn last before it. A trainer with an evaluation bar too (the Hugging Face Trainer) draws
+    the training bar again before its next log line; once a record has taken a bar's total, a
+    later one takes the last bar of that total. Holds a few bars, whatever the log's length."""
+
+    KEEP = 8
+
+    def __init__(self):
+        self.last, self.by_total, self.total = None, {}, None
+
+    def see(self, line):
+        found = PROGRESS_BAR.search(line) if "/" in line else None
+        if found:
+            self.last = (int(found.group("n")), int(found.group("total")))
+            self.by_total.pop(self.last[1], None)
+            self.by_total[self.last[1]] = self.last[0]
+            while len(self.by_total) > self.KEEP:
+                self.by_total.pop(next(iter(self.by_total)))
+
+    def fill(self, record):
+        """Gives record the step (and total) of its bar, if it has none and a bar was drawn."""
+        if "step" in record or self.last is None:
+            return
+        if self.total in self.by_total:
+            step, total = self.by_total[self.total], self.total
+        else:
+            step, total = self.last
+        record["step"] = step
+        record.setdefault("total_steps", total)
+        self.total = total
+
+
+def evaluation(line, bars):
+    """(step, val_loss) of a trainer's evaluation line (VAL_PATTERNS), or None."""
+    if "loss" not in line:
+        return None
+    if "\x1b" in line:
+        line = ESCAPES.sub("", line)
+    for pattern in VAL_PATTERNS:
+        found = pattern.search(line)
+        if found:
+            value = _value("val_loss", found.group("val_loss"))
+            step = found.groupdict().get("step")
+            if step is None:
+                mark = dict()
+                bars.fill(mark)
+                step = mark.get("step")
+            return (int(step), value) if step is not None and value is not None else None
+    return None
+
+
 def records(lines, compiled):
     """(records, warnings): the records of log lines, in order, and a message for each pattern
     that backtracked past its CPU time on a line (_Matcher). A line without a step (a Hugging
-    Face Trainer's dict) gets its order among the records as its step."""
+    Face Trainer's dict) takes that of the progress bar drawn before it (_Bars), or, with no
+    bar, its order among the records. A trainer's evaluation line (VAL_PATTERNS) gives its
+    val_loss to the record of its step, the one before it or the next."""
     out = []
+    bars = _Bars()
+    waiting = {}  # step: val_loss of an evaluation logged before the loss of its step (a few at most)
     with _Matcher(compiled, "line %d").timed() as matcher:
         for number, line in enumerate(lines, 1):
             record = matcher.record(line, number)
-            if record is not None:
-                record.setdefault("step", len(out) + 1)
-                out.append(record)
+            if record is None:
+                evaluated = evaluation(line, bars)
+                if evaluated and out and out[-1]["step"] == evaluated[0]:
+                    out[-1].setdefault("val_loss", evaluated[1])
+                elif evaluated:
+                    waiting[evaluated[0]] = evaluated[1]
+                    while len(waiting) > _Bars.KEEP:
+                        waiting.pop(next(iter(waiting)))
+                bars.see(line)
+                continue
+            bars.fill(record)
+            record.setdefault("step", len(out) + 1)
+            if record["step"] in waiting:
+                record.setdefault("val_loss", waiting.pop(record["step"]))
+            out.append(record)
     return out, matcher.warnings
 
 
 def last_record(path, compiled):
     """(record, warnings): the record of the last matching line among the last TAIL_LINES of a
-    log, or None, and the warnings of records()."""
+    log, or None, and the warnings of records(). A record without a step takes that of the last
+    progress bar before it among those lines, if any."""
     lines = tail_lines(path, TAIL_LINES)
     with _Matcher(compiled, "line %d from the end").timed() as matcher:
         for number, line in enumerate(reversed(lines), 1):
             record = matcher.record(line, number)
             if record is not None:
+                if "step" not in record:
+                    bars = _Bars()
+                    for before in reversed(lines[:len(lines) - number]):
+                        bars.see(before)
+                        if bars.last is not None:
+                            break
+                    bars.fill(record)
                 return record, matcher.warnings
     return None, matcher.warnings

@@ -61,7 +61,11 @@ def test_the_last_record_is_read_from_the_end_of_the_log(tmp_path):
 # (`Step` and tabs) to 5 s (`step 1/2 loss` and blanks) each: `\s*[:=]?\s*` splits a run of
 # blanks between its two repeats in every way.
 SHAPES = [("Step", "\t"), ("step 1 loss", "\t"), ("step 1/2 loss", " "), ("iteration 12 | loss", " "),
-          ("iter 1 loss", " ")]
+          ("iter 1 loss", " "),
+          # the trainers' patterns of later releases: Megatron-LM's gaps, torchtitan's, the Trainer's dict, tqdm's bar
+          ("iteration 1/2 |", " learning rate: 1"), ("iteration 1/2 | learning rate: 1 |", " lm loss:"),
+          ("step: 1  loss:", " tps:"), ("step: 1", "  "), ("{'loss': '", " 'learning_rate':"), ("| 1/2", " | 3/4"),
+          ("validate step: 1", " loss:"), ("validation loss at iteration 1 |", " lm loss value:")]
 ADVERSARIAL = [(head + fill * 4096)[:4096] for head, fill in SHAPES] * 40
 # a progress line as long, that took them 1.2 s (the blanks after lr)
 PROGRESS = ("step 7/9 loss 2.5 lr" + " " * 4096)[:4096]
@@ -79,7 +83,7 @@ def test_the_built_in_patterns_take_linear_time_on_any_line(tmp_path):
     # a pattern that does overrun, on the last line: the CPU budget was there to trip
     compiled = log_progress.compile_patterns(log_progress.DEFAULT_PATTERNS + [CATASTROPHIC])
     assert log_progress.records(ADVERSARIAL + [PROGRESS, "1" * 28], compiled) == (
-        [dict(step=7, total_steps=9, loss=2.5)], {CATASTROPHIC: overrun(CATASTROPHIC, "line 202")})
+        [dict(step=7, total_steps=9, loss=2.5)], {CATASTROPHIC: overrun(CATASTROPHIC, "line %d" % (len(ADVERSARIAL) + 2))})
     log = tmp_path / "job.out"
     log.write_text("\n".join([PROGRESS] + ADVERSARIAL[:199]) + "\n")
     assert log_progress.last_record(str(log), DEFAULT) == (dict(step=7, total_steps=9, loss=2.5), {})

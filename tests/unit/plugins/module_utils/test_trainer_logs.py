@@ -1,0 +1,87 @@
+"""The progress lines of the trainers people run, as their releases print them (fixtures/trainers,
+SOURCES.md says where each comes from), read by the default patterns: loss, step, total, lr."""
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import job_log, log_progress
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers")
+DEFAULT = log_progress.compile_patterns(log_progress.DEFAULT_PATTERNS)
+
+
+def read(name):
+    """The file's lines as the job watch reads a log: `\\r` ends a line too."""
+    with open(os.path.join(FIXTURES, name), "rb") as handle:
+        return job_log._text_lines(handle.read())
+
+
+def records(name):
+    found, warnings = log_progress.records(read(name), DEFAULT)
+    assert warnings == {}
+    return found
+
+
+@pytest.mark.parametrize("release", ["4.57.3", "5.25.0"])
+def test_the_hugging_face_trainer_gives_each_logged_step_its_loss_and_learning_rate(release, tmp_path):
+    """What the Trainer recorded itself (trainer_state.json's log_history) is what the log gives:
+    the step and total from tqdm's bar before each line, the loss and learning rate from the
+    line (5.x quotes them, rounded to 4 digits)."""
+    with open(os.path.join(FIXTURES, "hf_trainer_%s.trainer_state.json" % release)) as handle:
+        history = [entry for entry in json.load(handle)["log_history"] if "loss" in entry]
+    got = records("hf_trainer_%s.log" % release)
+    assert [(r["step"], r["total_steps"]) for r in got] == [(entry["step"], 30) for entry in history]
+    for record, entry in zip(got, history):
+        assert record["loss"] == pytest.approx(entry["loss"], rel=5e-4)
+        assert record["lr"] == pytest.approx(entry["learning_rate"], rel=5e-4)
+    # the evaluation lines give the val_loss of their step; the summary (train_runtime) is no record
+    assert len(got) == len(history) == 6
+    with open(os.path.join(FIXTURES, "hf_trainer_%s.trainer_state.json" % release)) as handle:
+        evaluations = [(e["step"], e["eval_loss"]) for e in json.load(handle)["log_history"] if "eval_loss" in e]
+    assert [(r["step"], r["val_loss"]) for r in got if "val_loss" in r] == [
+        (step, pytest.approx(value, rel=5e-4)) for step, value in evaluations]
+    assert [step for step, _value in evaluations] == [15, 30]
+    # the watch: the last record, its step from the bar drawn before it
+    log = tmp_path / "job.out"
+    log.write_bytes(open(os.path.join(FIXTURES, "hf_trainer_%s.log" % release), "rb").read())
+    last, _warnings = log_progress.last_record(str(log), DEFAULT)
+    assert (last["step"], last["total_steps"]) == (30, 30) and last["loss"] == pytest.approx(history[-1]["loss"], rel=5e-4)
+
+
+def test_megatron_lm_lines_give_iteration_total_lm_loss_and_learning_rate():
+    assert records("megatron_lm_d98e8a6.log") == [
+        dict(step=1, total_steps=5000, loss=10.43863, lr=6.976744e-08),
+        dict(step=2, total_steps=5000, loss=10.44022, lr=1.395349e-07),
+        dict(step=3, total_steps=5000, loss=10.44375, lr=2.093023e-07),
+        # its validation line is no record of its own: its loss is the val_loss of its iteration
+        dict(step=10, total_steps=5000, loss=9.947481, lr=6.976744e-07, val_loss=9.876543)]
+
+
+def test_torchtitan_lines_in_colour_give_step_loss_and_tokens_per_second():
+    # its validation line ("validate step: 10  loss: 9.1234") is the val_loss of its step
+    assert records("torchtitan_0.3.0.log") == [dict(step=1, loss=12.25069, tokens_per_s=1234.0),
+                                               dict(step=10, loss=9.87654, tokens_per_s=38123.0, val_loss=9.1234),
+                                               dict(step=20, loss=8.12345, tokens_per_s=39001.0)]
+
+
+def test_nanogpt_lines_give_the_iterations_and_the_evaluations_with_their_val_loss():
+    assert records("nanogpt_3adf61e.log") == [
+        dict(step=0, loss=10.9876, val_loss=10.9901), dict(step=0, loss=10.9914), dict(step=10, loss=6.5432),
+        dict(step=20, loss=5.4321), dict(step=250, loss=3.1234, val_loss=3.2345), dict(step=250, loss=3.0987)]
+
+
+def test_a_bar_of_another_total_does_not_give_its_count_as_the_step():
+    """The Trainer's evaluation bar (its own total) is drawn between two training log lines; the
+    second takes the training bar's count, drawn again before it."""
+    lines = [" 10%|#   | 5/50 [00:01<00:09]", "{'loss': '3.5', 'epoch': '0.1'}", " 50%|#####  | 4/8 [00:00<00:00]",
+             " 12%|#   | 6/50 [00:01<00:09]", " 62%|###### | 5/8 [00:00<00:00]", "{'loss': '3.2', 'epoch': '0.2'}"]
+    assert log_progress.records(lines, DEFAULT)[0] == [dict(step=5, total_steps=50, loss=3.5),
+                                                       dict(step=6, total_steps=50, loss=3.2)]
+
+
+def test_pytorch_lightning_writes_no_line_per_step_into_a_log_file():
+    """What docs/own-script.md says of it: its Rich bar leaves only its last state in the file."""
+    assert records("lightning_2.6.6.log") == []
+    assert any("train_loss: 1.124" in line for line in read("lightning_2.6.6.log"))
