@@ -33,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 import string
@@ -407,6 +408,44 @@ def jobs_lines(facts):
     return table(["Job", "Kind", "State", "Exit", "Elapsed", "Nodes", "Restarts"], rows)
 
 
+# How trainers name what they keep in LLMTRAIN_CHECKPOINT_DIR: (a name's pattern, the group that
+# is its step, or 0 for none). Anything else there (a Trainer's final config.json and
+# model.safetensors, logs) is not a checkpoint.
+CHECKPOINT_NAMES = [
+    (re.compile(r"^checkpoint-(\d+)$"), 1),  # Hugging Face Trainer: checkpoint-N/
+    (re.compile(r"^step-(\d+)$"), 1),  # torchtitan: step-N/
+    (re.compile(r"^iter_(\d+)$"), 1),  # Megatron-LM: iter_0000100/
+    (re.compile(r"^step_(\d+)(?:\.pt)?$"), 1),  # the reference trainer: step_000100.pt, step_000100/
+    (re.compile(r"^(?:.*[-_])?step=(\d+)(?:[-_].*)?\.ckpt$"), 1),  # Lightning: epoch=1-step=20.ckpt
+    (re.compile(r"^.*\.(?:ckpt|pt|pth)$"), 0),  # a checkpoint file: last.ckpt, nanoGPT's ckpt.pt
+]
+# the report names at most this many checkpoints (the first and the newest), and of the rest a count
+SHOWN_CHECKPOINTS = 12
+
+
+def trainer_checkpoints(names):
+    """(checkpoints [(step or None, name)] ordered by step, other names) of the entries of a
+    checkpoint directory."""
+    found, other = [], []
+    for name in names:
+        for pattern, group in CHECKPOINT_NAMES:
+            match = pattern.match(name) if isinstance(name, str) else None
+            if match:
+                found.append((int(match.group(group)) if group else None, name))
+                break
+        else:
+            other.append(name)
+    stepped = sorted(c for c in found if c[0] is not None)
+    return stepped + sorted((c for c in found if c[0] is None), key=lambda c: str(c[1])), other
+
+
+def some(items, limit):
+    """The first and last of items, as many as limit, and how many were left out."""
+    if len(items) <= limit:
+        return items, 0
+    return items[:2] + items[len(items) - (limit - 2):], len(items) - limit
+
+
 def checkpoint_lines(facts):
     if isinstance(facts.get("script"), dict):
         names = facts["script"].get("checkpoints") or []
@@ -414,7 +453,18 @@ def checkpoint_lines(facts):
         where = "%s/checkpoints" % md(facts.get("workspace"))
         if not names:
             return ["Your script left nothing in %s (LLMTRAIN_CHECKPOINT_DIR)." % where]
-        return ["In %s (LLMTRAIN_CHECKPOINT_DIR): %s" % (where, ", ".join(md(name) for name in names))]
+        checkpoints, other = trainer_checkpoints(names)
+        if not checkpoints:
+            return ["In %s (LLMTRAIN_CHECKPOINT_DIR): %s" % (where, ", ".join(md(name) for name in names))]
+        shown, left = some(checkpoints, SHOWN_CHECKPOINTS)
+        lines = ["In %s (LLMTRAIN_CHECKPOINT_DIR): %s%s" % (
+            where, ", ".join(md(name) + ("" if step is None else " (step %d)" % step) for step, name in shown),
+            "" if not left else ", and %d more (%d checkpoints)" % (left, len(checkpoints)))]
+        if other:
+            shown, left = some(other, SHOWN_CHECKPOINTS)
+            lines.append("Other entries there, not checkpoints: %s%s" % (
+                ", ".join(md(name) for name in shown), "" if not left else ", and %d more" % left))
+        return lines
     if "checkpoint" not in facts:
         return ["Checkpoint: %s." % NOT_RECORDED]
     checkpoint = facts["checkpoint"]

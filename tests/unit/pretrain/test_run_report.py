@@ -312,6 +312,28 @@ def test_your_own_script_gets_its_section_not_the_reference_trainers_model(tmp_p
     assert "Your script left nothing in /home/user/llmtrain/checkpoints (LLMTRAIN_CHECKPOINT_DIR)." in report
 
 
+def test_checkpoints_are_listed_as_the_trainer_lays_them_out(tmp_path):
+    """A Hugging Face Trainer's checkpoint-N/ directories, in step order, with their steps; the
+    final model files it leaves beside them are not checkpoints. Thousands of checkpoints make
+    one line of the first and the newest."""
+    names = ["checkpoint-100", "config.json", "checkpoint-20", "model.safetensors", "checkpoint-3", "runs"]
+    script = dict(path="/w/train.py", args=[], chdir="/w", source_dir=None, files=1, digest="ab", checkpoints=names)
+    report = report_of(make_run(tmp_path, metrics_records(), dict(FACTS, model=None, checkpoint=None, script=script)))
+    section = report[report.index("## Checkpoint"):report.index("## Samples")].splitlines()
+    assert section[2:4] == [
+        "In /home/user/llmtrain/checkpoints (LLMTRAIN_CHECKPOINT_DIR): checkpoint-3 (step 3), checkpoint-20 (step 20), "
+        "checkpoint-100 (step 100)",
+        "Other entries there, not checkpoints: config.json, model.safetensors, runs"], section
+    many = ["step-%d" % step for step in range(10, 50001, 10)] + ["epoch=0-step=7.ckpt", "last.ckpt"]
+    script["checkpoints"] = many
+    facts = dict(FACTS, model=None, checkpoint=None, script=script)
+    report = report_of(make_run(tmp_path / "many", metrics_records(), facts))
+    line = report[report.index("## Checkpoint"):report.index("## Samples")].splitlines()[2]
+    assert line.startswith("In /home/user/llmtrain/checkpoints (LLMTRAIN_CHECKPOINT_DIR): epoch=0-step=7.ckpt (step 7), "
+                           "step-10 (step 10), step-49920 (step 49920)"), line
+    assert line.endswith("step-50000 (step 50000), last.ckpt, and 4990 more (5002 checkpoints)"), line
+
+
 def test_step_time_per_node_names_the_slow_node(tmp_path):
     records = metrics_records()
     for record in records:
@@ -384,8 +406,9 @@ def line_breaks_in_an_event(records, facts):
 
 def checkpoint_name(records, facts):
     facts = with_script(facts, checkpoints=["step_000100.pt", "x`\n## Forged\n`<script>.pt"])
-    return records, facts, ["In /home/user/llmtrain/checkpoints (LLMTRAIN_CHECKPOINT_DIR): step_000100.pt, "
-                            "x\\` \\#\\# Forged \\`&lt;script&gt;.pt"], "x` ## Forged `<script>.pt"
+    return records, facts, ["In /home/user/llmtrain/checkpoints (LLMTRAIN_CHECKPOINT_DIR): step_000100.pt (step 100)",
+                            "Other entries there, not checkpoints: x\\` \\#\\# Forged \\`&lt;script&gt;.pt"], \
+        "x` ## Forged `<script>.pt"
 
 
 def node_name(records, facts):
