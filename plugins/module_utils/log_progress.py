@@ -179,40 +179,35 @@ class _Matcher(object):
 
 
 class _Bars(object):
-    """The progress bars tqdm drew (PROGRESS_BAR), for a record that prints no step: the bar
-    drawn last before it. A trainer with an evaluation bar too (the Hugging Face Trainer) draws
-    the training bar again before its next log line; once a record has taken a bar's total, a
-    later one takes the last bar of that total. Holds a few bars, whatever the log's length."""
-
-    KEEP = 8
+    """The progress bar tqdm drew on the line right before a record (blank lines aside): the step
+    (and total) of a record that prints none, the Hugging Face Trainer's. That is so where its
+    output reaches the log as it is written, tqdm's `\r`-ended redraws in order with the lines.
+    Slurm's job steps deliver each stream a line at a time and take the `\r` out: the bar's
+    redraws come as one line, after the records they belong to. There a record has no bar right
+    before it, and its step is its place among the records."""
 
     def __init__(self):
-        self.last, self.by_total, self.total = None, {}, None
+        self.fresh = None
 
     def see(self, line):
         found = PROGRESS_BAR.search(line) if "/" in line else None
         if found:
-            self.last = (int(found.group("n")), int(found.group("total")))
-            self.by_total.pop(self.last[1], None)
-            self.by_total[self.last[1]] = self.last[0]
-            while len(self.by_total) > self.KEEP:
-                self.by_total.pop(next(iter(self.by_total)))
+            self.fresh = (int(found.group("n")), int(found.group("total")))
+        elif line.strip():
+            self.fresh = None
 
     def fill(self, record):
-        """Gives record the step (and total) of its bar, if it has none and a bar was drawn."""
-        if "step" in record or self.last is None:
-            return
-        if self.total in self.by_total:
-            step, total = self.by_total[self.total], self.total
-        else:
-            step, total = self.last
-        record["step"] = step
-        record.setdefault("total_steps", total)
-        self.total = total
+        """Gives record the step (and total) of the bar right before it: True, or False (none)."""
+        drawn, self.fresh = self.fresh, None
+        if drawn is None:
+            return False
+        record["step"] = drawn[0]
+        record.setdefault("total_steps", drawn[1])
+        return True
 
 
-def evaluation(line, bars):
-    """(step, val_loss) of a trainer's evaluation line (VAL_PATTERNS), or None."""
+def evaluation(line):
+    """(step or None, val_loss) of a trainer's evaluation line (VAL_PATTERNS), or None."""
     if "loss" not in line:
         return None
     if "\x1b" in line:
@@ -222,48 +217,46 @@ def evaluation(line, bars):
         if found:
             value = _value("val_loss", found.group("val_loss"))
             step = found.groupdict().get("step")
-            if step is None:
-                mark = dict()
-                bars.fill(mark)
-                step = mark.get("step")
-            return (int(step), value) if step is not None and value is not None else None
+            return (None if step is None else int(step), value) if value is not None else None
     return None
 
 
 def records(lines, compiled):
     """(records, warnings): the records of log lines, in order, and a message for each pattern
-    that backtracked past its CPU time on a line (_Matcher). A line without a step (a Hugging
-    Face Trainer's dict) takes that of the progress bar drawn before it (_Bars), or, with no
-    bar, its order among the records. A trainer's evaluation line (VAL_PATTERNS) gives its
-    val_loss to the record of its step, the one before it or the next."""
-    out = []
+    that backtracked past its CPU time on a line (_Matcher). Records that print no step (the
+    Hugging Face Trainer's dicts) take those of the progress bars right before them (_Bars)
+    when every one of them has one and they rise; else each takes its place among the records.
+    A trainer's evaluation line (VAL_PATTERNS) gives its val_loss to the record of its step
+    (one without a step: to the record before it)."""
+    out, stepless, barred = [], [], True
     bars = _Bars()
-    waiting = {}  # step: val_loss of an evaluation logged before the loss of its step (a few at most)
     with _Matcher(compiled, "line %d").timed() as matcher:
         for number, line in enumerate(lines, 1):
             record = matcher.record(line, number)
             if record is None:
-                evaluated = evaluation(line, bars)
-                if evaluated and out and out[-1]["step"] == evaluated[0]:
+                evaluated = evaluation(line)
+                if evaluated and out and evaluated[0] in (None, out[-1]["step"]):
                     out[-1].setdefault("val_loss", evaluated[1])
-                elif evaluated:
-                    waiting[evaluated[0]] = evaluated[1]
-                    while len(waiting) > _Bars.KEEP:
-                        waiting.pop(next(iter(waiting)))
                 bars.see(line)
                 continue
-            bars.fill(record)
-            record.setdefault("step", len(out) + 1)
-            if record["step"] in waiting:
-                record.setdefault("val_loss", waiting.pop(record["step"]))
+            if "step" not in record:
+                barred = bars.fill(record) and barred
+                stepless.append(len(out))
+                record.setdefault("step", None)
+            bars.fresh = None
             out.append(record)
+    steps = [out[i]["step"] for i in stepless]
+    if not (barred and all(a < b for a, b in zip(steps, steps[1:]))):
+        for i in stepless:
+            out[i]["step"] = i + 1
+            out[i].pop("total_steps", None)
     return out, matcher.warnings
 
 
 def last_record(path, compiled):
     """(record, warnings): the record of the last matching line among the last TAIL_LINES of a
-    log, or None, and the warnings of records(). A record without a step takes that of the last
-    progress bar before it among those lines, if any."""
+    log, or None, and the warnings of records(). A record without a step takes that of the
+    progress bar right before it (_Bars), if there is one."""
     lines = tail_lines(path, TAIL_LINES)
     with _Matcher(compiled, "line %d from the end").timed() as matcher:
         for number, line in enumerate(reversed(lines), 1):
@@ -272,8 +265,8 @@ def last_record(path, compiled):
                 if "step" not in record:
                     bars = _Bars()
                     for before in reversed(lines[:len(lines) - number]):
-                        bars.see(before)
-                        if bars.last is not None:
+                        if before.strip():
+                            bars.see(before)
                             break
                     bars.fill(record)
                 return record, matcher.warnings

@@ -72,13 +72,26 @@ def test_nanogpt_lines_give_the_iterations_and_the_evaluations_with_their_val_lo
         dict(step=20, loss=5.4321), dict(step=250, loss=3.1234, val_loss=3.2345), dict(step=250, loss=3.0987)]
 
 
-def test_a_bar_of_another_total_does_not_give_its_count_as_the_step():
-    """The Trainer's evaluation bar (its own total) is drawn between two training log lines; the
-    second takes the training bar's count, drawn again before it."""
-    lines = [" 10%|#   | 5/50 [00:01<00:09]", "{'loss': '3.5', 'epoch': '0.1'}", " 50%|#####  | 4/8 [00:00<00:00]",
-             " 12%|#   | 6/50 [00:01<00:09]", " 62%|###### | 5/8 [00:00<00:00]", "{'loss': '3.2', 'epoch': '0.2'}"]
-    assert log_progress.records(lines, DEFAULT)[0] == [dict(step=5, total_steps=50, loss=3.5),
-                                                       dict(step=6, total_steps=50, loss=3.2)]
+def test_in_a_slurm_job_log_the_trainers_records_keep_their_order_and_evaluations():
+    """Under srun the bar's redraws reach the log after the records, one line without `\r`: no
+    record has a bar right before it, so each is numbered by its place (as any stepless line),
+    never given the count of a bar of another record; its evaluations still find their records."""
+    with open(os.path.join(FIXTURES, "hf_trainer_5.25.0_slurm.trainer_state.json")) as handle:
+        history = json.load(handle)["log_history"]
+    got = records("hf_trainer_5.25.0_slurm.log")
+    losses = [e["loss"] for e in history if "loss" in e]
+    assert [r["step"] for r in got] == [1, 2, 3, 4, 5, 6] and not any("total_steps" in r for r in got)
+    assert [r["loss"] for r in got] == [pytest.approx(loss, rel=5e-4) for loss in losses]
+    evaluations = [e["eval_loss"] for e in history if "eval_loss" in e]
+    assert [(r["step"], r["val_loss"]) for r in got if "val_loss" in r] == [
+        (place, pytest.approx(value, rel=5e-4)) for place, value in zip((2, 4, 6), evaluations)]
+
+
+def test_a_bar_counts_only_for_the_record_right_after_it():
+    lines = [" 10%|#   | 5/50 [00:01<00:09]", "   ", "{'loss': '3.5', 'epoch': '0.1'}",
+             " 12%|#   | 6/50 [00:01<00:09]", "[warning] something", "{'loss': '3.2', 'epoch': '0.2'}"]
+    assert log_progress.records(lines, DEFAULT)[0] == [dict(step=1, loss=3.5), dict(step=2, loss=3.2)]
+    assert log_progress.records(lines[:3], DEFAULT)[0] == [dict(step=5, total_steps=50, loss=3.5)]
 
 
 def test_pytorch_lightning_writes_no_line_per_step_into_a_log_file():
