@@ -1,6 +1,7 @@
 """The progress lines of the trainers people run, as their releases print them (fixtures/trainers,
 SOURCES.md says where each comes from), read by the default patterns: loss, step, total, lr."""
 
+import gzip
 import json
 import os
 
@@ -12,10 +13,16 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trai
 DEFAULT = log_progress.compile_patterns(log_progress.DEFAULT_PATTERNS)
 
 
+def raw(name):
+    """The log's bytes; those with `\\r` (tqdm's redraws) are kept gzipped, as recorded."""
+    path = os.path.join(FIXTURES, name)
+    with (gzip.open(path + ".gz", "rb") if os.path.exists(path + ".gz") else open(path, "rb")) as handle:
+        return handle.read()
+
+
 def read(name):
     """The file's lines as the job watch reads a log: `\\r` ends a line too."""
-    with open(os.path.join(FIXTURES, name), "rb") as handle:
-        return job_log._text_lines(handle.read())
+    return job_log._text_lines(raw(name))
 
 
 def records(name):
@@ -45,7 +52,7 @@ def test_the_hugging_face_trainer_gives_each_logged_step_its_loss_and_learning_r
     assert [step for step, _value in evaluations] == [15, 30]
     # the watch: the last record, its step from the bar drawn before it
     log = tmp_path / "job.out"
-    log.write_bytes(open(os.path.join(FIXTURES, "hf_trainer_%s.log" % release), "rb").read())
+    log.write_bytes(raw("hf_trainer_%s.log" % release))
     last, _warnings = log_progress.last_record(str(log), DEFAULT)
     assert (last["step"], last["total_steps"]) == (30, 30) and last["loss"] == pytest.approx(history[-1]["loss"], rel=5e-4)
 
