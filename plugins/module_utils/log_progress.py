@@ -23,8 +23,8 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import MAX_
 #   {'loss': 2.3456, 'learning_rate': 5e-05, 'epoch': 0.12}   (Hugging Face Trainer 4.x; 5.x quotes
 #                                                              the values: {'loss': '2.346', ...})
 # A record without a step (the Hugging Face Trainer's) takes it, and the total, from the progress
-# bar tqdm drew last before it ("| 250/1000 ["; PROGRESS_BAR); a torchtitan "validate step" line
-# is not a training record.
+# bar tqdm drew on the line right before it ("| 250/1000 ["; PROGRESS_BAR, _Bars); a torchtitan
+# "validate step" line is not a training record.
 # Each takes time linear in the line's length, whatever the line:
 # - a repeat is never followed by a piece that can match its characters, so giving one back fails
 #   at once (`\s*[:=]?\s*` split a run of blanks between its two repeats in every way, quadratic
@@ -49,7 +49,7 @@ DEFAULT_PATTERNS = [
     r"^\s*\{'loss': '?(?P<loss>%(number)s)'?(?:.*?'learning_rate': '?(?P<lr>%(number)s)'?)?" % dict(number=NUMBER),
 ]
 # The trainers' evaluation lines: no record of their own, their val_loss goes to the record of
-# their step (the Trainer's, the step of the bar before it), in a log of the whole run.
+# their step (the Trainer's, which print none: to the record before them), in a log of the whole run.
 VAL_PATTERNS = [re.compile(p % dict(number=NUMBER)) for p in (
     r"^\s*\{'eval_loss': '?(?P<val_loss>%(number)s)'?",  # Hugging Face Trainer
     r"\bvalidation loss at iteration (?P<step>\d+) \| lm loss value: (?P<val_loss>%(number)s) \|",  # Megatron-LM
@@ -95,6 +95,11 @@ def _value(name, text):
         return int(text) if name in INTEGERS else float(text.replace(",", ""))
     except (TypeError, ValueError):
         return None
+
+
+def plain(line):
+    """The line without terminal escapes (ESCAPES)."""
+    return ESCAPES.sub("", line) if "\x1b" in line else line
 
 
 class _Overrun(Exception):
@@ -154,8 +159,7 @@ class _Matcher(object):
         """The record of one line ({step, loss, ...} from the first pattern that matches and
         names a loss that is a number), or None. number: the line's, for a warning. Terminal
         escapes (colours, cursor moves) are taken off first."""
-        if "\x1b" in line:
-            line = ESCAPES.sub("", line)
+        line = plain(line)
         for index, regex in enumerate(self.compiled):
             if index in self._skipped:
                 continue
@@ -210,8 +214,7 @@ def evaluation(line):
     """(step or None, val_loss) of a trainer's evaluation line (VAL_PATTERNS), or None."""
     if "loss" not in line:
         return None
-    if "\x1b" in line:
-        line = ESCAPES.sub("", line)
+    line = plain(line)
     for pattern in VAL_PATTERNS:
         found = pattern.search(line)
         if found:

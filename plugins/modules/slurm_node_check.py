@@ -184,7 +184,7 @@ def step_argv(srun, p, partition, nodes, workdir, token):
     script = "\n".join(list(p["env_setup"]) + path_first + ['exec "$@"'])
     # in the run's container: its srun options, and its command prefix before the check (Python
     # finds the package in its working directory, workdir, whatever PYTHONPATH the image sets)
-    inside = container.argv(p["container"], workdir) if p.get("container") else dict(step=[], task=[])
+    inside = container.argv(p.get("container") or {}, workdir)  # without a container: nothing
     return (argv + inside["step"] + list(p["srun_extra_args"]) + ["--", "bash", "-c", script, "llmtrain-node-check", workdir]
             + inside["task"] + check)
 
