@@ -110,6 +110,15 @@ options:
     elements: str
     default: []
     version_added: 0.1.0
+  checkpoint_dir:
+    description:
+      - Where a Hugging Face Trainer saves its C(checkpoint-N/) directories. Its log lines print no
+        step, and in a Slurm job's log no progress bar stands right before them; with
+        O(progress_from_log), the newest C(checkpoint-N/trainer_state.json) there (its first 4 KiB and
+        last 64 KiB) gives them their steps and the total, from its C(log_history), C(logging_steps) and
+        C(max_steps).
+    type: path
+    version_added: 0.1.0
   straggler_threshold:
     description:
       - A node whose work per step (the C(node_times) or C(nodes) of the loss records in O(metrics_file)) is more than

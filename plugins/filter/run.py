@@ -3,7 +3,7 @@
 """Filters that read run artifacts back.
 
   text | llmtrain.slurm.env_file_values -> {NAME: value} of an env file the nccl_env role wrote
-  log text | llmtrain.slurm.log_metrics(patterns) -> metrics JSONL from your script's progress lines
+  log text | llmtrain.slurm.log_metrics(patterns, state) -> metrics JSONL from your script's progress lines
   run values | llmtrain.slurm.pipeline_fingerprint(workers, source digest) -> what the run is made from
   read_files result | llmtrain.slurm.pipeline_verdict(fingerprint, missing) -> may a rerun stop here
   read_files result | llmtrain.slurm.pipeline_record(fingerprint) -> the text of <run>/pipeline.json
@@ -18,7 +18,7 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record, trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check
 
 display = Display()
@@ -29,14 +29,16 @@ def env_file_values(text):
     return node_check.env_file_values(text)
 
 
-def log_metrics(text, patterns=None):
+def log_metrics(text, patterns=None, state=None):
     """The metrics file (JSON lines) of a job's log: one record per progress line. A pattern
-    that backtracks past its CPU time is warned about, and the records of the others kept."""
+    that backtracks past its CPU time is warned about, and the records of the others kept.
+    state: the text of a Hugging Face Trainer's trainer_state.json, the steps of its lines."""
     try:
         compiled = log_progress.compile_patterns(patterns or log_progress.DEFAULT_PATTERNS)
     except ValueError as err:
         raise AnsibleFilterError(str(err))
-    records, warnings = log_progress.records(str(text or "").splitlines(), compiled)
+    parsed = trainer_state.parse(state) if state else None
+    records, warnings = log_progress.records(str(text or "").splitlines(), compiled, parsed)
     for message in warnings.values():
         display.warning(message)
     return "".join(json.dumps(dict(r, source="log"), sort_keys=True) + "\n" for r in records)

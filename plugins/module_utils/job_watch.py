@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.check_summary import network_check_summary, node_check_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
@@ -24,6 +25,7 @@ ARGUMENT_SPEC = dict(
     network_check_file=dict(type="path"),
     progress_from_log=dict(type="bool", default=False),
     progress_regex=dict(type="list", elements="str", default=[]),
+    checkpoint_dir=dict(type="path"),
     straggler_threshold=dict(type="float", default=0.2),
     straggler_intervals=dict(type="int", default=3),
 )
@@ -99,7 +101,7 @@ def describe(module, p, jobs, ended, patterns, result):
             result["progress_warnings"] = {p["metrics_file"]: message}
         if not records and patterns and jobs and jobs[-1]["stdout_path"] and os.path.exists(jobs[-1]["stdout_path"]):
             try:
-                record, warnings = last_record(jobs[-1]["stdout_path"], patterns)
+                record, warnings = last_record(jobs[-1]["stdout_path"], patterns, trainer_state_of(module, p))
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
                 record, warnings = None, {}
@@ -118,6 +120,18 @@ def describe(module, p, jobs, ended, patterns, result):
     if p["network_check_file"] and os.path.exists(p["network_check_file"]):
         result["network_check"] = read_record(module, p["network_check_file"], network_check_summary)
     return result
+
+
+def trainer_state_of(module, p):
+    """The Hugging Face Trainer's state saved with its newest checkpoint-N/ in checkpoint_dir
+    (its first and last bytes: trainer_state.read), or None: the steps its log lines print not."""
+    if not p["checkpoint_dir"]:
+        return None
+    state, errors = trainer_state.read_newest(p["checkpoint_dir"])
+    if state is None:
+        for error in errors:
+            module.warn(error)
+    return state
 
 
 def read_record(module, path, summary):

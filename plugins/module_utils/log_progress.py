@@ -11,6 +11,7 @@ import re
 import signal
 import threading
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import MAX_LINE_CHARS, tail_lines
 
 # The log lines of popular public trainers (tests/unit/fixtures/trainers, each with the release
@@ -23,8 +24,9 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import MAX_
 #   {'loss': 2.3456, 'learning_rate': 5e-05, 'epoch': 0.12}   (Hugging Face Trainer 4.x; 5.x quotes
 #                                                              the values: {'loss': '2.346', ...})
 # A record without a step (the Hugging Face Trainer's) takes it, and the total, from the progress
-# bar tqdm drew on the line right before it ("| 250/1000 ["; PROGRESS_BAR, _Bars); a torchtitan
-# "validate step" line is not a training record.
+# bar tqdm drew on the line right before it ("| 250/1000 ["; PROGRESS_BAR, _Bars), else from the
+# Trainer's trainer_state.json (module trainer_state); a torchtitan "validate step" line is not a
+# training record.
 # Each takes time linear in the line's length, whatever the line:
 # - a repeat is never followed by a piece that can match its characters, so giving one back fails
 #   at once (`\s*[:=]?\s*` split a run of blanks between its two repeats in every way, quadratic
@@ -46,7 +48,8 @@ DEFAULT_PATTERNS = [
     % dict(number=NUMBER),
     r"(?i)(?<!validate )\bstep%(sep)s(?P<step>\d+)(?:\s*/\s*(?P<total_steps>\d+))?\b.{0,80}?\bloss%(sep)s"
     r"(?P<loss>%(number)s)(?:.{0,80}?\blr%(sep)s(?P<lr>%(number)s))?" % dict(sep=SEP, number=NUMBER),
-    r"^\s*\{'loss': '?(?P<loss>%(number)s)'?(?:.*?'learning_rate': '?(?P<lr>%(number)s)'?)?" % dict(number=NUMBER),
+    r"^\s*\{'loss': '?(?P<loss>%(number)s)'?(?:.*?'learning_rate': '?(?P<lr>%(number)s)'?)?"
+    r"(?:.*?'epoch': '?(?P<epoch>%(number)s)'?)?" % dict(number=NUMBER),
 ]
 # The trainers' evaluation lines: no record of their own, their val_loss goes to the record of
 # their step (the Trainer's, which print none: to the record before them), in a log of the whole run.
@@ -61,7 +64,7 @@ PROGRESS_BAR = re.compile(r"\| *(?P<n>\d+)/(?P<total>\d+) \[")
 # terminal colours and cursor moves (torchtitan colours its lines; tqdm moves between its bars)
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 INTEGERS = ("step", "total_steps")
-NUMBERS = ("loss", "val_loss", "lr", "tokens_per_s")
+NUMBERS = ("loss", "val_loss", "lr", "tokens_per_s", "epoch")
 # what a log holds between polls is read from its end, at most this many lines
 TAIL_LINES = 200
 # A pattern of your own may backtrack without end ((a+)+b is exponential in a run of a's): a
@@ -224,13 +227,14 @@ def evaluation(line):
     return None
 
 
-def records(lines, compiled):
+def records(lines, compiled, state=None):
     """(records, warnings): the records of log lines, in order, and a message for each pattern
     that backtracked past its CPU time on a line (_Matcher). Records that print no step (the
     Hugging Face Trainer's dicts) take those of the progress bars right before them (_Bars)
-    when every one of them has one and they rise; else each takes its place among the records.
-    A trainer's evaluation line (VAL_PATTERNS) gives its val_loss to the record of its step
-    (one without a step: to the record before it)."""
+    when every one of them has one and they rise; else those the Trainer's own state gives them
+    (state: trainer_state.read(), trainer_state.steps_of); else each takes its place among the
+    records. A trainer's evaluation line (VAL_PATTERNS) gives its val_loss to the record of its
+    step (one without a step: to the record before it)."""
     out, stepless, barred = [], [], True
     bars = _Bars()
     with _Matcher(compiled, "line %d").timed() as matcher:
@@ -238,28 +242,33 @@ def records(lines, compiled):
             record = matcher.record(line, number)
             if record is None:
                 evaluated = evaluation(line)
-                if evaluated and out and evaluated[0] in (None, out[-1]["step"]):
+                if evaluated and out and evaluated[0] in (None, out[-1].get("step")):
                     out[-1].setdefault("val_loss", evaluated[1])
                 bars.see(line)
                 continue
             if "step" not in record:
                 barred = bars.fill(record) and barred
                 stepless.append(len(out))
-                record.setdefault("step", None)
             bars.fresh = None
             out.append(record)
-    steps = [out[i]["step"] for i in stepless]
-    if not (barred and all(a < b for a, b in zip(steps, steps[1:]))):
-        for i in stepless:
-            out[i]["step"] = i + 1
-            out[i].pop("total_steps", None)
+    steps = [out[i]["step"] for i in stepless if "step" in out[i]]
+    if stepless and not (barred and all(a < b for a, b in zip(steps, steps[1:]))):
+        unplaced = [out[i] for i in stepless]
+        for record in unplaced:
+            record.pop("step", None)
+            record.pop("total_steps", None)
+        if trainer_state.steps_of(unplaced, state) < len(unplaced):
+            for i in stepless:
+                out[i]["step"] = i + 1
+                out[i].pop("total_steps", None)
     return out, matcher.warnings
 
 
-def last_record(path, compiled):
+def last_record(path, compiled, state=None):
     """(record, warnings): the record of the last matching line among the last TAIL_LINES of a
     log, or None, and the warnings of records(). A record without a step takes that of the
-    progress bar right before it (_Bars), if there is one."""
+    progress bar right before it (_Bars), if there is one, else the one the Trainer's own state
+    gives it among the records of those lines (records())."""
     lines = tail_lines(path, TAIL_LINES)
     with _Matcher(compiled, "line %d from the end").timed() as matcher:
         for number, line in enumerate(reversed(lines), 1):
@@ -271,6 +280,12 @@ def last_record(path, compiled):
                         if before.strip():
                             bars.see(before)
                             break
-                    bars.fill(record)
+                    if not bars.fill(record) and state:
+                        stepless = [r for r in (matcher.record(before, len(lines) - i)
+                                                for i, before in enumerate(lines[:len(lines) - number]))
+                                    if r is not None and "step" not in r] + [record]
+                        if trainer_state.steps_of(stepless, state) < len(stepless):
+                            record.pop("step", None)
+                            record.pop("total_steps", None)
                 return record, matcher.warnings
     return None, matcher.warnings

@@ -72,19 +72,23 @@ def test_a_hugging_face_trainer_script_trains_reports_its_steps_and_checkpoints_
     trained = newest_job(run)
     log = open(os.path.join(WORKSPACE, run, "logs", "llmtrain-%s-%d.out" % (run, trained))).read()
     assert "'loss': '" in log, log[-3000:]  # 5.x quotes its values
-    # the watch showed its loss (under srun, tqdm's bar reaches the log after the lines it belongs to,
-    # so a Trainer line has no step there: docs/own-script.md)
-    assert re.search(r"job \d+ \w+ on [^:]+: loss \d", result.output), result.output[-3000:]
-    # metrics.jsonl from its log lines, in order, each evaluation's loss with the record of its step
+    # the watch showed its loss (under srun, tqdm's bar reaches the log after the lines it belongs to:
+    # a line's step comes from the newest checkpoint's trainer_state.json, once there is one)
+    assert re.search(r"job \d+ \w+ on [^:]+: (step \d+/30, )?loss \d", result.output), result.output[-3000:]
+    # metrics.jsonl from its log lines, in order, each with the step the Trainer logged it at (its
+    # trainer_state.json), each evaluation's loss with the record of its step
     metrics = [json.loads(line) for line in open(os.path.join(RUNS, run, "metrics.jsonl"))]
     state = json.load(open(os.path.join(WORKSPACE, run, "checkpoints", "checkpoint-30", "trainer_state.json")))
     logged = [e["loss"] for e in state["log_history"] if "loss" in e]
     evaluated = [e["eval_loss"] for e in state["log_history"] if "eval_loss" in e]
     assert [m["loss"] for m in metrics] == [pytest.approx(loss, rel=5e-4) for loss in logged], metrics
     assert [m["val_loss"] for m in metrics if "val_loss" in m] == [pytest.approx(v, rel=5e-4) for v in evaluated]
-    assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6] and all(m["source"] == "log" for m in metrics)
+    assert [(m["step"], m["total_steps"]) for m in metrics] == [(e["step"], 30) for e in state["log_history"]
+                                                                if "loss" in e] == [(s, 30) for s in range(5, 31, 5)]
+    assert [m["step"] for m in metrics if "val_loss" in m] == [10, 20, 30]
+    assert all(m["source"] == "log" for m in metrics)
     report = open(os.path.join(RUNS, run, "report.md")).read()
-    assert "![loss](loss.png)" in report
+    assert "![loss](loss.png)" in report and "- Status: finished" in report and "- Steps: 30 of 30" in report, report
     assert ("(LLMTRAIN_CHECKPOINT_DIR): checkpoint-10 (step 10), checkpoint-20 (step 20), checkpoint-30 (step 30)"
             in report), report
     others = re.search(r"Other entries there, not checkpoints: (.*)", report).group(1)
@@ -109,6 +113,10 @@ def test_a_hugging_face_trainer_script_trains_reports_its_steps_and_checkpoints_
     slurm("scancel", "--signal=USR2", str(job))
     result = play.wait(600)
     assert result.rc == 0, result.output[-6000:]
+    # checkpoint-30 was there from the start: every line the watch read had its step
+    watched = [int(step) for step in re.findall(r"job \d+ RUNNING on [^:]+: step (\d+)/80, loss \d", result.output)]
+    assert watched and all(35 <= step <= 80 and step % 5 == 0 for step in watched), result.output[-6000:]
+    assert not re.search(r"job \d+ RUNNING on [^:]+: loss \d", result.output), result.output[-6000:]
     log = open(path).read()
     stopped = int(re.search(r"llmtrain: stopped with a checkpoint \(step (\d+)\); requeue 1 of 3", log).group(1))
     assert 40 <= stopped < 80, log[-3000:]

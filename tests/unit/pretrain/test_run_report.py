@@ -243,6 +243,13 @@ def test_no_facts_file_and_odd_values(tmp_path):
     assert "Checkpoint: not recorded." in report
 
 
+def test_a_script_of_your_own_has_finished_when_its_last_record_is_at_its_total(tmp_path):
+    """Its log's records (source log) carry no done event: the last one at the total is the end."""
+    lines = [dict(step=s, total_steps=30, loss=5.0 - s / 100.0, source="log") for s in (10, 20, 30)]
+    assert "- Status: finished" in report_of(make_run(tmp_path / "a", lines))
+    assert "- Status: stopped before the end" in report_of(make_run(tmp_path / "b", lines[:2]))
+
+
 def test_preempted_run(tmp_path):
     records = metrics_records()[:7]  # up to the preempted event
     report = report_of(make_run(tmp_path, records, FACTS))

@@ -20,7 +20,7 @@ DEFAULT = log_progress.compile_patterns(log_progress.DEFAULT_PATTERNS)
     ("[rank0] step=5 train loss=4.0", dict(step=5, loss=4.0)),
     # without a step: its order among the records
     ("{'loss': 2.1034, 'grad_norm': 1.3, 'learning_rate': 4.9e-05, 'epoch': 0.12}",
-     dict(step=1, loss=2.1034, lr=4.9e-05)),
+     dict(step=1, loss=2.1034, lr=4.9e-05, epoch=0.12)),
     ("step 3 loss n/a", None),  # no number: no record
     ("loading checkpoint step_000100.pt", None),
     ("val loss 2.0 at iter 5", None),
@@ -37,7 +37,7 @@ def test_a_diverged_loss_is_shown_as_it_is():
 def test_records_keep_the_logs_order_and_number_lines_without_a_step():
     lines = ["{'loss': 3.0, 'epoch': 0.1}", "noise", "{'loss': 2.5, 'epoch': 0.2}", "iter 40: loss 2.0"]
     assert log_progress.records(lines, DEFAULT) == ([
-        dict(step=1, loss=3.0), dict(step=2, loss=2.5), dict(step=40, loss=2.0)], {})
+        dict(step=1, loss=3.0, epoch=0.1), dict(step=2, loss=2.5, epoch=0.2), dict(step=40, loss=2.0)], {})
 
 
 def test_your_own_pattern_comes_first_and_must_name_the_loss():

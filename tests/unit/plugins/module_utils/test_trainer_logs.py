@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import job_log, log_progress
+from ansible_collections.llmtrain.slurm.plugins.module_utils import job_log, log_progress, trainer_state
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers")
 DEFAULT = log_progress.compile_patterns(log_progress.DEFAULT_PATTERNS)
@@ -79,10 +79,19 @@ def test_nanogpt_lines_give_the_iterations_and_the_evaluations_with_their_val_lo
         dict(step=20, loss=5.4321), dict(step=250, loss=3.1234, val_loss=3.2345), dict(step=250, loss=3.0987)]
 
 
-def test_in_a_slurm_job_log_the_trainers_records_keep_their_order_and_evaluations():
+def state_of(name, **changes):
+    with open(os.path.join(FIXTURES, name + ".trainer_state.json")) as handle:
+        text = handle.read()
+    state = trainer_state.parse(text)
+    state.update(changes)
+    return state
+
+
+def test_in_a_slurm_job_log_the_trainers_records_take_their_steps_from_its_trainer_state():
     """Under srun the bar's redraws reach the log after the records, one line without `\r`: no
-    record has a bar right before it, so each is numbered by its place (as any stepless line),
-    never given the count of a bar of another record; its evaluations still find their records."""
+    record has a bar right before it. Without the Trainer's trainer_state.json each is numbered by
+    its place (never given the count of a bar of another record); with it, each gets the step the
+    Trainer logged it at, and max_steps as the total. Its evaluations find their records either way."""
     with open(os.path.join(FIXTURES, "hf_trainer_5.25.0_slurm.trainer_state.json")) as handle:
         history = json.load(handle)["log_history"]
     got = records("hf_trainer_5.25.0_slurm.log")
@@ -93,12 +102,40 @@ def test_in_a_slurm_job_log_the_trainers_records_keep_their_order_and_evaluation
     assert [(r["step"], r["val_loss"]) for r in got if "val_loss" in r] == [
         (place, pytest.approx(value, rel=5e-4)) for place, value in zip((2, 4, 6), evaluations)]
 
+    state = state_of("hf_trainer_5.25.0_slurm")
+    placed, _warnings = log_progress.records(read("hf_trainer_5.25.0_slurm.log"), DEFAULT, state)
+    assert [(r["step"], r["total_steps"]) for r in placed] == [(e["step"], 30) for e in history if "loss" in e]
+    assert [(r["step"], r["val_loss"]) for r in placed if "val_loss" in r] == [
+        (e["step"], pytest.approx(e["eval_loss"], rel=5e-4)) for e in history if "eval_loss" in e]
+    # the state of an earlier checkpoint: the records after it count on by logging_steps
+    early = state_of("hf_trainer_5.25.0_slurm", global_step=10, entries=state["entries"][:2],
+                     epoch=state["entries"][1][1])
+    again, _warnings = log_progress.records(read("hf_trainer_5.25.0_slurm.log"), DEFAULT, early)
+    assert [r["step"] for r in again] == [5, 10, 15, 20, 25, 30]
+
+
+@pytest.mark.parametrize("release", ["4.57.3", "5.25.0"])
+def test_the_watch_takes_the_step_of_a_trainer_line_from_its_state_where_no_bar_precedes_it(release, tmp_path):
+    """The last record of a log with the bars out (as Slurm delivers it) and the state of the
+    checkpoint-10 it saved, as the watch reads it: step 30 of 30, 4 records after that checkpoint."""
+    lines = [line for line in read("hf_trainer_%s.log" % release) if "it/s]" not in line and "s/it]" not in line]
+    log = tmp_path / "job.out"
+    log.write_text("\n".join(lines) + "\n")
+    full = state_of("hf_trainer_%s" % release)
+    early = dict(full, global_step=10, entries=full["entries"][:2], epoch=full["entries"][1][1])
+    last, _warnings = log_progress.last_record(str(log), DEFAULT, early)
+    assert (last["step"], last["total_steps"]) == (30, 30)
+    assert last["loss"] == pytest.approx(full["entries"][-1][2], rel=5e-4)
+    # without a state: a loss, no step
+    last, _warnings = log_progress.last_record(str(log), DEFAULT)
+    assert "step" not in last and last["loss"] == pytest.approx(full["entries"][-1][2], rel=5e-4)
+
 
 def test_a_bar_counts_only_for_the_record_right_after_it():
     lines = [" 10%|#   | 5/50 [00:01<00:09]", "   ", "{'loss': '3.5', 'epoch': '0.1'}",
              " 12%|#   | 6/50 [00:01<00:09]", "[warning] something", "{'loss': '3.2', 'epoch': '0.2'}"]
-    assert log_progress.records(lines, DEFAULT)[0] == [dict(step=1, loss=3.5), dict(step=2, loss=3.2)]
-    assert log_progress.records(lines[:3], DEFAULT)[0] == [dict(step=5, total_steps=50, loss=3.5)]
+    assert log_progress.records(lines, DEFAULT)[0] == [dict(step=1, loss=3.5, epoch=0.1), dict(step=2, loss=3.2, epoch=0.2)]
+    assert log_progress.records(lines[:3], DEFAULT)[0] == [dict(step=5, total_steps=50, loss=3.5, epoch=0.1)]
 
 
 def test_pytorch_lightning_writes_no_line_per_step_into_a_log_file():
