@@ -1,12 +1,15 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Bad nodes out, the job goes on: what the watcher does for a job its node check held.
+"""Bad nodes out, the job goes on: what the watcher does for a job its node check (or its hang
+watch) held, and for a job Slurm requeued.
 
 A job whose node check finds bad nodes asks Slurm to requeue it held
 (`scontrol requeuehold`), after adding them to the run's bad-nodes file. Slurm lets only a
 pending job's excluded nodes change, so the watcher finishes the move: it excludes the bad
 nodes (ExcNodeList), releases the job and lifts Slurm's requeue delay, or cancels the job
-when its partition has too few other usable nodes, naming each bad node and its reason.
+when its partition has too few other usable nodes, naming each bad node and its reason. A job
+requeued otherwise (a lost node, its own requeue after a stop notice) waits out the same delay:
+the watcher lifts it too.
 """
 
 from __future__ import annotations
@@ -117,16 +120,41 @@ def settle(client, job, bad_nodes_path, sleep=time.sleep, now=datetime.datetime.
     client.run([scontrol, "release", job["job_id"]])
     newly = dict((n, bad[n]) for n in exclude if n in bad and n not in (job.get("excluded_nodes") or []))
     return dict(job_id=job["job_id"], restarts=job.get("restarts"), excluded=exclude, bad=newly,
-                message="job %s: node check excluded %s; requeued without %s" % (
-                    job["job_id"], "; ".join("%s (%s)" % (n, r) for n, r in sorted(newly.items())) or "no new node",
+                message="job %s: %s excluded %s; requeued without %s" % (
+                    job["job_id"], "hang watch" if newly and all(r.startswith("hang: ") for r in newly.values())
+                    else "node check", "; ".join("%s (%s)" % (n, r) for n, r in sorted(newly.items())) or "no new node",
                     "it" if len(newly) == 1 else "them")), None
+
+
+def requeue_delayed(job, now):
+    """A job Slurm requeued (a lost node, the job's own requeue after a stop notice or a hang) that
+    waits out Slurm's requeue delay (reason BeginTime, its StartTime later than RELAUNCH_AFTER_S
+    past the requeue), not for nodes."""
+    if job.get("state") != "PENDING" or not (job.get("reason") or "").startswith("BeginTime") \
+            or not job.get("restarts") or job.get("waits_for_nodes"):
+        return False
+    try:
+        begins = datetime.datetime.strptime(job.get("start_time") or "", SCONTROL_TIME)
+    except ValueError:
+        return False
+    start, _wait = relaunch_time(job, now())
+    return not start.startswith("now") and begins > datetime.datetime.strptime(start, SCONTROL_TIME)
+
+
+def lift_delay(client, job, now):
+    """Starts a requeued job RELAUNCH_AFTER_S past its requeue instead of Slurm's two minutes."""
+    start, _wait = relaunch_time(job, now())
+    client.run([client.bin("scontrol"), "update", "JobId=%s" % job["job_id"], "StartTime=%s" % start], ok_rcs=(0, 1))
+    return dict(job_id=job["job_id"], restarts=job.get("restarts"), excluded=[], bad={},
+                message="job %s: requeued (start %d begins); Slurm's requeue delay lifted, it starts at %s" % (
+                    job["job_id"], (job.get("restarts") or 0) + 1, start))
 
 
 class Settler:
     """Settles the held jobs among those a watcher sees; keeps what it did."""
 
-    def __init__(self, client, bad_nodes_path, check_mode=False):
-        self.client, self.path, self.check_mode = client, bad_nodes_path, check_mode
+    def __init__(self, client, bad_nodes_path, check_mode=False, now=datetime.datetime.now):
+        self.client, self.path, self.check_mode, self.now = client, bad_nodes_path, check_mode, now
         self.events, self.failure, self.cancelled = [], None, []
 
     def __call__(self, jobs):
@@ -141,6 +169,9 @@ class Settler:
                     self.cancelled.append(job["job_id"])
                 else:
                     self.events.append(event)
+                job = self.client.show_job(job["job_id"])
+            elif requeue_delayed(job, self.now):
+                self.events.append(lift_delay(self.client, job, self.now))
                 job = self.client.show_job(job["job_id"])
             out.append(job)
         return out

@@ -122,7 +122,11 @@ options:
         (C(ExcNodeList)) and release it, started two seconds after its requeue rather than after
         Slurm's requeue delay (about two minutes) where the site lets users move a job's
         StartTime; RV(excluded) says so. When its partition has too few other usable nodes the
-        job is cancelled instead and the module fails naming each bad node and its reason."
+        job is cancelled instead and the module fails naming each bad node and its reason. The hang
+        watch of the training job holds it the same way, for the node of a hung rank."
+      - "A job Slurm requeued otherwise (it lost a node; it requeued itself after a stop notice)
+        waits out the same delay (Reason C(BeginTime)): it is started two seconds after its
+        requeue too, and RV(excluded) says so."
       - That release reads every node's state (C(scontrol show node)) once. Nothing is changed in
         check mode.
     type: path
@@ -317,7 +321,9 @@ log_tail:
   type: list
   elements: str
 excluded:
-  description: With O(bad_nodes_file), what was done for the job when its node check held it, one entry per release.
+  description:
+    - With O(bad_nodes_file), what was done for the job when its node check (or hang watch) held it, one entry per
+      release; and one for each requeue whose delay was lifted (its C(excluded) empty).
   returned: with wait or state=watched
   type: list
   elements: dict

@@ -639,6 +639,30 @@ def network_lines(facts):
     return out
 
 
+RECOVERIES_SHOWN = 50
+
+
+def recovery_lines(events):
+    """Each start after the first, from the trainer's events in file order: a stop it was told of
+    (preempted), then the resume at the step of its checkpoint, with the records after it that were
+    discarded (their steps trained again)."""
+    rows, stopped = [], None
+    for event in events:
+        if event.get("event") == "preempted":
+            stopped = event.get("step")
+        elif event.get("event") == "resume":
+            why = "stopped at step %s with a checkpoint" % stopped if stopped is not None else "crash, hang or lost node"
+            rows.append((len(rows) + 2, why, event.get("step"), os.path.basename(str(event.get("checkpoint") or "")),
+                         event.get("discarded_records", 0)))
+            stopped = None
+    if not rows:
+        return ["None: the run trained from its first start to its end in one go."]
+    lines = table(("start", "after", "resumed at step", "from", "records discarded"), rows[-RECOVERIES_SHOWN:])
+    if len(rows) > RECOVERIES_SHOWN:
+        lines.append("The last %d of %d recoveries; `%s` holds every one." % (RECOVERIES_SHOWN, len(rows), METRICS_FILE))
+    return lines
+
+
 def render(run_name, metrics, summary, facts, samples, plot_note, times):
     events = metrics[1] if metrics else []
     out = ["# Run %s" % md(run_name), "", "## Summary", ""]
@@ -657,6 +681,8 @@ def render(run_name, metrics, summary, facts, samples, plot_note, times):
     out += ["", "## NCCL / UCX / Gloo environment", ""] + env_lines(facts)
     out += ["", "## Network", ""] + network_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)
+    if metrics is not None and not isinstance(facts.get("script"), dict):
+        out += ["", "## Recoveries", ""] + recovery_lines(events)
     out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)
     out += ["", "## Samples", ""]
     out += fenced(samples) if samples and samples.strip() else ["Samples: %s." % NOT_RECORDED]

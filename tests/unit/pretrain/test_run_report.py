@@ -250,6 +250,18 @@ def test_a_script_of_your_own_has_finished_when_its_last_record_is_at_its_total(
     assert "- Status: stopped before the end" in report_of(make_run(tmp_path / "b", lines[:2]))
 
 
+def test_recoveries_list_each_start_after_the_first(tmp_path):
+    records = metrics_records()
+    records.insert(-2, {"event": "resume", "step": 90, "checkpoint": "/ws/run/checkpoints/step_90.pt",
+                        "discarded_records": 1})
+    report = report_of(make_run(tmp_path, records, FACTS))
+    recoveries = report.split("## Recoveries\n", 1)[1].split("\n## ", 1)[0]
+    assert "| 2 | stopped at step 40 with a checkpoint | 40 | step_40.pt | 0 |" in recoveries
+    assert "| 3 | crash, hang or lost node | 90 | step_90.pt | 1 |" in recoveries
+    plain = [r for r in metrics_records() if r.get("event") not in ("preempted", "resume")]
+    assert "None: the run trained from its first start to its end in one go." in report_of(make_run(tmp_path / "b", plain))
+
+
 def test_preempted_run(tmp_path):
     records = metrics_records()[:7]  # up to the preempted event
     report = report_of(make_run(tmp_path, records, FACTS))
@@ -444,8 +456,12 @@ HOSTILE = [forged_preemption, script_signal, line_breaks_in_an_event, checkpoint
 
 
 def sections_of(facts):
-    """The report's sections: the training script's instead of the model's for a script of your own."""
-    return ["## Training script" if s == "## Model" and "script" in facts else s for s in SECTIONS]
+    """The report's sections: the training script's instead of the model's for a script of your own,
+    and the recoveries from the reference trainer's events."""
+    found = ["## Training script" if s == "## Model" and "script" in facts else s for s in SECTIONS]
+    if "script" not in facts:
+        found.insert(found.index("## Jobs") + 1, "## Recoveries")
+    return found
 
 
 def hostile_report(tmp_path, case):

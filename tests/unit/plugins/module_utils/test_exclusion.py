@@ -228,3 +228,22 @@ def test_settler_does_nothing_in_check_mode_or_without_a_bad_nodes_file(tmp_path
     job = held()
     assert settler([job]) == [job]
     assert client.ran == client.cancelled == client.shown == [] and settler.events == [] and settler.failure is None
+
+
+def test_the_requeue_delay_of_a_job_slurm_requeued_is_lifted_once(tmp_path):
+    """After a lost node, or the job's own requeue after a stop notice: PENDING (BeginTime), its
+    StartTime Slurm's delay (two minutes; the local cluster's cred_expire 20 s) past the requeue."""
+    now, _sleep, _slept = at("2026-11-30T10:00:06.000")
+    client = Client(FOUR)
+    waiting = held(reason="BeginTime", submit_time="2026-11-30T10:00:05", start_time="2026-11-30T10:02:05")
+    settler = exclusion.Settler(client, bad_nodes_file(tmp_path), now=now)
+    settler([waiting])
+    assert client.ran == [(["/usr/bin/scontrol", "update", "JobId=42", "StartTime=2026-11-30T10:00:07"], (0, 1))]
+    assert settler.events == [dict(job_id="42", restarts=1, excluded=[], bad={},
+                                   message="job 42: requeued (start 2 begins); Slurm's requeue delay lifted, it "
+                                           "starts at 2026-11-30T10:00:07")]
+    # lifted already, waiting for nodes, never requeued, or no times to go by: left alone
+    for job in (dict(waiting, start_time="2026-11-30T10:00:07"), dict(waiting, waits_for_nodes=True),
+                dict(waiting, restarts=0), dict(waiting, start_time="Unknown"), dict(waiting, submit_time=None),
+                dict(waiting, reason="Resources"), dict(waiting, state="RUNNING")):
+        assert not exclusion.requeue_delayed(job, now), job
