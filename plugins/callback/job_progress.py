@@ -14,8 +14,11 @@ description:
   - Before it, the per-node table of the job's node check (once per check, from C(node_check) - every
     node's line up to 32 nodes, else the bad nodes' lines and where the whole table is),
     the fabric its network check measured and the slow node it names (once per check, from
-    C(network_check), its table alike), a line for each release of the job without bad nodes (from C(excluded)),
+    C(network_check), its table alike), a line for each release of the job without bad nodes and each
+    requeue whose delay was lifted (from C(excluded)),
     a line naming each node that holds the others back (once per job and node, from C(stragglers)),
+    a hang the job's hang watch found, with the node it names and that rank's first frames (once per
+    hang, from C(hang)),
     and a warning for each progress pattern that backtracks and for lines of the metrics file that
     cannot be read (once each, from C(progress_warnings)).
   - A watch without a limit (C(retries) of a billion or more, as the pretrain role's
@@ -121,6 +124,24 @@ def network_lines(host, check):
     return lines
 
 
+def hang_lines(host, hang):
+    """A hang the job's watch found: how long it was silent, the node(s) it names with the first
+    frames of the rank there, and where the stacks are."""
+    after = " after step %s" % hang["step"] if hang.get("step") is not None else ""
+    lines = ["[%s] job %s (start %s) hung%s: no progress for %s s (timeout %s s); stacks in %s" % (
+        host, hang.get("job_id"), hang.get("start"), after, hang.get("silent_s"), hang.get("timeout_s"), hang.get("dir"))]
+    suspects, frames = hang["suspects"], hang.get("frames") or {}
+    if not suspects:
+        lines.append("    the stacks name no node: every rank runs, in the same frame")
+    for node in sorted(suspects):
+        lines.append("    %s: %s" % (node, suspects[node]))
+        lines += ["        %s" % frame for frame in (frames.get(node) or [])]
+    more = (hang.get("suspect_count") or 0) - len(suspects)
+    if more > 0:
+        lines.append("    and %d more node(s): %s/summary.json" % (more, hang.get("dir")))
+    return lines
+
+
 def event_lines(host, result, seen):
     """Lines for what happened to the job since the last retry: a node check's table (once per
     check), each exclusion of bad nodes, and each progress pattern that backtracks (once per
@@ -148,6 +169,12 @@ def event_lines(host, result, seen):
         if key not in seen:
             seen.add(key)
             lines += network_lines(host, network)
+    hang = result.get("hang")
+    if isinstance(hang, dict) and isinstance(hang.get("suspects"), dict):
+        key = ("hang", host, hang.get("job_id"), hang.get("start"), hang.get("time"))
+        if key not in seen:
+            seen.add(key)
+            lines += hang_lines(host, hang)
     for event in result.get("excluded") or []:
         if not isinstance(event, dict):
             continue

@@ -119,6 +119,12 @@ options:
         C(max_steps).
     type: path
     version_added: 0.1.0
+  hang_dir:
+    description:
+      - Where the training job's hang watch records each hang, in C(<job>-<start>/summary.json); the
+        newest of the watched job is returned as RV(llmtrain.slurm.slurm_job_info#module:hang).
+    type: path
+    version_added: 0.1.0
   straggler_threshold:
     description:
       - A node whose work per step (the C(node_times) or C(nodes) of the loss records in O(metrics_file)) is more than

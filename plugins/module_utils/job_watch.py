@@ -13,6 +13,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_stat
 from ansible_collections.llmtrain.slurm.plugins.module_utils.check_summary import network_check_summary, node_check_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_count
 from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import stragglers
@@ -26,6 +27,7 @@ ARGUMENT_SPEC = dict(
     progress_from_log=dict(type="bool", default=False),
     progress_regex=dict(type="list", elements="str", default=[]),
     checkpoint_dir=dict(type="path"),
+    hang_dir=dict(type="path"),
     straggler_threshold=dict(type="float", default=0.2),
     straggler_intervals=dict(type="int", default=3),
 )
@@ -115,6 +117,10 @@ def describe(module, p, jobs, ended, patterns, result):
                                               p["straggler_intervals"])
         if result["progress"] is not None:
             result["progress"]["source"] = source
+    if p["hang_dir"] and jobs:
+        hang = newest_hang(p["hang_dir"], jobs[-1]["job_id"])
+        if hang is not None:
+            result["hang"] = hang
     if p["node_check_file"] and os.path.exists(p["node_check_file"]):
         result["node_check"] = read_record(module, p["node_check_file"], node_check_summary)
     if p["network_check_file"] and os.path.exists(p["network_check_file"]):
@@ -132,6 +138,39 @@ def trainer_state_of(module, p):
         for error in errors:
             module.warn(error)
     return state
+
+
+# a hang's summary names at most this many nodes (each with its first frames); the others are counted
+HANG_NODES_SHOWN = 8
+HANG_SUMMARY_MAX_BYTES = 4 * 1048576
+
+
+def newest_hang(hang_dir, job_id):
+    """The summary of the job's newest hang (hang_dir/<job>-<start>/summary.json, the hang watch's
+    record), cut to HANG_NODES_SHOWN nodes, or None."""
+    try:
+        names = os.listdir(hang_dir)
+    except OSError:
+        return None
+    starts = []
+    for name in names:
+        job, _dash, start = name.rpartition("-")
+        if job == str(job_id) and start.isdigit():
+            starts.append(int(start))
+    for start in sorted(starts, reverse=True):
+        text, _why = read_text(os.path.join(hang_dir, "%s-%d" % (job_id, start), "summary.json"), HANG_SUMMARY_MAX_BYTES)
+        try:
+            record = json.loads(text) if text is not None else None
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("suspects"), dict):
+            suspects = sorted(record["suspects"].items())
+            frames = record.get("frames") if isinstance(record.get("frames"), dict) else {}
+            record.update(suspects=dict(suspects[:HANG_NODES_SHOWN]), suspect_count=len(suspects),
+                          frames={node: frames[node] for node, _why in suspects[:HANG_NODES_SHOWN] if node in frames},
+                          start=start)
+            return record
+    return None
 
 
 def read_record(module, path, summary):

@@ -161,6 +161,16 @@ network_check:
       and C(table), as RV(node_check)'s.
   returned: when network_check_file exists
   type: dict
+hang:
+  description:
+    - The newest hang the last job's hang watch recorded (O(hang_dir)) - C(job_id), C(restart),
+      C(start) (the job's start, from 1), C(time), C(step) (the last metrics record's, or null),
+      C(silent_s), C(timeout_s), C(nodes), C(answered) (nodes whose stacks came back), C(ranks),
+      C(suspects) (node -> why the hang is there, the first 8 by name), C(suspect_count),
+      C(frames) (node -> the first frames of that rank's main thread) and C(dir) (every rank's
+      stacks, C(<node>.txt)).
+  returned: when hang_dir holds a hang of the job
+  type: dict
 checks:
   description: How many times the jobs were looked up (one per O(poll_interval) at most with O(wait_timeout)).
   returned: always

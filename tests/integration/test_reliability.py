@@ -218,6 +218,12 @@ def test_preemption_requeue_checkpoints_and_resumes_at_the_same_step(reference, 
     assert checkpoints(run)[-1] == 60 == max(reference)
     assert_every_step_once(run, 60)
     assert [job for job, _state_now in jobs(run)] == [job_id]  # the same job ran again; nothing was doubled
+    # the watch said the requeue and lifted Slurm's delay; the report lists the recovery
+    assert "job %s: requeued (start 2 begins); Slurm's requeue delay lifted" % job_id in result.output, \
+        result.output[-6000:]
+    report = open(os.path.join(RUNS, run, "report.md")).read()
+    assert "| 2 | stopped at step %d with a checkpoint | %d | step_%06d.pt | 0 |" % (
+        preempted["step"], preempted["step"], preempted["step"]) in report, report
     # the same trajectory: every loss is the uninterrupted run's to float32 rounding (seen here:
     # a few steps differ in the last bit or two, under 1e-6)
     losses = {r["step"]: r["loss"] for r in step_records(run)}
@@ -383,9 +389,84 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     assert_every_step_once(run, 60)
 
 
-def run_playbook_local_cluster():
+def rank_pids(name, job_id):
+    """{pid: rank} of the job's training ranks in node `name`'s namespace."""
+    found = {}
+    for pid in netns_pids(name):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as handle:
+                env = dict(p.split(b"=", 1) for p in handle.read().split(b"\0") if b"=" in p)
+        except OSError:
+            continue
+        if env.get(b"SLURM_JOB_ID") == job_id.encode() and b"LOCAL_RANK" in env and b"RANK" in env:
+            found[pid] = int(env[b"RANK"])
+    return found
+
+
+HANG_TIMEOUT = 15
+# what the hang watch adds to the timeout before the watch names the node, at most: its poll (5 s),
+# the dump step (py-spy on every rank, a few seconds here; STEP_TIMEOUT_S bounds it) and the watch's
+# poll (2 s)
+HANG_BOUND = 30
+
+
+def test_a_stopped_rank_is_named_its_stacks_kept_and_the_job_requeues_without_its_node(local_cluster):
+    """Four nodes, a 3-node run; one rank stopped (SIGSTOP) mid-training: silent ranks, no error."""
+    run = fresh("hang")
+    four = dict(slurm_nodes=3, local_cluster_nodes=4, pretrain_poll_interval=2, pretrain_hang_timeout=HANG_TIMEOUT)
+    try:
+        run_playbook_local_cluster("-e", "local_cluster_nodes=4")
+        # the controller restarted with a fourth node: a job on all four shows them ready to run one
+        slurm("srun", "--nodes=4", "--time=1", "true", timeout=180)
+        play = Playbook(run_vars(run, **four))
+        wait_for(lambda: training_step(run) >= 15, 240, "training to pass step 15", play)
+        job_id = only_job(run)
+        stopped_node = node(1)
+        pids = rank_pids(stopped_node, job_id)
+        assert pids, "no rank of job %s on %s" % (job_id, stopped_node)
+        pid = min(pids)
+        os.kill(pid, signal.SIGSTOP)
+        stopped_at, at_stop = time.monotonic(), training_step(run)
+        line = r"job %s \(start 1\) hung after step \d+: no progress for \d+ s \(timeout %d s\)" % (job_id, HANG_TIMEOUT)
+        wait_for(lambda: re.search(line, play.output()), HANG_TIMEOUT + HANG_BOUND + 60, "the hang named", play)
+        named_s = time.monotonic() - stopped_at
+        result = play.wait(400)
+        assert result.rc == 0, result.output[-6000:]
+        assert re.search(r"\n    %s: rank %d stopped \(state T\)\n        \S+ \(" % (re.escape(stopped_node), pids[pid]),
+                         result.output), result.output[-6000:]
+        assert named_s <= HANG_TIMEOUT + HANG_BOUND, named_s
+        # every rank's stack, from every node of the job
+        stacks = os.path.join(WORKSPACE, run, "hangs", "%s-1" % job_id)
+        summary = json.load(open(os.path.join(stacks, "summary.json")))
+        assert summary["suspects"] == {stopped_node: "rank %d stopped (state T)" % pids[pid]}
+        assert summary["answered"] == 3 and summary["ranks"] == 6, summary
+        dumped = json.load(open(os.path.join(stacks, stopped_node + ".json")))
+        assert {r["rank"]: r["state"] for r in dumped["ranks"]}[pids[pid]] == "T"
+        assert all(r.get("frames") for r in dumped["ranks"]), dumped
+        assert "Thread " in open(os.path.join(stacks, stopped_node + ".txt")).read()
+        recorded = json.load(open(os.path.join(WORKSPACE, run, "bad_nodes.json")))
+        assert recorded[stopped_node]["reason"] == "hang: rank %d stopped (state T)" % pids[pid]
+        # the same job, requeued once without the node, finished from the last checkpoint
+        assert jobs(run) == [(job_id, "COMPLETED")]
+        info = slurm("scontrol", "show", "job", job_id)
+        assert "Restarts=1" in info and stopped_node not in slurm("scontrol", "show", "hostnames",
+                                                                  re.search(r" NodeList=(\S+)", info).group(1))
+        # resumed from a checkpoint at or after the last one before the stop: the requeue's SIGTERM
+        # lets the running ranks save the last step every rank finished (the stopped one too), which
+        # may be past the last step logged
+        resumes = events(run, "resume")
+        assert at_stop <= summary["step"] and len(resumes) == 1 and resumes[0]["step"] >= 10, (at_stop, summary, resumes)
+        assert load_checkpoint(run, resumes[0]["step"]) == resumes[0]["step"]
+        observe("hang", named_after_s=round(named_s), stopped_at_step=at_stop, hang_after_step=summary["step"],
+                resumed_at=resumes[0]["step"], silent_s=summary["silent_s"])
+        assert_every_step_once(run, 60)
+    finally:
+        run_playbook_local_cluster()
+
+
+def run_playbook_local_cluster(*args):
     from cluster import run_playbook
-    run_playbook("local_cluster.yml")
+    run_playbook("local_cluster.yml", *args)
 
 
 # 4. Rank crash ---------------------------------------------------------------------------

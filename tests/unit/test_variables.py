@@ -269,6 +269,7 @@ def module_choices(module, option):
 CHOICE_COPIES = {
     "pretrain_parallel": [("plugins/module_utils/inputs/pretrain.py", "PARALLEL"), ("roles/deploy/files/trainer/config.py", "PARALLEL")],
     "pretrain_network_policy": [("plugins/module_utils/inputs/pretrain.py", "NETWORK_POLICIES")],
+    "pretrain_hang_policy": [("plugins/module_utils/inputs/pretrain.py", "HANG_POLICIES")],
     "run_wandb_mode": [("plugins/module_utils/inputs/run.py", "WANDB_MODES"), ("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
     "slurm_gpu_request": [("plugins/filter/run.py", "GPU_REQUESTS")],
     "slurm_container_runtime": [("plugins/module_utils/container.py", "RUNTIMES")],

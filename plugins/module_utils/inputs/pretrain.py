@@ -11,6 +11,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common impor
 
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
 NETWORK_POLICIES = ("warn", "exclude", "fail")
+HANG_POLICIES = ("requeue", "fail", "warn")
 PARALLEL = ("ddp", "fsdp")
 
 
@@ -34,6 +35,15 @@ def errors(values):
         found.append("pretrain_network_policy=%r must be one of %s: warn names a slow node and trains on, exclude "
                      "requeues the job without it, fail ends the job." % (values["pretrain_network_policy"],
                                                                           ", ".join(NETWORK_POLICIES)))
+    if "pretrain_hang_timeout" in values and values["pretrain_hang_timeout"] != "auto":
+        timeout = number(values["pretrain_hang_timeout"])
+        if timeout is None or timeout < 0 or isinstance(values["pretrain_hang_timeout"], bool):
+            found.append("pretrain_hang_timeout=%r must be auto (10 times the median interval between records, at "
+                         "least 300 s), a number of seconds, or 0 (no hang watch)." % (values["pretrain_hang_timeout"],))
+    if "pretrain_hang_policy" in values and values["pretrain_hang_policy"] not in HANG_POLICIES:
+        found.append("pretrain_hang_policy=%r must be one of %s: requeue restarts the job without the node the hang "
+                     "names, fail ends the job, warn says so and waits on." % (values["pretrain_hang_policy"],
+                                                                               ", ".join(HANG_POLICIES)))
     if "pretrain_learning_rate" in values:
         rate = number(values["pretrain_learning_rate"])
         if rate is None or not 0 < rate < 1:

@@ -67,6 +67,14 @@ NETWORK_CHECK_FAILED = ExitCode(
     "The play gives the bus bandwidth and names the slow node: repair or leave out the slow node "
     "(slurm_exclude_nodes), check nccl_env_socket_ifname and nccl_env_ib_hca, or set pretrain_network_policy=exclude "
     "or warn.")
+HANG = ExitCode(
+    "HANG", 80, "the training job script (its hang watcher, llmtrain_node.hang)",
+    "No progress (a new record or log line) for pretrain_hang_timeout while the job ran, and "
+    "pretrain_hang_policy=fail, or requeue with the requeues used up: the watcher dumped every rank's stack into the "
+    "run's hangs/<job>-<start>/ and ended the training step. The last checkpoint stands.",
+    "The play names the node and the rank that held the others, with its first frames; the stacks are in "
+    "hangs/<job>-<start>/ (<node>.txt). Repair or leave out that node (slurm_exclude_nodes), or find the "
+    "deadlock in the stacks, and run the playbook again.")
 REQUEUED_HELD = ExitCode(
     "REQUEUED_HELD", 100, "node_check.sh, network_check.sh (bad_nodes.sh)",
     "Not a failure: a check found bad nodes, the policy is exclude and requeues are left, so it asked Slurm to "
@@ -74,7 +82,7 @@ REQUEUED_HELD = ExitCode(
     "Nothing: the play's watcher excludes the bad nodes and releases the job, which starts again on other nodes.")
 
 TABLE = (FAILED, SETTING, ENV_FILE_MISSING, RENDEZVOUS, BAD_NODES, PREEMPTED, NODE_CHECK_FAILED, NETWORK_CHECK_FAILED,
-         REQUEUED_HELD)
+         HANG, REQUEUED_HELD)
 BY_NAME = {entry.name: entry for entry in TABLE}
 
 

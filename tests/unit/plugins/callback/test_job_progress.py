@@ -1,5 +1,8 @@
 """The job_progress callback's line, from results as the modules return them."""
 
+import json
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import job_watch
 from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import ENDLESS_RETRIES, event_lines, progress_line
 
 PROGRESS = dict(step=120, total_steps=1000, loss=3.2104, val_loss=None, lr=3e-4, tokens_per_s=5230.4,
@@ -150,3 +153,28 @@ def test_a_progress_pattern_that_backtracks_is_warned_of_once_per_pattern():
     assert event_lines("login", dict(watch, progress_warnings={"(a+)+x": message % 9}), seen) == []
     assert event_lines("login", dict(watch, progress_warnings={"(b+)+x": "b"}), seen) == ["[login] [WARNING]: b"]
     assert event_lines("login", dict(watch, progress_warnings=None), seen) == []
+
+
+def test_a_hang_is_said_once_with_its_node_and_first_frames(tmp_path):
+    """The hang watch's summary, as the watch module returns it (job_watch.newest_hang)."""
+    for start, silent in ((1, 21), (2, 35)):
+        stacks = tmp_path / ("45-%d" % start)
+        stacks.mkdir()
+        suspects = {"n%02d" % i: "no answer to the stack dump within 120 s" for i in range(10)}
+        suspects["n01"] = "rank 2 stopped (state T)"
+        (stacks / "summary.json").write_text(json.dumps(dict(
+            job_id="45", restart=start - 1, time="t%d" % start, step=60, silent_s=silent, timeout_s=20, nodes=12,
+            answered=2, ranks=4, suspects=suspects, frames={"n01": ["step (train.py:10)", "<module> (train.py:20)"]},
+            dir=str(stacks))))
+    (tmp_path / "46-1").mkdir()  # another job's
+    hang = job_watch.newest_hang(str(tmp_path), "45")
+    assert hang["start"] == 2 and hang["suspect_count"] == 10 and len(hang["suspects"]) == job_watch.HANG_NODES_SHOWN
+    seen = set()
+    lines = event_lines("h", dict(job_id="45", hang=hang), seen)
+    assert lines[0] == "[h] job 45 (start 2) hung after step 60: no progress for 35 s (timeout 20 s); stacks in %s" % (
+        tmp_path / "45-2")
+    assert lines[1:5] == ["    n00: no answer to the stack dump within 120 s", "    n01: rank 2 stopped (state T)",
+                          "        step (train.py:10)", "        <module> (train.py:20)"]
+    assert lines[-1] == "    and 2 more node(s): %s/summary.json" % (tmp_path / "45-2")
+    assert event_lines("h", dict(job_id="45", hang=hang), seen) == []
+    assert job_watch.newest_hang(str(tmp_path), "47") is None and job_watch.newest_hang(str(tmp_path / "no"), "45") is None

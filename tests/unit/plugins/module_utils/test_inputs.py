@@ -341,6 +341,22 @@ def test_network_policy_names_its_choices():
         assert inputs.validate(dict(GOOD, pretrain_network_policy=policy)) == []
 
 
+@pytest.mark.parametrize("value, fine", [("auto", True), (0, True), (20, True), ("45", True), (-1, False),
+                                         ("soon", False), (True, False)])
+def test_hang_timeout_is_auto_seconds_or_zero(value, fine):
+    found = inputs.validate(dict(GOOD, pretrain_hang_timeout=value))
+    assert found == ([] if fine else [
+        "pretrain_hang_timeout=%r must be auto (10 times the median interval between records, at least 300 s), a "
+        "number of seconds, or 0 (no hang watch)." % (value,)])
+
+
+def test_hang_policy_names_its_choices():
+    assert inputs.validate(dict(GOOD, pretrain_hang_policy="ignore")) == [
+        "pretrain_hang_policy='ignore' must be one of requeue, fail, warn: requeue restarts the job without the node "
+        "the hang names, fail ends the job, warn says so and waits on."]
+    assert inputs.validate(dict(GOOD, pretrain_hang_policy="fail")) == []
+
+
 def test_each_roles_checks_live_in_its_own_module():
     """inputs/ is split by role: the module named after a role checks that role's variables (a value
     of another role it reads only to bound its own), and every role whose variables need code has one."""

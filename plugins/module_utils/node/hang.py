@@ -1,0 +1,468 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Hang detection inside the training job: a rank that stops making progress (a deadlocked
+collective, a GPU that stops answering, a process stopped by the kernel) leaves every other rank
+waiting in its collective, silent, until the process group's timeout (10 minutes for NCCL, 30 for
+Gloo) or the time limit. The training job script starts a watcher beside its training step:
+
+    python -m llmtrain_node.hang watch --pid SRUN_PID --progress FILE [--progress FILE ...]
+        --timeout auto|SECONDS --policy requeue|fail|warn --out-dir DIR [--bad-nodes-file FILE]
+        [--requeue-max N] [--poll S] [--python P] [-- WORDS BEFORE THE DUMP'S COMMAND]
+
+Progress is a change of any --progress file (the metrics file, the job's log). Once the first
+change came, silence longer than the timeout is a hang (auto: AUTO_FACTOR times the median
+interval between the last changes, at least AUTO_FLOOR_S). The watcher then finds where, inside
+the job's own allocation (a step with --overlap, never a new job): one task per node runs
+
+    python -m llmtrain_node.hang dump --out-dir DIR
+
+which writes DIR/<node>.json (each rank's process state, wchan, and its main thread's Python stack
+from py-spy, when py-spy is beside the Python or on the path) and DIR/<node>.txt (py-spy's dumps).
+judge() names the node of a rank that is stopped, in uninterruptible sleep, gone, or not in the
+frame the other ranks wait in; DIR/summary.json holds the verdict. Then the policy: requeue (the
+named nodes go to the bad-nodes file and the job asks Slurm to requeue it held, as the node check
+does: the watcher excludes them and releases it; with no node named, a plain requeue), fail (the
+training step is ended and the job exits HANG) or warn (said; the watch goes on).
+
+It imports nothing from Ansible: it runs on the nodes as part of the llmtrain_node package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+from .exit_codes import code
+from .node_check import read_json, write_json
+
+AUTO_FACTOR = 10
+AUTO_FLOOR_S = 300
+INTERVALS = 20
+DUMP_TIMEOUT_S = 30  # one rank's py-spy dump
+STEP_TIMEOUT_S = 120  # the dump step on every node
+FRAMES = 40
+SHOWN_FRAMES = 3
+# a rank in one of these states does not run: T stopped, t traced, D uninterruptible sleep (a
+# device or a file system that does not answer), Z exited and not reaped
+STATES = {"T": "stopped (state T)", "t": "stopped by a tracer (state t)", "Z": "exited (zombie, state Z)",
+          "D": "in uninterruptible sleep (state D%s): a device or file system that does not answer"}
+
+
+def now_stamp():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def say(text):
+    sys.stdout.write("llmtrain: hang: %s\n" % text)
+    sys.stdout.flush()
+
+
+# ---------------------------------------------------------------- the watch
+
+
+class Silence(object):
+    """Progress seen in files: changes of (size, mtime) of each, and how long since the last."""
+
+    def __init__(self, paths, timeout, clock=time.monotonic):
+        self.paths, self.timeout, self.clock = paths, timeout, clock
+        self.seen = {path: self._stat(path) for path in paths}
+        self.last = None  # no progress yet: training has not logged its first step
+        self.intervals = []
+
+    @staticmethod
+    def _stat(path):
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        return (info.st_size, info.st_mtime_ns)
+
+    def look(self):
+        """Records a change of any file as progress; True when there was one."""
+        changed = False
+        for path in self.paths:
+            state = self._stat(path)
+            if state != self.seen[path]:
+                self.seen[path], changed = state, True
+        if changed:
+            at = self.clock()
+            if self.last is not None:
+                self.intervals = (self.intervals + [at - self.last])[-INTERVALS:]
+            self.last = at
+        return changed
+
+    def rebase(self):
+        """What the files hold now is no progress (the watch's own lines in the job's log)."""
+        self.seen = {path: self._stat(path) for path in self.paths}
+
+    def limit(self):
+        """The silence that is a hang, in seconds."""
+        if self.timeout != "auto":
+            return float(self.timeout)
+        typical = statistics.median(self.intervals) if self.intervals else 0.0
+        return max(float(AUTO_FLOOR_S), AUTO_FACTOR * typical)
+
+    def silent_for(self):
+        """Seconds since the last progress; None before the first."""
+        return None if self.last is None else self.clock() - self.last
+
+
+def last_step(path, size=8192):
+    """The step of the last record of a metrics file (JSON lines), from its last bytes, or None."""
+    try:
+        with open(path, "rb") as handle:
+            end = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, end - size))
+            lines = handle.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and "loss" in record:
+            return record["step"]
+    return None
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a child that ended and was not reaped yet is gone too
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def run_dump(args, out_dir):
+    """The dump step on every node of the job (inside its allocation), bounded in time."""
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "1")
+    # --overlap: beside the training step, on its CPUs; --mem=0: within the memory the training
+    # step holds (a step of its own would find none left: "Memory required by task is not
+    # available"); --gres=none: no GPU of its own
+    argv = (["srun", "--overlap", "--mem=0", "--gres=none", "--nodes", nodes, "--ntasks", nodes, "--ntasks-per-node", "1",
+             "--kill-on-bad-exit=0", "--job-name", "hang-dump"] + list(args.prefix)
+            + [args.python, "-m", "llmtrain_node.hang", "dump", "--out-dir", out_dir])
+    try:
+        subprocess.run(argv, timeout=STEP_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        say("the stack dump did not end within %d s; judging what it wrote" % STEP_TIMEOUT_S)
+    except OSError as err:
+        say("the stack dump could not start: %s" % err)
+
+
+def node_names():
+    """The job's nodes, from Slurm's host list (scontrol expands it)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", os.environ.get("SLURM_JOB_NODELIST", "")],
+                             stdout=subprocess.PIPE, universal_newlines=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return out.split()
+
+
+def read_dumps(out_dir, nodes):
+    records = {}
+    for node in nodes:
+        record = read_json(os.path.join(out_dir, node + ".json"), {})
+        if record:
+            records[node] = record
+    return records
+
+
+def first_frames(rank):
+    return (rank.get("frames") or [])[:SHOWN_FRAMES]
+
+
+def judge(records, nodes):
+    """{node: reason} of the nodes where the hang is, from the dumps ({node: record}) of the
+    job's nodes: a node that did not answer, one with no training process, a rank that does not
+    run (STATES), else the ranks whose innermost frame is not the one most ranks wait in, when
+    they are on fewer than half of the nodes. Empty when the dumps name none."""
+    suspects = {}
+    for node in nodes:
+        record = records.get(node)
+        if record is None:
+            suspects[node] = "no answer to the stack dump within %d s" % STEP_TIMEOUT_S
+        elif not record.get("ranks"):
+            suspects[node] = "no training process of the job left on the node"
+    for node, record in sorted(records.items()):
+        for rank in record.get("ranks") or []:
+            state = rank.get("state")
+            if state in STATES:
+                why = STATES[state] % (", in %s" % rank["wchan"] if rank.get("wchan") else "") if state == "D" \
+                    else STATES[state]
+                suspects.setdefault(node, "rank %s %s" % (rank.get("rank"), why))
+    if suspects:
+        return suspects
+    tops = {}
+    for node, record in records.items():
+        for rank in record.get("ranks") or []:
+            if rank.get("frames"):
+                tops.setdefault(rank["frames"][0].split(" (", 1)[0], []).append((node, rank))
+    if len(tops) < 2:
+        return {}
+    waiting = max(tops, key=lambda top: len(tops[top]))
+    odd = [(node, rank, top) for top, ranks in tops.items() if top != waiting for node, rank in ranks]
+    odd_nodes = set(node for node, _rank, _top in odd)
+    if len(odd_nodes) * 2 >= len(nodes):
+        return {}
+    for node, rank, top in sorted(odd, key=lambda item: (item[0], str(item[1].get("rank")))):
+        suspects.setdefault(node, "rank %s is in %s while %d other rank(s) wait in %s" % (
+            rank.get("rank"), top, len(tops[waiting]), waiting))
+    return suspects
+
+
+def summarize(records, nodes, suspects, silent_s, limit_s, step, out_dir):
+    frames = {}
+    for node in suspects:
+        ranks = (records.get(node) or {}).get("ranks") or []
+        for rank in ranks:
+            if first_frames(rank):
+                frames[node] = first_frames(rank)
+                break
+    return dict(job_id=os.environ.get("SLURM_JOB_ID"), restart=int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+                time=now_stamp(), silent_s=round(silent_s), timeout_s=round(limit_s), step=step,
+                nodes=len(nodes), answered=len(records), ranks=sum(len(r.get("ranks") or []) for r in records.values()),
+                suspects=suspects, frames=frames, dir=out_dir)
+
+
+def act(args, summary):
+    """The policy; returns the watcher's exit status (it returns only where the job goes on)."""
+    suspects, restart = summary["suspects"], summary["restart"]
+    job = os.environ.get("SLURM_JOB_ID", "")
+    if args.policy == "warn":
+        say("pretrain_hang_policy=warn: the job goes on")
+        return 0
+    if args.policy == "requeue" and restart < args.requeue_max:
+        if suspects and args.bad_nodes_file:
+            known = read_json(args.bad_nodes_file, {})
+            for node, reason in suspects.items():
+                known[node] = dict(reason="hang: " + reason, job_id=job, time=summary["time"])
+            write_json(args.bad_nodes_file, known)
+            say("requeue %d of %d without %s, held until the watcher excludes them" % (
+                restart + 1, args.requeue_max, ", ".join(sorted(suspects))))
+            command = ["scontrol", "requeuehold", job]
+        else:
+            say("requeue %d of %d (no node named: the job starts again as it is)" % (restart + 1, args.requeue_max))
+            command = ["scontrol", "requeue", job]
+        if subprocess.run(command, check=False).returncode == 0:
+            return 0
+        say("%s failed" % " ".join(command))
+    elif args.policy == "requeue":
+        say("run_requeue_max=%d requeues are used up" % args.requeue_max)
+    # fail: the training step ends; the job script sees the marker and exits HANG
+    write_json(args.marker, summary)
+    say("ending the training step; the job ends with exit code %d (HANG)" % code("HANG"))
+    end_training(job, args.pid)
+    return 0
+
+
+def end_training(job, pid):
+    """Kills the job's training step (a stopped rank ignores SIGTERM): its running steps other
+    than the batch, extern and dump steps; then srun (pid), should it still run."""
+    try:
+        out = subprocess.run(["squeue", "--steps", "--jobs", job, "--noheader", "--format=%i|%j"],
+                             stdout=subprocess.PIPE, universal_newlines=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    for line in out.splitlines():
+        step, _bar, name = line.strip().partition("|")
+        if step.startswith(job + ".") and step.rsplit(".", 1)[1].isdigit() and name != "hang-dump":
+            subprocess.run(["scancel", "--signal=KILL", step], check=False)
+    for _attempt in range(12):
+        if not alive(pid):
+            return
+        time.sleep(5)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def watch(args):
+    metrics = args.progress[0] if args.progress else None
+    silence = Silence(args.progress, args.timeout)
+    reported = False
+    while alive(args.pid):
+        time.sleep(args.poll)
+        if silence.look():
+            reported = False
+            continue
+        silent, limit = silence.silent_for(), silence.limit()
+        if silent is None or silent <= limit or reported:
+            continue
+        reported = True
+        step = last_step(metrics) if metrics else None
+        start = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1
+        out_dir = os.path.join(args.out_dir, "%s-%d" % (os.environ.get("SLURM_JOB_ID", "job"), start))
+        os.makedirs(out_dir, exist_ok=True)
+        say("no progress for %d s (pretrain_hang_timeout %s: %d s)%s; dumping every rank's stack into %s" % (
+            silent, args.timeout, limit, " after step %d" % step if step is not None else "", out_dir))
+        nodes = node_names()
+        run_dump(args, out_dir)
+        records = read_dumps(out_dir, nodes)
+        suspects = judge(records, nodes)
+        summary = summarize(records, nodes, suspects, silent, limit, step, out_dir)
+        write_json(os.path.join(out_dir, "summary.json"), summary)
+        if not suspects:
+            say("the stacks name no node: every rank runs, in the same frame (%s)" % out_dir)
+        for node, reason in sorted(suspects.items()):
+            say("%s: %s" % (node, reason))
+            for frame in summary["frames"].get(node, []):
+                say("%s:     %s" % (node, frame))
+        act(args, summary)
+        silence.rebase()
+    return 0
+
+
+# ---------------------------------------------------------------- the dump, on each node
+
+
+def environ_of(pid, proc="/proc"):
+    with open("%s/%d/environ" % (proc, pid), "rb") as handle:
+        pairs = handle.read().split(b"\0")
+    return dict(p.decode("utf-8", "replace").split("=", 1) for p in pairs if b"=" in p)
+
+
+def proc_state(pid):
+    """(state letter, wchan) of a process."""
+    with open("/proc/%d/stat" % pid) as handle:
+        state = handle.read().rsplit(")", 1)[1].split()[0]
+    try:
+        with open("/proc/%d/wchan" % pid) as handle:
+            wchan = handle.read().strip()
+    except OSError:
+        wchan = ""
+    return state, ("" if wchan in ("0", "") else wchan)
+
+
+def ranks_of(job_id, node=None, uid=None, proc="/proc"):
+    """[(pid, environment)] of this job's training processes on this node: this user's
+    processes whose environment has the job's SLURM_JOB_ID and a RANK and LOCAL_RANK (what
+    torch.distributed.run gives its workers), and this node's SLURMD_NODENAME where it has one
+    (nodes that share one process table, as the local cluster's do, see each other's)."""
+    uid = os.getuid() if uid is None else uid
+    found = []
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            if os.stat("%s/%s" % (proc, name)).st_uid != uid:
+                continue
+            env = environ_of(pid, proc)
+        except (OSError, ValueError):
+            continue
+        if env.get("SLURM_JOB_ID") == job_id and "RANK" in env and "LOCAL_RANK" in env \
+                and (node is None or env.get("SLURMD_NODENAME", node) == node):
+            found.append((pid, env))
+    return sorted(found, key=lambda item: int(item[1].get("RANK") or 0))
+
+
+def py_spy():
+    """py-spy beside this Python (the run's venv) or on the path, or None."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return beside if os.access(beside, os.X_OK) else shutil.which("py-spy")
+
+
+def main_thread_frames(text, pid=None):
+    """The frames of a py-spy dump's main thread (the thread whose id is the process's, else the
+    first), innermost first."""
+    threads, frames = [], None
+    for line in text.splitlines():
+        if line.startswith("Thread "):
+            frames = []
+            threads.append((line.split()[1], frames))
+        elif frames is not None and line.startswith("    ") and line.strip():
+            frames.append(line.strip())
+    chosen = [f for tid, f in threads if pid is not None and tid == str(pid)] or [f for _tid, f in threads[:1]]
+    return chosen[0][:FRAMES] if chosen else []
+
+
+def dump(args):
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    spy = py_spy()
+    ranks, texts = [], []
+    for pid, env in ranks_of(os.environ.get("SLURM_JOB_ID", ""), node):
+        rank = dict(pid=pid, rank=int(env.get("RANK") or 0), local_rank=int(env.get("LOCAL_RANK") or 0))
+        try:
+            rank["state"], rank["wchan"] = proc_state(pid)
+        except (OSError, IndexError):
+            rank["state"] = "gone"
+        if spy is None:
+            rank["error"] = ("py-spy is not beside %s nor on the path: add py-spy to the run's Python "
+                             "(deploy_venv_packages) for the stacks" % sys.executable)
+        elif rank["state"] != "gone":
+            try:
+                done = subprocess.run([spy, "dump", "--nonblocking", "--pid", str(pid)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, universal_newlines=True, timeout=DUMP_TIMEOUT_S,
+                                      check=False)
+                texts.append("== rank %d, pid %d, state %s\n%s" % (rank["rank"], pid, rank["state"], done.stdout))
+                rank["frames"] = main_thread_frames(done.stdout, pid)
+                if done.returncode != 0:
+                    said = done.stdout.strip().splitlines()
+                    rank["error"] = said[-1] if said else "py-spy ended with exit code %d" % done.returncode
+            except subprocess.TimeoutExpired:
+                rank["error"] = "py-spy did not answer within %d s" % DUMP_TIMEOUT_S
+        ranks.append(rank)
+    with open(os.path.join(args.out_dir, node + ".txt"), "w") as handle:
+        handle.write("\n".join(texts))
+    write_json(os.path.join(args.out_dir, node + ".json"), dict(node=node, time=now_stamp(), ranks=ranks))
+    return 0
+
+
+def timeout_value(text):
+    if text == "auto":
+        return text
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError("a number of seconds above 0, or auto")
+    return value
+
+
+def parser():
+    top = argparse.ArgumentParser(prog="python -m llmtrain_node.hang")
+    commands = top.add_subparsers(dest="command", required=True)
+    w = commands.add_parser("watch")
+    w.add_argument("--pid", type=int, required=True)
+    w.add_argument("--progress", action="append", default=[])
+    w.add_argument("--timeout", type=timeout_value, default="auto")
+    w.add_argument("--policy", choices=("requeue", "fail", "warn"), default="requeue")
+    w.add_argument("--out-dir", required=True)
+    w.add_argument("--marker", required=True)
+    w.add_argument("--bad-nodes-file")
+    w.add_argument("--requeue-max", type=int, default=0)
+    w.add_argument("--poll", type=float, default=5.0)
+    w.add_argument("--python", default=sys.executable)
+    w.add_argument("prefix", nargs="*")
+    d = commands.add_parser("dump")
+    d.add_argument("--out-dir", required=True)
+    return top
+
+
+def main(argv=None):
+    # the stop notice (SIGUSR2) reaches every process of the job: it is the training's, not ours
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    args = parser().parse_args(argv)
+    return watch(args) if args.command == "watch" else dump(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

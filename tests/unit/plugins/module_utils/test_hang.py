@@ -1,0 +1,174 @@
+"""The hang watch of the training job (llmtrain_node.hang): when silence is a hang, what each
+node's dump holds (real processes, real py-spy), and which node the dumps name."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import hang
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "py_spy")
+WAITING = ("allreduce (torch/distributed/distributed_c10d.py:2838)", "wrapper (torch/distributed/c10d_logger.py:81)",
+           "train_step (trainer/train.py:301)")
+
+
+def rank(number, state="S", frames=WAITING, wchan="futex_wait_queue"):
+    return dict(pid=1000 + number, rank=number, local_rank=number % 2, state=state, wchan=wchan, frames=list(frames))
+
+
+def dumps(*per_node):
+    """{node: record} of nodes n0, n1, ... with the given ranks each."""
+    return {"n%d" % i: dict(node="n%d" % i, ranks=ranks) for i, ranks in enumerate(per_node)}
+
+
+class Clock(object):
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_silence_counts_from_the_first_progress_and_auto_scales_with_the_record_interval(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    clock = Clock()
+    silence = hang.Silence([str(metrics)], "auto", clock)
+    clock.now = 5000.0
+    assert not silence.look() and silence.silent_for() is None  # no first step yet: no hang, however long
+    for at in range(1, 8):
+        clock.now = 5000.0 + 60 * at
+        metrics.write_text("x" * at)
+        assert silence.look()
+    clock.now += 400
+    assert silence.limit() == 600 and silence.silent_for() == 400  # 10 x 60 s
+    fast = hang.Silence([str(metrics)], "auto", clock)
+    for _poll in range(5):
+        clock.now += 2
+        metrics.write_text(metrics.read_text() + "y")
+        fast.look()
+    assert fast.limit() == hang.AUTO_FLOOR_S
+    assert hang.Silence([str(metrics)], 20.0, clock).limit() == 20.0
+
+
+def test_a_stopped_rank_names_its_node():
+    found = hang.judge(dumps([rank(0), rank(1)], [rank(2, "T", ["train_step (trainer/train.py:290)"]), rank(3)],
+                             [rank(4), rank(5)]), ["n0", "n1", "n2"])
+    assert found == {"n1": "rank 2 stopped (state T)"}
+
+
+def test_a_rank_in_uninterruptible_sleep_and_a_node_that_did_not_answer_are_named():
+    found = hang.judge(dumps([rank(0), rank(1, "D", wchan="nv_wait")], [rank(2), rank(3)]), ["n0", "n1", "n2"])
+    assert found == {"n0": "rank 1 in uninterruptible sleep (state D, in nv_wait): a device or file system that "
+                           "does not answer",
+                     "n2": "no answer to the stack dump within %d s" % hang.STEP_TIMEOUT_S}
+    assert hang.judge(dumps([rank(0)], []), ["n0", "n1"]) == {"n1": "no training process of the job left on the node"}
+
+
+def test_the_rank_outside_the_collective_the_others_wait_in_names_its_node():
+    busy = ["load_batch (train.py:120)", "train_step (train.py:301)"]
+    found = hang.judge(dumps([rank(0), rank(1)], [rank(2), rank(3, frames=busy)], [rank(4), rank(5)]),
+                       ["n0", "n1", "n2"])
+    assert found == {"n1": "rank 3 is in load_batch while 5 other rank(s) wait in allreduce"}
+    # every rank in the same frame, or the odd ones on half the nodes or more: no node named
+    assert hang.judge(dumps([rank(0)], [rank(1)]), ["n0", "n1"]) == {}
+    assert hang.judge(dumps([rank(0)], [rank(1, frames=busy)]), ["n0", "n1"]) == {}
+
+
+def test_the_main_threads_frames_of_a_real_dump():
+    with open(os.path.join(FIXTURES, "dump_0.4.3_stopped.txt")) as handle:
+        text = handle.read()
+    assert hang.main_thread_frames(text, 4242) == ["wait_in_collective (sl.py:3)", "train_step (sl.py:5)",
+                                                   "<module> (sl.py:6)"]
+    two = text + "Thread 4300 (idle)\n    worker (threading.py:10)\n"
+    assert hang.main_thread_frames(two, 4300) == ["worker (threading.py:10)"]
+
+
+def test_the_dump_finds_the_jobs_ranks_their_states_and_stacks(tmp_path, monkeypatch):
+    """Two real processes with a job's rank environment, one stopped; py-spy from this Python's
+    directory, as the run's venv has it."""
+    if hang.py_spy() is None:
+        pytest.fail("py-spy is not beside %s: it is in requirements.txt (make venv)" % sys.executable)
+    script = "import time\ndef wait_in_collective():\n    time.sleep(120)\nwait_in_collective()\n"
+    procs = []
+    for number in (0, 1):
+        env = dict(os.environ, SLURM_JOB_ID="hang-test-%d" % os.getpid(), RANK=str(number), LOCAL_RANK=str(number))
+        procs.append(subprocess.Popen([sys.executable, "-c", script], env=env))
+    try:
+        time.sleep(1.0)
+        os.kill(procs[1].pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        monkeypatch.setenv("SLURM_JOB_ID", "hang-test-%d" % os.getpid())
+        monkeypatch.setenv("SLURMD_NODENAME", "n7")
+        assert hang.main(["dump", "--out-dir", str(tmp_path)]) == 0
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    record = json.loads((tmp_path / "n7.json").read_text())
+    assert [(r["rank"], r["pid"], r["state"]) for r in record["ranks"]] == [
+        (0, procs[0].pid, "S"), (1, procs[1].pid, "T")]
+    for found in record["ranks"]:
+        assert found["frames"][0].startswith("wait_in_collective ("), found
+    assert "wait_in_collective" in (tmp_path / "n7.txt").read_text()
+    assert hang.judge({"n7": record, "n8": dict(ranks=[rank(5)])}, ["n7", "n8"]) == {"n7": "rank 1 stopped (state T)"}
+
+
+def test_the_last_step_comes_from_the_metrics_files_end(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"event": "start", "step": 0}\n{"step": 41, "loss": 2.5}\n{"event": "checkpoint", "step": 40}\n'
+                       '{"step": 42, "lo')
+    assert hang.last_step(str(metrics)) == 41
+    assert hang.last_step(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon"])
+def test_a_timeout_is_auto_or_seconds(value):
+    with pytest.raises(SystemExit):
+        hang.parser().parse_args(["watch", "--pid", "1", "--out-dir", "d", "--marker", "m", "--timeout", value])
+
+
+class Ran(object):
+    """subprocess.run of the policy's Slurm commands, recorded; each succeeds."""
+
+    def __init__(self):
+        self.argvs = []
+
+    def __call__(self, argv, **_kwargs):
+        self.argvs.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, stdout="")
+
+
+def policy_args(tmp_path, policy, requeue_max=3):
+    return hang.parser().parse_args(["watch", "--pid", "999999", "--out-dir", str(tmp_path / "hangs"), "--marker",
+                                     str(tmp_path / "HANG"), "--bad-nodes-file", str(tmp_path / "bad_nodes.json"),
+                                     "--policy", policy, "--requeue-max", str(requeue_max), "--timeout", "20"])
+
+
+@pytest.mark.parametrize("policy, restart, suspects, command, marker", [
+    ("requeue", 0, {"n1": "rank 2 stopped (state T)"}, ["scontrol", "requeuehold", "77"], False),
+    ("requeue", 0, {}, ["scontrol", "requeue", "77"], False),  # no node named: as it is
+    ("requeue", 3, {"n1": "rank 2 stopped (state T)"}, ["squeue", "--steps", "--jobs", "77", "--noheader",
+                                                        "--format=%i|%j"], True),  # requeues used up: fail
+    ("fail", 0, {"n1": "rank 2 stopped (state T)"}, ["squeue", "--steps", "--jobs", "77", "--noheader",
+                                                     "--format=%i|%j"], True),
+    ("warn", 0, {"n1": "rank 2 stopped (state T)"}, None, False),
+])
+def test_the_policy(tmp_path, monkeypatch, policy, restart, suspects, command, marker):
+    ran = Ran()
+    monkeypatch.setattr(hang.subprocess, "run", ran)
+    monkeypatch.setattr(hang.time, "sleep", lambda _s: None)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    summary = dict(suspects=suspects, restart=restart, time="2026-12-04T15:00:00Z", step=41)
+    assert hang.act(policy_args(tmp_path, policy), summary) == 0
+    assert (ran.argvs[:1] or [None])[0] == command
+    assert (tmp_path / "HANG").exists() == marker
+    bad = json.loads((tmp_path / "bad_nodes.json").read_text()) if (tmp_path / "bad_nodes.json").exists() else {}
+    if policy == "requeue" and suspects and restart < 3:
+        assert bad == {"n1": dict(reason="hang: rank 2 stopped (state T)", job_id="77", time="2026-12-04T15:00:00Z")}
+    else:
+        assert bad == {}
