@@ -142,6 +142,14 @@ def hang_lines(host, hang):
     return lines
 
 
+def _first_time(seen, *key):
+    """Whether key is new to seen (which it then holds): each event is said once."""
+    if key in seen:
+        return False
+    seen.add(key)
+    return True
+
+
 def event_lines(host, result, seen):
     """Lines for what happened to the job since the last retry: a node check's table (once per
     check), each exclusion of bad nodes, and each progress pattern that backtracks (once per
@@ -149,44 +157,29 @@ def event_lines(host, result, seen):
     up to date."""
     lines = []
     check = result.get("node_check")
-    if isinstance(check, dict) and isinstance(check.get("table"), list):
-        key = ("node_check", host, check.get("job_id"), check.get("restart"), check.get("time"))
-        if key not in seen:
-            seen.add(key)
-            lines.append("[%s] node check of job %s (start %s):" % (host, check.get("job_id"), (check.get("restart") or 0) + 1))
-            lines += ["    " + str(line) for line in check["table"]]
+    if isinstance(check, dict) and isinstance(check.get("table"), list) and _first_time(
+            seen, "node_check", host, check.get("job_id"), check.get("restart"), check.get("time")):
+        lines.append("[%s] node check of job %s (start %s):" % (host, check.get("job_id"), (check.get("restart") or 0) + 1))
+        lines += ["    " + str(line) for line in check["table"]]
     job_id = result.get("job_id")
     for found in result.get("stragglers") or []:
-        if not isinstance(found, dict):
-            continue
-        key = ("straggler", host, job_id, found.get("node"))
-        if key not in seen:
-            seen.add(key)
+        if isinstance(found, dict) and _first_time(seen, "straggler", host, job_id, found.get("node")):
             lines.append("[%s] job %s: %s" % (host, job_id, straggler_line(found)))
     network = result.get("network_check")
-    if isinstance(network, dict) and isinstance(network.get("table"), list):
-        key = ("network_check", host, network.get("job_id"), network.get("restart"), network.get("time"))
-        if key not in seen:
-            seen.add(key)
-            lines += network_lines(host, network)
+    if isinstance(network, dict) and isinstance(network.get("table"), list) and _first_time(
+            seen, "network_check", host, network.get("job_id"), network.get("restart"), network.get("time")):
+        lines += network_lines(host, network)
     hang = result.get("hang")
-    if isinstance(hang, dict) and isinstance(hang.get("suspects"), dict):
-        key = ("hang", host, hang.get("job_id"), hang.get("start"), hang.get("time"))
-        if key not in seen:
-            seen.add(key)
-            lines += hang_lines(host, hang)
+    if isinstance(hang, dict) and isinstance(hang.get("suspects"), dict) and _first_time(
+            seen, "hang", host, hang.get("job_id"), hang.get("start"), hang.get("time")):
+        lines += hang_lines(host, hang)
     for event in result.get("excluded") or []:
-        if not isinstance(event, dict):
-            continue
-        key = ("excluded", host, event.get("job_id"), event.get("restarts"), event.get("message"))
-        if key not in seen:
-            seen.add(key)
+        if isinstance(event, dict) and _first_time(
+                seen, "excluded", host, event.get("job_id"), event.get("restarts"), event.get("message")):
             lines.append("[%s] %s" % (host, event.get("message")))
     warnings = result.get("progress_warnings")
     for pattern, message in (warnings.items() if isinstance(warnings, dict) else ()):
-        key = ("progress_warning", host, pattern)
-        if key not in seen:
-            seen.add(key)
+        if _first_time(seen, "progress_warning", host, pattern):
             lines.append("[%s] [WARNING]: %s" % (host, message))
     return lines
 

@@ -268,7 +268,7 @@ def last_record(path, compiled, state=None):
     """(record, warnings): the record of the last matching line among the last TAIL_LINES of a
     log, or None, and the warnings of records(). A record without a step takes that of the
     progress bar right before it (_Bars), if there is one, else the one the Trainer's own state
-    gives it among the records of those lines (records())."""
+    gives it among the stepless records of those lines (trainer_state.steps_of)."""
     lines = tail_lines(path, TAIL_LINES)
     with _Matcher(compiled, "line %d from the end").timed() as matcher:
         for number, line in enumerate(reversed(lines), 1):

@@ -37,13 +37,8 @@ _TOP_EPOCH = re.compile(r'^ {2}"epoch": ([-+0-9.eE]+),?$', re.M)
 _ENTRY = re.compile(r"\{[^{}]*\}")
 
 
-def newest(checkpoint_dir):
-    """The trainer_state.json of the checkpoint-N/ with the highest N that has one (a plain
-    file), or None."""
-    return next(_candidates(checkpoint_dir), None)
-
-
 def _candidates(checkpoint_dir):
+    """The trainer_state.json files (plain files) of the checkpoint-N/ directories, highest N first."""
     try:
         names = os.listdir(checkpoint_dir)
     except (OSError, TypeError):

@@ -144,8 +144,7 @@ def alive(pid):
         return True
     # a child that ended and was not reaped yet is gone too
     try:
-        with open("/proc/%d/stat" % pid) as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+        return proc_state(pid)[0] != "Z"
     except (OSError, IndexError):
         return True
 

@@ -109,8 +109,9 @@ def test_the_newest_checkpoint_with_a_state_is_read(tmp_path):
     (tmp_path / "checkpoint-400" / "trainer_state.json").mkdir(parents=True)  # no file
     (tmp_path / "checkpoint-final").mkdir()
     os.mkfifo(str(tmp_path / "checkpoint-300" / "trainer_state.json"))  # never opened: it would block
-    assert trainer_state.newest(str(tmp_path)) == str(newest)
-    assert trainer_state.newest(str(tmp_path / "missing")) is None
+    assert next(trainer_state._candidates(str(tmp_path))) == str(newest)
+    assert trainer_state.read_newest(str(tmp_path)) == (trainer_state.read(str(newest)), [])
+    assert next(trainer_state._candidates(str(tmp_path / "missing")), None) is None
 
 
 @pytest.mark.parametrize("value, tolerance", [(5.471, 5e-4), (0.01, 5e-3), (0.0134, 5e-5), (5.0, 0.5), (1e-05, 5e-6),
