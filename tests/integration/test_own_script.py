@@ -45,7 +45,9 @@ def test_your_script_from_its_directory_trains_continues_after_a_redeploy_and_a_
             os.chmod(os.path.join(base, name), 0o664)
     settings = dict(
         run_name=run, run_source_dir=str(source), run_script="train.py",
-        pretrain_script_args=["config/tiny.py", "--log_interval=5", "--out_dir=out"], run_source_exclude=["data/*"])
+        pretrain_script_args=["config/tiny.py", "--log_interval=5", "--out_dir=out"], run_source_exclude=["data/*"],
+        # its lines as a pattern of your own ($, quotes and backslashes reach the job script intact)
+        pretrain_progress_regex=[r"^iter (?P<step>\d+): loss (?P<loss>[\d.]+)(?:,|$)"])
 
     # the whole pipeline; without inference_script its stage says so and the play succeeds
     result = run_playbook("pretrain.yml", "-e", json.dumps(settings), umask=0o002)
@@ -60,6 +62,9 @@ def test_your_script_from_its_directory_trains_continues_after_a_redeploy_and_a_
     # its config file and flags were read from the directory it was deployed to; 3 nodes, 2 processes each
     assert "config tiny: world size 6, cwd %s" % deployed in log, log[-3000:]
     assert re.search(r"^iter 15: loss \d+\.\d+", log, flags=re.M), log[-3000:]
+    # the job's hang watch started its clock at the first line your pattern matched
+    assert re.search(r"^llmtrain: hang: the first training record of this start came after \d+ s: the hang watch is on "
+                     r"\(pretrain_hang_timeout auto\)$", log, flags=re.M), log[-3000:]
     assert checkpoint_iter(os.path.join(deployed, "out", "ckpt.pt")) == 20
     # the watch showed its progress from its log lines; the report plots them
     assert re.search(r"step 1[5-9]/\?, loss \d", result.output), result.output[-3000:]

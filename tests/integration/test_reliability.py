@@ -428,7 +428,11 @@ def test_a_stopped_rank_is_named_its_stacks_kept_and_the_job_requeues_without_it
         os.kill(pid, signal.SIGSTOP)
         stopped_at, at_stop = time.monotonic(), training_step(run)
         line = r"job %s \(start 1\) hung after step \d+: no progress for \d+ s \(timeout %d s\)" % (job_id, HANG_TIMEOUT)
-        wait_for(lambda: re.search(line, play.output()), HANG_TIMEOUT + HANG_BOUND + 60, "the hang named", play)
+        try:
+            wait_for(lambda: re.search(line, play.output()), HANG_TIMEOUT + HANG_BOUND + 60, "the hang named", play)
+        except AssertionError as err:  # a hang named at another start says why here, not in the cut output
+            raise AssertionError("%s\nthe play's lines of hangs and requeues:\n%s" % (err, "\n".join(
+                re.findall(r".*(?:\bhung\b|requeue|no progress|stacks name).*", play.output())[:40])))
         named_s = time.monotonic() - stopped_at
         result = play.wait(400)
         assert result.rc == 0, result.output[-6000:]

@@ -44,7 +44,7 @@ def test_the_lookup_gives_the_list_s_files():
 def test_the_shipped_tree_imports_in_a_bare_interpreter(tmp_path):
     ship_node_package(tmp_path)
     code = ("import json, sys\n"
-            "import llmtrain_node.node_check, llmtrain_node.network_check, llmtrain_node.gpu\n"
+            "import llmtrain_node.node_check, llmtrain_node.network_check, llmtrain_node.gpu, llmtrain_node.hang\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('llmtrain_node', 'ansible', 'ansible_collections', 'torch'))))\n")
     # -I: no PYTHONPATH, no user site, not the current directory; -S: no site-packages

@@ -7,11 +7,15 @@ Gloo) or the time limit. The training job script starts a watcher beside its tra
 
     python -m llmtrain_node.hang watch --pid SRUN_PID --progress FILE [--progress FILE ...]
         --timeout auto|SECONDS --policy requeue|fail|warn --out-dir DIR [--bad-nodes-file FILE]
-        [--requeue-max N] [--poll S] [--python P] [-- WORDS BEFORE THE DUMP'S COMMAND]
+        [--requeue-max N] [--record-pattern REGEX ...] [--poll S] [--python P]
+        [-- WORDS BEFORE THE DUMP'S COMMAND]
 
-Progress is a change of any --progress file (the metrics file, the job's log). Once the first
-change came, silence longer than the timeout is a hang (auto: AUTO_FACTOR times the median
-interval between the last changes, at least AUTO_FLOOR_S). The watcher then finds where, inside
+Progress is a change of any --progress file (the metrics file, the job's log). The clock starts
+at this start's first training record (a metrics record with a step and a loss, or a log line
+that a --record-pattern, pretrain_progress_regex, or else a known trainer's pattern matches): the
+start-up, however long and whatever it prints, is never a hang. From then on, silence longer than
+the timeout is a hang (auto: AUTO_FACTOR times the median interval between the last changes, at
+least AUTO_FLOOR_S). The watcher then finds where, inside
 the job's own allocation (a step with --overlap, never a new job): one task per node runs
 
     python -m llmtrain_node.hang dump --out-dir DIR
@@ -33,6 +37,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -43,6 +48,7 @@ import time
 
 from .exit_codes import code
 from .node_check import read_json, write_json
+from .record_patterns import DEFAULT_PATTERNS, ESCAPES
 
 AUTO_FACTOR = 10
 AUTO_FLOOR_S = 300
@@ -51,6 +57,9 @@ DUMP_TIMEOUT_S = 30  # one rank's py-spy dump
 STEP_TIMEOUT_S = 120  # the dump step on every node
 FRAMES = 40
 SHOWN_FRAMES = 3
+READ_MAX_BYTES = 1 << 20  # of a file's new lines, each poll before the first training record
+MAX_LINE_CHARS = 4096
+OWN_PATTERN_CHARS = 512
 # a rank in one of these states does not run: T stopped, t traced, D uninterruptible sleep (a
 # device or a file system that does not answer), Z exited and not reaped
 STATES = {"T": "stopped (state T)", "t": "stopped by a tracer (state t)", "Z": "exited (zombie, state Z)",
@@ -69,13 +78,82 @@ def say(text):
 # ---------------------------------------------------------------- the watch
 
 
-class Silence(object):
-    """Progress seen in files: changes of (size, mtime) of each, and how long since the last."""
+class NewLines(object):
+    """The lines a file gains from the size it had when the watch began (a requeued job's log
+    holds its earlier starts), a bounded read each time: at most READ_MAX_BYTES, the newest."""
 
-    def __init__(self, paths, timeout, clock=time.monotonic):
+    def __init__(self, path):
+        self.path, self.partial = path, ""
+        try:
+            self.offset = os.stat(path).st_size
+        except OSError:
+            self.offset = 0
+
+    def read(self):
+        try:
+            with open(self.path, "rb") as handle:
+                end = handle.seek(0, os.SEEK_END)
+                if end < self.offset:  # the file was started again
+                    self.offset, self.partial = 0, ""
+                start = max(self.offset, end - READ_MAX_BYTES)
+                if start > self.offset:
+                    self.partial = ""  # the lines between are skipped: the newest ones say enough
+                handle.seek(start)
+                text = handle.read(end - start).decode("utf-8", "replace")
+        except OSError:
+            return []
+        self.offset = end
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()[-MAX_LINE_CHARS:]
+        return lines
+
+
+class Records(object):
+    """Whether a line is a training record: a JSON record with an integer step and a loss (the
+    metrics file), or a line one of the patterns matches (pretrain_progress_regex, else the
+    public trainers' record_patterns.DEFAULT_PATTERNS). A pattern of your own sees the first
+    OWN_PATTERN_CHARS of a line (nothing can stop a search that backtracks without end); the
+    built-in ones, linear in the line, MAX_LINE_CHARS."""
+
+    def __init__(self, patterns=None):
+        self.own = bool(patterns)
+        self.compiled = []
+        for pattern in patterns or DEFAULT_PATTERNS:
+            try:
+                self.compiled.append(re.compile(pattern))
+            except re.error as err:
+                say("pretrain_progress_regex %r is not a regular expression (%s): not used" % (pattern, err))
+        self.escapes = re.compile(ESCAPES)
+
+    def __call__(self, line):
+        line = line.strip()
+        if line.startswith("{\""):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and "loss" in record:
+                return True
+        line = self.escapes.sub("", line[:MAX_LINE_CHARS]) if "\x1b" in line else line[:MAX_LINE_CHARS]
+        if self.own:
+            line = line[:OWN_PATTERN_CHARS]
+        return any(regex.search(line) for regex in self.compiled)
+
+
+class Silence(object):
+    """Progress seen in files: changes of (size, mtime) of each, and how long since the last.
+    The clock starts at the first training record of this start of the job (is_record, on the
+    lines the files gained since the watch began): before it, the start-up (imports, the
+    rendezvous, loading a checkpoint, compiling) may be as long and as quiet as it takes, and
+    the lines it prints are no progress. From then on any change of any file is progress."""
+
+    def __init__(self, paths, timeout, clock=time.monotonic, is_record=None):
         self.paths, self.timeout, self.clock = paths, timeout, clock
+        self.is_record = is_record or Records()
         self.seen = {path: self._stat(path) for path in paths}
-        self.last = None  # no progress yet: training has not logged its first step
+        self.unread = {path: NewLines(path) for path in paths}  # until the first record
+        self.began = clock()
+        self.last = None  # no progress yet: this start has logged no training record
         self.intervals = []
 
     @staticmethod
@@ -87,22 +165,38 @@ class Silence(object):
         return (info.st_size, info.st_mtime_ns)
 
     def look(self):
-        """Records a change of any file as progress; True when there was one."""
-        changed = False
+        """Records a change of any file as progress, once a training record came; True when
+        there was one."""
+        changed = []
         for path in self.paths:
             state = self._stat(path)
             if state != self.seen[path]:
-                self.seen[path], changed = state, True
-        if changed:
-            at = self.clock()
-            if self.last is not None:
-                self.intervals = (self.intervals + [at - self.last])[-INTERVALS:]
-            self.last = at
-        return changed
+                self.seen[path] = state
+                changed.append(path)
+        if not changed:
+            return False
+        if self.unread:
+            found = False
+            for path in changed:
+                found = any(self.is_record(line) for line in self.unread[path].read()) or found
+            if not found:
+                return False
+            self.unread = {}
+        at = self.clock()
+        if self.last is not None:
+            self.intervals = (self.intervals + [at - self.last])[-INTERVALS:]
+        self.last = at
+        return True
+
+    def waiting_s(self):
+        """Seconds the watch has waited for this start's first training record; None after it."""
+        return self.clock() - self.began if self.unread else None
 
     def rebase(self):
         """What the files hold now is no progress (the watch's own lines in the job's log)."""
         self.seen = {path: self._stat(path) for path in self.paths}
+        for reader in self.unread.values():
+            reader.read()
 
     def limit(self):
         """The silence that is a hang, in seconds."""
@@ -297,14 +391,25 @@ def end_training(job, pid):
 
 def watch(args):
     metrics = args.progress[0] if args.progress else None
-    silence = Silence(args.progress, args.timeout)
-    reported = False
+    silence = Silence(args.progress, args.timeout, is_record=Records(args.record_pattern))
+    reported = waited = False
     while alive(args.pid):
         time.sleep(args.poll)
+        waiting = silence.waiting_s()
         if silence.look():
             reported = False
+            if waiting is not None:
+                say("the first training record of this start came after %d s: the hang watch is on (pretrain_hang_timeout "
+                    "%s)" % (waiting, args.timeout))
+                silence.rebase()
             continue
-        silent, limit = silence.silent_for(), silence.limit()
+        silent, limit, waiting = silence.silent_for(), silence.limit(), silence.waiting_s()
+        if not waited and waiting is not None and waiting > 2 * max(limit, AUTO_FLOOR_S):
+            waited = True
+            say("no training record yet after %d s (a record with a step and a loss in %s, or a line of the job's log "
+                "that pretrain_progress_regex or a known trainer's pattern matches): the hang watch starts at the first"
+                % (waiting, metrics))
+            silence.rebase()
         if silent is None or silent <= limit or reported:
             continue
         reported = True
@@ -442,6 +547,7 @@ def parser():
     w = commands.add_parser("watch")
     w.add_argument("--pid", type=int, required=True)
     w.add_argument("--progress", action="append", default=[])
+    w.add_argument("--record-pattern", action="append", default=[])
     w.add_argument("--timeout", type=timeout_value, default="auto")
     w.add_argument("--policy", choices=("requeue", "fail", "warn"), default="requeue")
     w.add_argument("--out-dir", required=True)

@@ -34,25 +34,77 @@ class Clock(object):
         return self.now
 
 
-def test_silence_counts_from_the_first_progress_and_auto_scales_with_the_record_interval(tmp_path):
-    metrics = tmp_path / "metrics.jsonl"
+def record(step, **more):
+    return json.dumps(dict(step=step, loss=3.5, **more)) + "\n"
+
+
+def append(path, text):
+    with open(path, "a") as handle:
+        handle.write(text)
+
+
+def test_silence_counts_from_this_starts_first_training_record_and_auto_scales_with_the_record_interval(tmp_path):
+    metrics, log = tmp_path / "metrics.jsonl", tmp_path / "job.out"
+    metrics.write_text(record(10) + record(20))  # an earlier start's records
+    log.write_text("step 20/60 | loss 3.1\n")
     clock = Clock()
-    silence = hang.Silence([str(metrics)], "auto", clock)
-    clock.now = 5000.0
-    assert not silence.look() and silence.silent_for() is None  # no first step yet: no hang, however long
+    silence = hang.Silence([str(metrics), str(log)], "auto", clock)
+    # the start-up: the launcher's and the trainer's lines, a resume event, an unfinished line:
+    # no progress and no hang, however long
+    for at, (path, text) in enumerate([(log, "llmtrain: node check ok\n"), (log, "W1204 torch.distributed.run: *****\n"),
+                                       (metrics, json.dumps(dict(event="resume", step=20)) + "\n"),
+                                       (log, "compiling the model ... step 30 loss")], 1):
+        clock.now = 5000.0 * at
+        append(path, text)
+        assert not silence.look() and silence.silent_for() is None
+    assert silence.waiting_s() == 20000.0
     for at in range(1, 8):
-        clock.now = 5000.0 + 60 * at
-        metrics.write_text("x" * at)
+        clock.now = 20000.0 + 60 * at
+        append(metrics, record(20 + at))
         assert silence.look()
+    assert silence.waiting_s() is None
     clock.now += 400
     assert silence.limit() == 600 and silence.silent_for() == 400  # 10 x 60 s
+    append(log, "saving a checkpoint\n")  # from the first record on, any line is progress
+    assert silence.look() and silence.silent_for() == 0
     fast = hang.Silence([str(metrics)], "auto", clock)
     for _poll in range(5):
         clock.now += 2
-        metrics.write_text(metrics.read_text() + "y")
+        append(metrics, record(99))
         fast.look()
     assert fast.limit() == hang.AUTO_FLOOR_S
     assert hang.Silence([str(metrics)], 20.0, clock).limit() == 20.0
+
+
+@pytest.mark.parametrize("line, patterns, is_record", [
+    ("{'loss': '2.346', 'grad_norm': '1.2', 'learning_rate': '5e-05', 'epoch': '0.12'}", None, True),  # HF Trainer 5.x
+    ("\x1b[31mstep: 10  \x1b[32mloss:  9.8765  \x1b[33mmemory: 1.2GiB", None, True),  # torchtitan, coloured
+    ("iter 100: loss 2.3456, time 41.2ms, mfu 38.1%", None, True),  # nanoGPT
+    ("{\"step\": 12, \"loss\": 3.25, \"lr\": 0.0006}", None, True),  # the metrics file
+    ("{\"event\": \"resume\", \"step\": 12}", None, False),
+    ("Loading checkpoint shards: 100%|##########| 4/4 [00:03<00:00]", None, False),
+    ("[rank0]: NCCL WARN Call to ibv_create_qp failed", None, False),
+    ("ep 3 it 40 | ce 2.75", [r"it (?P<step>\d+) \| ce (?P<loss>\S+)"], True),  # pretrain_progress_regex
+    ("iter 100: loss 2.3456", [r"it (?P<step>\d+) \| ce (?P<loss>\S+)"], False),  # yours replace the known ones
+    ("x" * 600 + "it 4 | ce 2.7", [r"it (?P<step>\d+) \| ce (?P<loss>\S+)"], False),  # yours see 512 characters
+])
+def test_what_is_a_training_record(line, patterns, is_record):
+    assert hang.Records(patterns)(line) is is_record
+
+
+def test_the_lines_a_file_gains_are_read_bounded_and_whole(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text("before the watch\n")
+    lines = hang.NewLines(str(log))
+    append(log, "one\ntw")
+    assert lines.read() == ["one"]
+    append(log, "o\n")
+    assert lines.read() == ["two"]
+    append(log, "y" * (2 * hang.READ_MAX_BYTES) + "\nlast\n")  # a burst: its newest READ_MAX_BYTES
+    got = lines.read()
+    assert got[-1] == "last" and sum(len(line) + 1 for line in got) <= hang.READ_MAX_BYTES
+    log.write_text("new\n")  # started again
+    assert lines.read() == ["new"]
 
 
 def test_a_stopped_rank_names_its_node():
