@@ -166,8 +166,9 @@ def main(argv=None):
     return 0
 
 
-def print_result(result, fmt):
-    """One result (this run's or a recorded one) as a markdown table row or as text."""
+def print_result(result, fmt, where=""):
+    """One result (this run's or a recorded one) as a markdown table row or as text; where: the
+    recorded machine it was measured on ("(2)"), when there are several."""
     shape = result["model"]
     flops, n_params, peak = result["flops_per_token"], result["non_embedding_params"], result["peak_flops"]
     mfu = (f"{result['mfu']:.1%}" if result["mfu"] is not None
@@ -181,7 +182,7 @@ def print_result(result, fmt):
     note = result.get("compile_note")
     compiled = f"compile={result['compile']}" + (f" ({note})" if note else "")
     what = (f"{result['gpus']} x {result['device']}, GPT {', '.join(f'{k}={v}' for k, v in shape.items())}, "
-            f"batch {result['batch_size_per_gpu']}/GPU, {compiled}")
+            f"batch {result['batch_size_per_gpu']}/GPU, {compiled}{' ' + where if where else ''}")
     if fmt == "markdown":
         print(f"| {what} | {result['tokens_per_s']:,} tokens/s | MFU {mfu}; {formula} |")
     else:
@@ -213,23 +214,27 @@ def print_recorded(fmt):
     except (OSError, ValueError) as e:
         print(f"trainer_gpu: no recorded GPU measurement to show ({RECORDED.relative_to(ROOT)}: {e})")
         return
-    where = sorted({(r["recorded"]["date"], r["recorded"].get("machine") or ", ".join(r["recorded"].get("gpus", [])),
-                     f"torch {r['recorded']['torch']}, CUDA {r['recorded']['cuda']}, NCCL {r['recorded']['nccl']}")
-                    for r in results})
+    def where_of(r):
+        return (r["recorded"]["date"], r["recorded"].get("machine") or ", ".join(r["recorded"].get("gpus", [])),
+                f"torch {r['recorded']['torch']}, CUDA {r['recorded']['cuda']}, NCCL {r['recorded']['nccl']}")
+
+    where = sorted({where_of(r) for r in results})
+    label = {w: f"({i})" if len(where) > 1 else "" for i, w in enumerate(where, 1)}
     print(f"\nMeasured earlier on GPUs, as kept in {RECORDED.relative_to(ROOT)} (this script with `--record`, or its "
           "`--format json` output with the machine added):" if fmt == "markdown" else "recorded on GPUs:")
-    ceilings = {r["recorded"]["date"]: r["recorded"].get("ceilings") for r in results}
-    for date, gpu, versions in where:
-        line = f"{'- ' if fmt == 'markdown' else '  '}{date}: {gpu}; {versions}"
-        if ceilings.get(date):
+    ceilings = {where_of(r): r["recorded"].get("ceilings") for r in results}
+    for w in where:
+        date, gpu, versions = w
+        line = f"{'- ' if fmt == 'markdown' else '  '}{label[w] + ' ' if label[w] else ''}{date}: {gpu}; {versions}"
+        if ceilings.get(w):
             line += "; bf16 matrix products measured there (M x K x N: TFLOP/s): " + ", ".join(
                 f"{shape if 'x' in shape else 'x'.join([shape] * 3)}: {v:g}"
-                for shape, v in sorted((k.split("_")[2], v) for k, v in ceilings[date].items()))
+                for shape, v in sorted((k.split("_")[2], v) for k, v in ceilings[w].items()))
         print(line)
     if fmt == "markdown":
         print("\n| what | throughput | MFU |\n|---|---:|---|")
     for r in results:
-        print_result(r, fmt)
+        print_result(r, fmt, label[where_of(r)])
 
 
 if __name__ == "__main__":
