@@ -214,6 +214,7 @@ def print_recorded(fmt):
     except (OSError, ValueError) as e:
         print(f"trainer_gpu: no recorded GPU measurement to show ({RECORDED.relative_to(ROOT)}: {e})")
         return
+
     def where_of(r):
         return (r["recorded"]["date"], r["recorded"].get("machine") or ", ".join(r["recorded"].get("gpus", [])),
                 f"torch {r['recorded']['torch']}, CUDA {r['recorded']['cuda']}, NCCL {r['recorded']['nccl']}")

@@ -46,10 +46,20 @@ options:
     default: true
   gpu_policy:
     description:
-      - V(strict) makes a node whose GPUs differ from what Slurm registers bad; V(report) shows it only.
+      - V(strict) makes a node whose GPUs differ from what Slurm registers, or that has a GPU fault (uncorrectable
+        ECC errors, a pending page retirement or row remapping, clocks held down, an Xid in the kernel log that asks
+        for a reset, a reboot or a new GPU, a failed DCGM diagnostic), bad; V(report) shows it only.
     type: str
     choices: [strict, report]
     default: strict
+  gpu_diag:
+    description:
+      - C(dcgmi diag -r N) on each checked node where DCGM is installed, when O(gpus) is above 0; V(0) runs none.
+        Level 1 takes seconds, 2 about two minutes; O(time_limit) must cover it.
+    type: int
+    choices: [0, 1, 2, 3, 4]
+    default: 0
+    version_added: 0.1.0
   mode:
     description:
       - V(strict) fails when a checked node is bad; V(report) returns the rows and the table only.
@@ -175,6 +185,7 @@ def step_argv(srun, p, partition, nodes, workdir, token):
     # not asked of the controller by every node
     check = [p["python"], "-m", "llmtrain_node.node_check", "check", "--dir", workdir, "--token", token,
              "--run-dir", p["run_dir"] or workdir, "--gpus", str(p["gpus"]), "--gpu-policy", p["gpu_policy"],
+             "--gpu-diag", str(p["gpu_diag"]),
              "--slurm-nodes", os.path.join(workdir, SLURM_NODES)]
     if p["require_torch"]:
         check.append("--require-torch")
@@ -232,6 +243,7 @@ def main():
             gpu_type=dict(type="str"),
             require_torch=dict(type="bool", default=True),
             gpu_policy=dict(type="str", default="strict", choices=["strict", "report"]),
+            gpu_diag=dict(type="int", default=0, choices=[0, 1, 2, 3, 4]),
             mode=dict(type="str", default="strict", choices=["strict", "report"]),
             scratch_dir=dict(type="path", required=True),
             run_dir=dict(type="path"),

@@ -2,12 +2,31 @@
 GPUs match; placeholder GRES (gpu:2 backed by regular files) is a mismatch that report
 mode lists and strict mode fails on, naming every node - in slurm_gpu_check and in the
 node check (node_check.yml, the same check every job starts with), which preflight, asking
-Slurm only, cannot see."""
+Slurm only, cannot see. A node whose nvidia-smi reports a GPU fault is named with it."""
 
+import json
+import os
 import re
 import sys
 
-from cluster import NODE_RE, NODES, module, node, run_playbook, slurm
+from cluster import NODE_RE, NODES, ROOT, module, node, run_playbook, slurm
+
+FIXTURES = os.path.join(ROOT, "tests", "unit", "fixtures")
+
+
+def replay_nvidia_smi(tmp_path):
+    """A directory whose nvidia-smi prints what a real one printed on a GPU node (the recorded
+    outputs in tests/unit/fixtures): the query's CSV, and `-q` of a GPU with a row remapping
+    pending. Only the outputs are replayed; everything that reads them is the project's."""
+    folder = tmp_path / "replay"
+    folder.mkdir()
+    script = folder / "nvidia-smi"
+    script.write_text("#!/bin/sh\ncase \"$1\" in\n  -q) exec cat %s ;;\n  *) exec cat %s ;;\nesac\n" % (
+        os.path.join(FIXTURES, "gpu_health", "a10_q_remapped_rows_pending.txt"),
+        os.path.join(FIXTURES, "nvidia_smi", "h200.csv")))
+    script.chmod(0o755)
+    os.chmod(str(tmp_path), 0o755)
+    return str(folder)
 
 
 def check(tmp_path, **args):
@@ -59,6 +78,20 @@ def test_placeholder_gres_is_a_mismatch_on_every_node(local_cluster, tmp_path):
         typed_survey = run_playbook("node_check.yml", "-e", "run_gpu_policy=report", *typed, "-e", "slurm_gpu_type=tiny")
         typed_rows = [line.split() for line in re.findall(r'"(%s[^"]*)"' % NODE_RE, typed_survey.output)]
         assert [row[1].split("/")[0] for row in typed_rows] == ["2"] * 3, typed_survey.output[-3000:]
+        # a node whose nvidia-smi answers as a recorded A10 with a row remapping pending did (the
+        # query lists 1 GPU, -q the pending remapping): its GPU health is FAULTY and the fault named;
+        # the kernel log is the node's own, and DCGM is not installed (a note, not a fault)
+        replay = replay_nvidia_smi(tmp_path)
+        faulty = run_playbook("node_check.yml", *typed, "-e", "slurm_gpu_type=tiny", "-e", "run_gpu_diag=1", "-e",
+                              json.dumps(dict(slurm_env_setup=["export PATH=%s:$PATH" % replay])), check=False)
+        assert faulty.rc != 0
+        for name in NODES:
+            assert ("GPU fault on %s: GPU 0 (00000000:07:00.0): a row remapping is pending: reset the GPU" % name
+                    in faulty.output), faulty.output[-3000:]
+        # the table's rows (the failure's lines name the nodes too): GPUs asked/seen by the step (the
+        # placeholder GRES set no CUDA_VISIBLE_DEVICES)/nvidia-smi/torch/Slurm, ..., GPU HEALTH, VERDICT
+        faulty_rows = [line.split() for line in re.findall(r'"(%s +\d+/[^"]*)"' % NODE_RE, faulty.output)]
+        assert [(row[1], row[-2], row[-1]) for row in faulty_rows] == [("2/0/1/0/2", "FAULTY", "BAD")] * 3, faulty.output[-3000:]
         shown = run_playbook("node_check.yml", "-e", "run_gpu_policy=report")
         rows = [line.split() for line in re.findall(r'"(%s[^"]*)"' % NODE_RE, shown.output)]
         # GPUs asked/seen by the step/nvidia-smi/torch/registered by Slurm

@@ -6,12 +6,15 @@ Every job of a run starts with one step of this script on its allocation (one ta
 node, `check`), then judges the nodes' records on the batch node (`gather`):
 
     python -m llmtrain_node.node_check check --dir DIR --token TOKEN --run-dir RUN [--gpus N]
-        [--require-torch] [--gpu-policy strict|report] [--python-name NAME] [--slurm-nodes FILE]
+        [--require-torch] [--gpu-policy strict|report] [--gpu-diag LEVEL] [--python-name NAME]
+        [--slurm-nodes FILE]
     python -m llmtrain_node.node_check gather --dir DIR --nodes NODE... --out FILE
         [--bad-nodes-file FILE] [--timeout S] [--python P] [--job ID] [--restart N]
 
 `check` writes DIR/<node>.json and prints it; it never fails on what it finds. It imports
-torch only when the job asks for GPUs (--gpus N > 0) or imports torch itself (--require-torch).
+torch only when the job asks for GPUs (--gpus N > 0) or imports torch itself (--require-torch);
+where it asks for GPUs, it also looks for GPU faults (module gpu_health: ECC, pending retirements
+and remappings, clocks held down, the kernel's Xid errors, and DCGM's diagnostic at --gpu-diag).
 The interfaces it looks for are those NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name in the
 env file the job sources on that node (RUN/env/<node>.env, else RUN/env/cluster.env). The GPUs
 Slurm registers come from the node's line in --slurm-nodes, else from its own scontrol. `gather`
@@ -32,12 +35,13 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import sys
 import tempfile
 
-from . import exit_codes, gpu, nccl
+from . import exit_codes, gpu, gpu_health, nccl
 from .atomic import replace_file
 
 BAD_NODES_RC = exit_codes.BAD_NODES.code  # gather's verdict, to node_check.sh
@@ -46,6 +50,9 @@ GPU_POLICIES = ("strict", "report")
 # A node's torch when the job asks for no GPU and does not import torch (the dataset preparation):
 # importing torch takes seconds of CPU on every node, for nothing the job uses; the table shows "-".
 NOT_CHECKED = dict(checked=False, error="torch not checked: the job asks for no GPU and does not import torch")
+# a node's GPU health notes (no faults: correctable errors, other Xids) printed by gather, at most
+NOTED_NODES = 10
+NOTES_KEPT = 5
 INTERFACES_FIX = ("set nccl_env_socket_ifname (or nccl_env_gloo_socket_ifname), per node under "
                   "slurm_workers where nodes differ")
 
@@ -156,6 +163,9 @@ def problems(record, python_name="slurm_python", gpu_policy="strict"):
             found.append("slurm_gpus_per_node=%d, the job step on %s sees %d, nvidia-smi lists %d, torch sees %d, "
                          "Slurm registers %s%s: fix the node's driver or gres.conf, or lower slurm_gpus_per_node"
                          % (asked, node, seen, smi, torch_count, "?" if registered is None else registered, why))
+    if gpu_policy == "strict":
+        found += ["GPU fault on %s: %s (or set run_gpu_policy=report)" % (node, fault)
+                  for fault in (record.get("gpu_health") or {}).get("faults", [])]
     if gpu_policy == "strict" and registered is not None and registered != record["detected"]:
         why = " (%s)" % record["gpu_reason"] if record.get("gpu_reason") else ""
         found.append("Slurm registers gpu:%d, the node detects %d%s: make gres.conf and slurm.conf Gres= "
@@ -186,7 +196,20 @@ def os_name(path="/etc/os-release"):
     return None
 
 
-def check(args, environ=None, runner=gpu.run):
+def health(args, detection, runner=gpu.run, which=shutil.which):
+    """gpu_health.check() where the job asks for GPUs and nvidia-smi lists some, its notes cut to
+    NOTES_KEPT; None elsewhere (the table shows "-")."""
+    if args.gpus <= 0 or not detection["nvidia_smi_count"]:
+        return None
+    found = gpu_health.check(which("nvidia-smi"), runner, dmesg=which("dmesg"), dcgmi=which("dcgmi"),
+                             diag_level=args.gpu_diag)
+    notes = found["notes"]
+    if len(notes) > NOTES_KEPT:
+        notes = notes[:NOTES_KEPT] + ["and %d more note(s)" % (len(notes) - NOTES_KEPT)]
+    return dict(faults=found["faults"], notes=notes)
+
+
+def check(args, environ=None, runner=gpu.run, which=shutil.which):
     """This node's record (written to args.dir/<node>.json, and returned)."""
     environ = os.environ if environ is None else environ
     node = environ.get("SLURMD_NODENAME") or socket.gethostname()
@@ -217,7 +240,7 @@ def check(args, environ=None, runner=gpu.run):
         gpus_requested=args.gpus, gpus_visible=visible_gpus(environ),
         nvidia_smi_count=detection["nvidia_smi_count"], torch_count=detection["torch_count"],
         detected=detection["count"], gpu_reason=detection["reason"],
-        gpu_names=[g["name"] for g in detection["gpus"]],
+        gpu_names=[g["name"] for g in detection["gpus"]], gpu_health=health(args, detection, runner, which),
         registered=slurm_registered(node, runner, args.slurm_nodes),
         env_file=env_path, interfaces=present, missing_interfaces=missing_interfaces(wanted, present),
         workspace_shared=shared, workspace_writable=writable,
@@ -242,9 +265,15 @@ def torch_cell(torch):
     return torch.get("version") if torch.get("importable") else "NO TORCH"
 
 
+def health_cell(found):
+    if not found:
+        return "-"
+    return "FAULTY" if found.get("faults") else "ok"
+
+
 def cell(record):
     if not record.get("answered", True):
-        return ["-", "-", "-", "-", "NO ANSWER"]
+        return ["-", "-", "-", "-", "-", "NO ANSWER"]
     return [
         "%d/%d/%d/%d/%s" % (record["gpus_requested"], record["gpus_visible"], record["nvidia_smi_count"],
                             record["torch_count"], "?" if record["registered"] is None else record["registered"]),
@@ -252,13 +281,14 @@ def cell(record):
         "missing " + ",".join(record["missing_interfaces"]) if record["missing_interfaces"] else "ok",
         "ok" if record["workspace_shared"] and record["workspace_writable"]
         else "NOT SHARED" if not record["workspace_shared"] else "READ-ONLY",
+        health_cell(record.get("gpu_health")),
         "ok" if record["ok"] else "BAD",
     ]
 
 
 def table(records):
     """Aligned lines: one per node, GPUS = asked/step/nvidia-smi/torch/Slurm."""
-    lines = [["NODE", "GPUS(ASKED/STEP/SMI/TORCH/SLURM)", "PYTHON/TORCH", "INTERFACES", "WORKSPACE", "VERDICT"]]
+    lines = [["NODE", "GPUS(ASKED/STEP/SMI/TORCH/SLURM)", "PYTHON/TORCH", "INTERFACES", "WORKSPACE", "GPU HEALTH", "VERDICT"]]
     lines += [[r["node"]] + cell(r) for r in records]
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(line)).rstrip() for line in lines]
@@ -289,6 +319,11 @@ def gather(args, now=None):
         sys.stdout.write("llmtrain: node check  %s\n" % line)
     for node, reason in sorted(bad.items()):
         sys.stdout.write("llmtrain: node check: %s is bad: %s\n" % (node, reason))
+    noted = [r for r in records if (r.get("gpu_health") or {}).get("notes")]
+    for record in noted[:NOTED_NODES]:
+        sys.stdout.write("llmtrain: node check: %s GPU notes: %s\n" % (record["node"], "; ".join(record["gpu_health"]["notes"])))
+    if len(noted) > NOTED_NODES:
+        sys.stdout.write("llmtrain: node check: and %d more node(s) with GPU notes, in %s\n" % (len(noted) - NOTED_NODES, args.out))
     sys.stdout.flush()
     return (BAD_NODES_RC if bad else 0), summary
 
@@ -316,6 +351,8 @@ def parser():
     c.add_argument("--gpus", type=int, default=0)
     c.add_argument("--require-torch", action="store_true")
     c.add_argument("--gpu-policy", choices=GPU_POLICIES, default="strict")
+    c.add_argument("--gpu-diag", type=int, choices=gpu_health.DIAG_LEVELS, default=0,
+                   help="dcgmi diag -r LEVEL where DCGM is installed; 0: none")
     c.add_argument("--run-dir", required=True, help="its env/ holds the env file the job sources on each node")
     c.add_argument("--python-name", default="slurm_python")
     c.add_argument("--slurm-nodes", help="`scontrol show node -o` of the job's nodes, queried once for all of them")

@@ -5,7 +5,7 @@
 #
 # Its settings come from node_check.conf beside it, which the run role writes on every run
 # (slurm_python, slurm_node_check_timeout, run_bad_node_policy, run_requeue_max,
-# run_gpu_policy, and how the run's container is started, from slurm_container_*): they are
+# run_gpu_policy, run_gpu_diag, and how the run's container is started, from slurm_container_*): they are
 # the run's, not part of any one job, so changing them never makes a finished job run again.
 # In a container, every Python below runs in it: the check on each node and the judging.
 #
@@ -26,7 +26,7 @@ set -u
 scripts=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=exit_codes.sh
 . "${scripts}/exit_codes.sh" || exit 1
-python=python3 timeout_s=120 policy=exclude requeue_max=0 gpu_policy=strict
+python=python3 timeout_s=120 policy=exclude requeue_max=0 gpu_policy=strict gpu_diag=0
 container_step=() container_task=() container_batch=()
 # shellcheck source=/dev/null  # written by the run role: python=, timeout_s=, policy=, ...
 . "${scripts}/node_check.conf" || exit "${EXIT_FAILED}"
@@ -73,7 +73,7 @@ echo "llmtrain: node check of job ${SLURM_JOB_ID} on ${SLURM_JOB_NODELIST} ($(ec
 timeout --kill-after=10 "${timeout_s}" srun --ntasks="${SLURM_JOB_NUM_NODES}" --ntasks-per-node=1 \
     --kill-on-bad-exit=0 --job-name=node-check ${container_step[@]+"${container_step[@]}"} ${container_task[@]+"${container_task[@]}"} \
     "${python}" -m llmtrain_node.node_check check --dir "${dir}" --token "${token}" --run-dir "${LLMTRAIN_RUN_DIR}" \
-    --gpu-policy "${gpu_policy}" --slurm-nodes "${dir}/slurm_nodes.txt" "$@" > "${dir}/step.out"
+    --gpu-policy "${gpu_policy}" --gpu-diag "${gpu_diag}" --slurm-nodes "${dir}/slurm_nodes.txt" "$@" > "${dir}/step.out"
 step=$?
 [ "${step}" -eq 0 ] || echo "llmtrain: node check step ended with exit code ${step}" >&2
 # shellcheck disable=SC2086  # one argument per node name

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu, node_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu, gpu_health, node_check
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Runner
 from ansible_collections.llmtrain.slurm.tests.unit.test_node_package import ship_node_package
 
@@ -144,7 +144,7 @@ def record(**fields):
                 torch=CUDA_TORCH, require_torch=True, gpus_requested=2, gpus_visible=2, nvidia_smi_count=2,
                 torch_count=2, detected=2, gpu_reason=None, gpu_names=["NVIDIA A100"] * 2, registered=2,
                 env_file="/w/run/env/cluster.env", interfaces=["eth0", "lo"], missing_interfaces=[],
-                workspace_shared=True, workspace_writable=True)
+                workspace_shared=True, workspace_writable=True, gpu_health=dict(faults=[], notes=[]))
     base.update(fields)
     base.setdefault("problems", node_check.problems(base))
     base.setdefault("ok", not base["problems"])
@@ -204,6 +204,31 @@ def test_gpu_policy_strict_or_report_when_slurm_registers_gpus_the_node_lacks():
     assert node_check.problems(lost) == node_check.problems(lost, gpu_policy="strict")  # strict by default
 
 
+def test_a_gpu_fault_makes_the_node_bad_under_strict_and_shows_in_the_table_under_report():
+    health = dict(faults=["GPU 0 (00000000:07:00.0): a row remapping is pending: reset the GPU"],
+                  notes=["no dmesg on the node: Xid errors not checked"])
+    assert node_check.problems(record(gpu_health=health)) == [
+        "GPU fault on n1: GPU 0 (00000000:07:00.0): a row remapping is pending: reset the GPU (or set "
+        "run_gpu_policy=report)"]
+    reported = record(gpu_health=health, problems=node_check.problems(record(gpu_health=health), gpu_policy="report"))
+    assert reported["ok"] is True
+    assert node_check.table([reported])[1].split()[-2:] == ["FAULTY", "ok"]
+    assert node_check.table([record(gpu_health=None)])[1].split()[-2:] == ["-", "ok"]
+
+
+def test_gather_prints_the_gpu_notes_of_a_few_nodes_and_counts_the_others(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(node_check, "NOTED_NODES", 2)
+    names = ["n1", "n2", "n3", "n4"]
+    for name in names:
+        write_record(tmp_path, record(node=name, gpu_health=dict(faults=[], notes=["3 correctable ECC error(s)"])))
+    rc, _summary = node_check.gather(gather_args(tmp_path, *names), now=NOW)
+    out = capsys.readouterr().out.splitlines()
+    assert rc == 0 and out[-3:] == [
+        "llmtrain: node check: n1 GPU notes: 3 correctable ECC error(s)",
+        "llmtrain: node check: n2 GPU notes: 3 correctable ECC error(s)",
+        "llmtrain: node check: and 2 more node(s) with GPU notes, in %s" % (tmp_path / "node_check.json")]
+
+
 def test_missing_interface_names_what_the_node_has():
     assert node_check.problems(record(missing_interfaces=["ib0"])) == [
         "no network interface ib0 on n1 (it has eth0, lo): " + INTERFACES_FIX]
@@ -260,6 +285,7 @@ def test_check_of_a_healthy_gpu_node(fake_node, monkeypatch, capsys):
     (fake_node / "run" / "env" / "n1.env").write_text("export NCCL_SOCKET_IFNAME=lo\n")
     (fake_node / "run" / "env" / "cluster.env").write_text("export NCCL_SOCKET_IFNAME=nosuch\n")
     runner = Runner(([smi, "--query-gpu=" + ",".join(gpu.QUERY_FIELDS)], (0, fixture("nvidia_smi", "one_gpu.csv"), "")),
+                    ([smi, "-q"], (0, fixture("nvidia_smi", "h200_q_health.txt"), "")),
                     (["scontrol", "show", "node", "-o", "n1"], (0, "NodeName=n1 Gres=gpu:1(S:0) State=IDLE\n", "")))
     found = node_check.check(check_args(fake_node, "--gpus", "1", "--require-torch"),
                              environ={"SLURMD_NODENAME": "n1", "CUDA_VISIBLE_DEVICES": "0"}, runner=runner)
@@ -268,6 +294,9 @@ def test_check_of_a_healthy_gpu_node(fake_node, monkeypatch, capsys):
     assert (found["gpus_requested"], found["gpus_visible"], found["nvidia_smi_count"], found["torch_count"],
             found["registered"], found["detected"]) == (1, 1, 1, 1, 1, 1)
     assert found["gpu_names"] == ["NVIDIA GeForce RTX 3090"] and found["gpu_reason"] is None
+    # its GPU's health, from nvidia-smi -q; no dmesg on this node's PATH
+    assert found["gpu_health"] == dict(faults=[], notes=["no dmesg on the node: Xid errors not checked"])
+    assert [smi] + gpu_health.QUERY in runner.calls
     assert found["env_file"] == str(fake_node / "run" / "env" / "n1.env")  # the node's own, not cluster.env
     assert "lo" in found["interfaces"] and found["missing_interfaces"] == []
     assert found["workspace_shared"] is True and found["workspace_writable"] is True
@@ -413,9 +442,9 @@ def test_gather_with_good_nodes_only(tmp_path, capsys):
     assert (saved["job_id"], saved["restart"], saved["time"]) == ("42", 1, "2026-11-30T10:00:00Z")
     assert [r["node"] for r in saved["nodes"]] == ["n1", "n2"]
     assert saved["table"] == [
-        "NODE  GPUS(ASKED/STEP/SMI/TORCH/SLURM)  PYTHON/TORCH         INTERFACES  WORKSPACE  VERDICT",
-        "n1    2/2/2/2/2                         3.11.7/2.13.0+cu128  ok          ok         ok",
-        "n2    2/2/2/2/2                         3.11.7/2.13.0+cu128  ok          ok         ok",
+        "NODE  GPUS(ASKED/STEP/SMI/TORCH/SLURM)  PYTHON/TORCH         INTERFACES  WORKSPACE  GPU HEALTH  VERDICT",
+        "n1    2/2/2/2/2                         3.11.7/2.13.0+cu128  ok          ok         ok          ok",
+        "n2    2/2/2/2/2                         3.11.7/2.13.0+cu128  ok          ok         ok          ok",
     ]
     out = capsys.readouterr().out.splitlines()
     assert out == ["llmtrain: node check  " + line for line in saved["table"]]
@@ -443,10 +472,10 @@ def test_gather_judges_silent_stale_and_bad_nodes(tmp_path, capsys):
     assert saved["bad"] == summary["bad"] and saved["job_id"] == "42" and len(saved["nodes"]) == 4
     assert saved["nodes"][2] == dict(node="n3", ok=False, answered=False, problems=[NO_ANSWER % "n3"])
     rows = [line.split() for line in saved["table"][1:]]
-    assert rows == [["n1", "2/2/2/2/2", "3.11.7/2.13.0+cu128", "ok", "ok", "ok"],
-                    ["n2", "-", "-", "-", "-", "NO", "ANSWER"],
-                    ["n3", "-", "-", "-", "-", "NO", "ANSWER"],
-                    ["n4", "2/2/2/2/?", "3.11.7/2.13.0+cu128", "missing", "ib0", "ok", "BAD"]]
+    assert rows == [["n1", "2/2/2/2/2", "3.11.7/2.13.0+cu128", "ok", "ok", "ok", "ok"],
+                    ["n2", "-", "-", "-", "-", "-", "NO", "ANSWER"],
+                    ["n3", "-", "-", "-", "-", "-", "NO", "ANSWER"],
+                    ["n4", "2/2/2/2/?", "3.11.7/2.13.0+cu128", "missing", "ib0", "ok", "ok", "BAD"]]
     out = capsys.readouterr().out.splitlines()
     assert out[:5] == ["llmtrain: node check  " + line for line in saved["table"]]
     assert out[5:] == ["llmtrain: node check: n2 is bad: " + NO_ANSWER % "n2",
@@ -460,8 +489,8 @@ def test_gather_joins_every_finding_of_a_node_and_shows_them_in_the_table(tmp_pa
     rc, summary = node_check.gather(gather_args(tmp_path, "n1", "n2", bad_nodes_file=False), now=NOW)
     n1 = record(node="n1", torch=NO_TORCH, workspace_shared=False)
     assert rc == 3 and summary["bad"]["n1"] == "; ".join(n1["problems"]) and len(n1["problems"]) == 2
-    assert [line.split()[2:] for line in summary["table"][1:]] == [["3.11.7/NO", "TORCH", "ok", "NOT", "SHARED", "BAD"],
-                                                                   ["3.11.7/2.13.0+cu128", "ok", "READ-ONLY", "BAD"]]
+    assert [line.split()[2:] for line in summary["table"][1:]] == [["3.11.7/NO", "TORCH", "ok", "NOT", "SHARED", "ok", "BAD"],
+                                                                   ["3.11.7/2.13.0+cu128", "ok", "READ-ONLY", "ok", "BAD"]]
     assert not (tmp_path / "bad_nodes.json").exists()  # no --bad-nodes-file: none written
 
 
