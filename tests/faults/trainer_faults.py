@@ -1,7 +1,9 @@
 """Faults for the tests, wrapped around the trainer's named steps: the trainer never reads these.
 
 TRAINER_FAULT_STEP_PAUSE_S  seconds to sleep before each step, so that a signal lands mid-run
-TRAINER_FAULT_CRASH         RANK:STEP: that rank raises after step STEP, as a bug would
+TRAINER_FAULT_CRASH         RANK:STEP[:first]: that rank raises after step STEP, as a bug would;
+                            with :first, only before torch.distributed.run restarted the ranks
+                            (TORCHELASTIC_RESTART_COUNT 0), as a transient fault would
 TRAINER_FAULT_SLOW_NODE     NODE:SECONDS: the ranks on that node sleep that much more before each
                             step, as on a node that computes slower than the others
 TRAINER_FAULT_CHECKPOINT_WRITE_PAUSE_S  seconds each checkpoint write pauses after its first
@@ -31,7 +33,9 @@ def faulty_step(step, pause_s=0.0, crash="", slow_node=""):
     """Training.step that sleeps pause_s first (and SECONDS more on node NODE when slow_node is
     "NODE:SECONDS"), and raises on rank R before the step after STEP when crash is "R:STEP" (so
     step STEP is logged and checkpointed as usual)."""
-    crash_rank, crash_step = (crash + ":").split(":")[:2]
+    crash_rank, crash_step, when = (crash + "::").split(":")[:3]
+    if when == "first" and int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0) > 0:
+        crash_step = ""
     slow_name, slow_s = (slow_node.rsplit(":", 1) + ["0"])[:2] if slow_node else ("", "0")
 
     @wraps(step)

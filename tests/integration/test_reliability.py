@@ -495,6 +495,31 @@ def test_rank_crash_ends_the_job_promptly_with_that_ranks_traceback(local_cluste
     assert training_step(run) < 20 and checkpoints(run) == [10]
 
 
+def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_finishes(local_cluster):
+    """pretrain_restarts_in_job: 1; rank 3 raises after step 12, once (a transient fault)."""
+    run = fresh("restart-in-job")
+    play = Playbook(run_vars(run, pretrain_restarts_in_job=1, extra_env={"TRAINER_FAULT_CRASH": "3:12:first"}))
+    wait_for(lambda: training_step(run) >= 12, 180, "training to reach step 12", play)
+    job_id = only_job(run)
+    nodes = re.search(r" NodeList=(\S+)", slurm("scontrol", "show", "job", job_id)).group(1)
+    crashed_at = time.monotonic()
+    wait_for(lambda: events(run, "resume"), 120, "the ranks to restart", play)
+    restarted_s = time.monotonic() - crashed_at
+    result = play.wait(400)
+    assert result.rc == 0, result.output[-6000:]
+    # the same job, never requeued, on the same nodes
+    assert jobs(run) == [(job_id, "COMPLETED")]
+    info = slurm("scontrol", "show", "job", job_id)
+    assert "Restarts=0" in info and re.search(r" NodeList=(\S+)", info).group(1) == nodes
+    resume, = events(run, "resume")
+    assert resume["restart_in_job"] == 1 and resume["step"] == 10 and load_checkpoint(run, 10) == 10
+    assert "RuntimeError: fault injected by TRAINER_FAULT_CRASH=3:12 on rank 3" in job_logs(run)
+    report = open(os.path.join(RUNS, run, "report.md")).read()
+    assert re.search(r"\| 2 +\| a failed rank: restart 1 inside the job, on the same nodes +\| 10 +\| step_000010\.pt", report), report
+    observe("restart-in-job", restarted_after_s=round(restarted_s), resumed_at=resume["step"])
+    assert_every_step_once(run, 60)
+
+
 # 5. Rendezvous failure -------------------------------------------------------------------
 
 def test_wrong_interface_fails_within_the_rendezvous_timeout_naming_the_interface(local_cluster):

@@ -24,6 +24,7 @@ def errors(values):
     count(found, values, "pretrain_signal_lead", 0, "seconds before the time limit to checkpoint")
     count(found, values, "pretrain_poll_interval", 1, "seconds between progress lines while watching")
     count(found, values, "pretrain_rendezvous_timeout", 1, "seconds for the nodes to reach each other at start-up")
+    count(found, values, "pretrain_restarts_in_job", 0, "restarts of the training processes inside one start of the job")
     count(found, values, "pretrain_controller_timeout", 0, "seconds the watch waits for a Slurm controller that does not answer")
     if "pretrain_network_min_fraction" in values:
         fraction = number(values["pretrain_network_min_fraction"])

@@ -650,6 +650,11 @@ def recovery_lines(events):
     for event in events:
         if event.get("event") == "preempted":
             stopped = event.get("step")
+        elif event.get("event") in ("resume", "start") and event.get("restart_in_job"):
+            rows.append((len(rows) + 2, "a failed rank: restart %s inside the job, on the same nodes"
+                         % event["restart_in_job"], event.get("step"),
+                         os.path.basename(str(event.get("checkpoint") or "")) or "-", event.get("discarded_records", 0)))
+            stopped = None
         elif event.get("event") == "resume":
             why = "stopped at step %s with a checkpoint" % stopped if stopped is not None else "crash, hang or lost node"
             rows.append((len(rows) + 2, why, event.get("step"), os.path.basename(str(event.get("checkpoint") or "")),

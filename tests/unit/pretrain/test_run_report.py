@@ -254,10 +254,16 @@ def test_recoveries_list_each_start_after_the_first(tmp_path):
     records = metrics_records()
     records.insert(-2, {"event": "resume", "step": 90, "checkpoint": "/ws/run/checkpoints/step_90.pt",
                         "discarded_records": 1})
+    # a restart inside the job (pretrain_restarts_in_job): a resume, or a start where no checkpoint was yet
+    records.insert(-2, {"event": "resume", "step": 100, "checkpoint": "/ws/run/checkpoints/step_100.pt",
+                        "discarded_records": 2, "restart_in_job": 1})
+    records.insert(-2, {"event": "start", "step": 0, "restart_in_job": 2})
     report = report_of(make_run(tmp_path, records, FACTS))
     recoveries = report.split("## Recoveries\n", 1)[1].split("\n## ", 1)[0]
     assert "| 2 | stopped at step 40 with a checkpoint | 40 | step_40.pt | 0 |" in recoveries
     assert "| 3 | crash, hang or lost node | 90 | step_90.pt | 1 |" in recoveries
+    assert "| 4 | a failed rank: restart 1 inside the job, on the same nodes | 100 | step_100.pt | 2 |" in recoveries
+    assert "| 5 | a failed rank: restart 2 inside the job, on the same nodes | 0 | - | 0 |" in recoveries
     plain = [r for r in metrics_records() if r.get("event") not in ("preempted", "resume")]
     assert "None: the run trained from its first start to its end in one go." in report_of(make_run(tmp_path / "b", plain))
 

@@ -215,6 +215,19 @@ def test_an_injected_crash_on_another_rank_leaves_this_one_running(monkeypatch, 
     assert run_here(data_dir, model_config_file, tmp_path / "run", "--steps", 4) == 0
 
 
+def test_a_crash_of_the_first_round_only_is_not_repeated_after_a_restart_in_the_job(
+        monkeypatch, data_dir, model_config_file, tmp_path):
+    """torch.distributed.run restarted the ranks (pretrain_restarts_in_job): the resume records it."""
+    out = tmp_path / "run"
+    assert run_here(data_dir, model_config_file, out, "--steps", 3, "--checkpoint-interval", 3) == 0
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    inject(monkeypatch, {CRASH_ENV: "0:4:first"})
+    assert run_here(data_dir, model_config_file, out, "--steps", 6, "--checkpoint-interval", 3) == 0
+    resume, = [r for r in read_metrics(out) if r.get("event") == "resume"]
+    assert resume["restart_in_job"] == 1 and resume["step"] == 3
+    assert "restart_in_job" not in read_metrics(out)[0]  # the first start's event: no restart
+
+
 def test_the_rendezvous_hint_names_the_interface_settings(monkeypatch):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth9")
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")

@@ -190,6 +190,9 @@ class Training:
 
         self.metrics = self.node_times = self.events = self.wandb = None
         self.grad_norm = torch.zeros((), device=device)
+        # torch.distributed.run's restarts of the ranks inside the job (pretrain_restarts_in_job):
+        # the launcher whose rank failed counts one; the others restarted theirs for it at 0
+        restart_in_job = dist.max_int_async(int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)).wait()
         if dist.is_main:
             if cfg.wandb_project:  # first: a W&B that does not start stops the run before it writes anything
                 self.wandb = WandbLog(cfg, out_dir, {**asdict(cfg), "world_size": dist.world_size,
@@ -209,6 +212,8 @@ class Training:
                      "tokenizer": self.tokenizer["kind"], "vocab_size": self.tokenizer["vocab_size"]}
             if self.start_step:
                 event.update(checkpoint=resume_path, discarded_records=self.metrics.dropped)
+            if restart_in_job:
+                event.update(restart_in_job=restart_in_job)
             self.metrics.write(event)
             start_note = (f"resuming at step {self.start_step} from {resume_path}" if self.start_step
                           else "starting at step 0")

@@ -122,6 +122,8 @@ def test_a_venv_without_packages_has_no_torch():
     ("pretrain_rendezvous_timeout", "soon", "seconds for the nodes to reach each other"),
     ("pretrain_controller_timeout", -1, "Slurm controller that does not answer"),
     ("pretrain_controller_timeout", 1.5, "Slurm controller that does not answer"),
+    ("pretrain_restarts_in_job", -1, "restarts of the training processes inside one start of the job"),
+    ("pretrain_restarts_in_job", "twice", "restarts of the training processes inside one start of the job"),
 ])
 def test_fault_timeouts_are_named_with_their_fix(name, value, words):
     errors = inputs.validate(dict(GOOD, **{name: value}))
