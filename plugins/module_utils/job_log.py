@@ -9,6 +9,7 @@ import collections
 import os
 import re
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.record_patterns import MAX_LINE_CHARS
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import JOB_STATES
 
 
@@ -17,7 +18,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import 
 # comes from a bounded end of the file, the summary from the last start read in pieces, both
 # in lines of bounded length.
 MAX_TAIL_BYTES = 1024 * 1024
-MAX_LINE_CHARS = 4096
+# (lines are cut to MAX_LINE_CHARS, record_patterns': what the progress patterns see of a line)
 CUT = "[...]"
 LINE_BREAK = re.compile(rb"\r\n|[\r\n]")
 # A line break, or a run of NULs (what a crashed node leaves in a file): a NUL run ends a

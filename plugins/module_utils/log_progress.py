@@ -13,7 +13,7 @@ import threading
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import MAX_LINE_CHARS, tail_lines
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node.record_patterns import DEFAULT_PATTERNS, ESCAPES, NUMBER
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.record_patterns import DEFAULT_PATTERNS, ESCAPES, NUMBER, UNTIMED_CHARS
 
 # The patterns of popular public trainers' log lines (NUMBER, SEP, DEFAULT_PATTERNS) live in
 # node/record_patterns.py: the training job's hang watch uses them too.
@@ -37,7 +37,6 @@ TAIL_LINES = 200
 # the lines after it.
 PATTERN_CPU_S = 0.1
 # where no signal can stop a search, a pattern of your own sees the start of each line only
-UNTIMED_CHARS = 512
 OVERRUN = ("pretrain_progress_regex %r took more than %s s of CPU on one log line (%s): it backtracks; progress "
            "from the log skips it. Rewrite it without nested or adjacent repeats such as (a+)+ or \\s*:?\\s*")
 

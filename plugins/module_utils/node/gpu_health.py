@@ -233,7 +233,7 @@ def per_gpu(gpus, kind):
 
 
 def check(smi, runner, dmesg=None, dcgmi=None, diag_level=0):
-    """This node's GPU health: dict(faults, notes, gpus) from nvidia-smi (path `smi`), the
+    """This node's GPU health: dict(faults, notes) from nvidia-smi (path `smi`), the
     kernel log (`dmesg`, a path or None) and DCGM's diagnostic (`dcgmi`, where diag_level > 0)."""
     faults, notes, gpus = [], [], []
     rc, out, err = runner([smi] + QUERY)
@@ -260,4 +260,4 @@ def check(smi, runner, dmesg=None, dcgmi=None, diag_level=0):
         diag_faults, diag_notes = diag(dcgmi, runner, diag_level)
         faults += diag_faults
         notes += diag_notes
-    return dict(faults=faults, notes=notes, gpus=gpus)
+    return dict(faults=faults, notes=notes)

@@ -48,7 +48,7 @@ import time
 
 from .exit_codes import code
 from .node_check import read_json, write_json
-from .record_patterns import DEFAULT_PATTERNS, ESCAPES
+from .record_patterns import DEFAULT_PATTERNS, ESCAPES, MAX_LINE_CHARS, UNTIMED_CHARS
 
 AUTO_FACTOR = 10
 AUTO_FLOOR_S = 300
@@ -58,8 +58,6 @@ STEP_TIMEOUT_S = 120  # the dump step on every node
 FRAMES = 40
 SHOWN_FRAMES = 3
 READ_MAX_BYTES = 1 << 20  # of a file's new lines, each poll before the first training record
-MAX_LINE_CHARS = 4096
-OWN_PATTERN_CHARS = 512
 # a rank in one of these states does not run: T stopped, t traced, D uninterruptible sleep (a
 # device or a file system that does not answer), Z exited and not reaped
 STATES = {"T": "stopped (state T)", "t": "stopped by a tracer (state t)", "Z": "exited (zombie, state Z)",
@@ -76,6 +74,11 @@ def say(text):
 
 
 # ---------------------------------------------------------------- the watch
+
+
+def is_loss_record(record):
+    """Whether a metrics record is a training step's: an integer step and a loss."""
+    return isinstance(record, dict) and isinstance(record.get("step"), int) and "loss" in record
 
 
 class NewLines(object):
@@ -112,7 +115,7 @@ class Records(object):
     """Whether a line is a training record: a JSON record with an integer step and a loss (the
     metrics file), or a line one of the patterns matches (pretrain_progress_regex, else the
     public trainers' record_patterns.DEFAULT_PATTERNS). A pattern of your own sees the first
-    OWN_PATTERN_CHARS of a line (nothing can stop a search that backtracks without end); the
+    UNTIMED_CHARS of a line (nothing can stop a search that backtracks without end); the
     built-in ones, linear in the line, MAX_LINE_CHARS."""
 
     def __init__(self, patterns=None):
@@ -132,11 +135,11 @@ class Records(object):
                 record = json.loads(line)
             except ValueError:
                 record = None
-            if isinstance(record, dict) and isinstance(record.get("step"), int) and "loss" in record:
+            if is_loss_record(record):
                 return True
         line = self.escapes.sub("", line[:MAX_LINE_CHARS]) if "\x1b" in line else line[:MAX_LINE_CHARS]
         if self.own:
-            line = line[:OWN_PATTERN_CHARS]
+            line = line[:UNTIMED_CHARS]
         return any(regex.search(line) for regex in self.compiled)
 
 
@@ -224,7 +227,7 @@ def last_step(path, size=8192):
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and isinstance(record.get("step"), int) and "loss" in record:
+        if is_loss_record(record):
             return record["step"]
     return None
 

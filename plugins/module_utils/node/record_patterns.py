@@ -44,6 +44,11 @@ DEFAULT_PATTERNS = [
     r"^\s*\{'loss': '?(?P<loss>%(number)s)'?(?:.*?'learning_rate': '?(?P<lr>%(number)s)'?)?"
     r"(?:.*?'epoch': '?(?P<epoch>%(number)s)'?)?" % dict(number=NUMBER),
 ]
+# The part of a log line the patterns see: a built-in pattern (linear in the line) the first
+# MAX_LINE_CHARS; a pattern of your own, where no timer can stop a search that backtracks without
+# end, the first UNTIMED_CHARS.
+MAX_LINE_CHARS = 4096
+UNTIMED_CHARS = 512
 # terminal colours and cursor moves (torchtitan colours its lines; tqdm moves between its bars),
 # taken off a line before the patterns see it
 ESCAPES = r"\x1b\[[0-9;?]*[A-Za-z]"
