@@ -85,6 +85,8 @@ def test_every_training_job_measures_its_fabric_and_the_watch_names_a_straggler(
         # veths report no speed; a bus bandwidth between 1 MB/s and 100 GB/s, a latency under a second
         assert entry["interfaces"] == ["eth0"] and entry["gbps"] is None and entry["fraction"] is None
         assert 0.001 < entry["busbw"] < 100 and 0 < entry["latency_us"] < 1e6, entry
+    pairs = [(p["nodes"], round(p["busbw"], 3)) for p in network["pairs"]]
+    print("pairs: %s; first measurement: %s" % (pairs, network["first_measurement"]))
     assert network["slow"] == {} and network["slow_fabric"] is None, network
     assert network["seconds"] < 30, network
     report = open(os.path.join(RUNS, run, "report.md")).read()
@@ -127,6 +129,9 @@ def test_a_slow_node_is_named_by_the_watch_and_the_report_and_training_goes_on(s
     result = run_playbook("pretrain.yml", *values(run))  # policy warn: the play succeeds
     network = network_record(run)
     assert list(network["slow"]) == [slow_node], network
+    # found by the first measurement of the pairs, and again by the second
+    assert list(network["first_measurement"]["slow"]) == [slow_node], network
+    assert "llmtrain: network check: a first measurement found %s slow (" % slow_node in job_log(run)
     assert "of the other nodes'" in network["slow"][slow_node] and "the link reports no speed" in network["slow"][slow_node]
     others = [n["busbw"] for n in network["nodes"] if n["node"] != slow_node]
     mine = [n["busbw"] for n in network["nodes"] if n["node"] == slow_node][0]

@@ -15,7 +15,7 @@ traffic goes through (link_speed.py). The whole is judged against the slowest li
 it is below --min-fraction of it, or where links report no speed, the nodes are measured in
 ring-neighbour pairs (one rank per node), and a node whose best pair is below --min-fraction
 of its link (or of the other nodes' pairs, where there is no speed to judge against) is
-named. Rank 0 writes FILE (every figure, and the verdict: ok, slow_nodes or
+measured again, afresh and for longer: it is named when both measurements found it slow. Rank 0 writes FILE (every figure, and the verdict: ok, slow_nodes or
 slow_fabric), prints a per-node table and adds the slow nodes to --bad-nodes-file. Exit
 status 0 on every rank when it measured; anything else on a rank that could not (srun then
 ends the others).
@@ -41,6 +41,7 @@ from .node_check import read_json, record_stop_notice, stop_recording_notices, w
 
 LATENCY_BYTES = 8
 PAIR_PASSES = 3
+NAMED_IN_LINE = 5  # suspects a job log line names (the record has them all)
 FLOAT_BYTES = 4
 
 
@@ -81,13 +82,16 @@ def percent(fraction):
     return "%.0f%%" % value if value >= 10 else "%.2g%%" % value
 
 
-def judge(nodes, pairs, whole, min_fraction):
+def judge(nodes, pairs, whole, min_fraction, suspects=None):
     """The verdict on recorded numbers.
 
     nodes: [dict(node, gbps)] (link speed in Gb/s, None where unknown); pairs: [dict(nodes
     [a, b], busbw GB/s, latency_us)], empty when none ran; whole: dict(busbw) of all ranks.
+    suspects: the nodes an earlier measurement of the pairs found slow, where this is the
+    second; a node is slow only when both found it so.
     Returns dict(limit GB/s or None, fraction, per_node {node: dict(busbw, latency_us, limit,
-    fraction)}, slow {node: reason}, slow_fabric reason or None)."""
+    fraction)}, slow {node: reason}, slow_fabric reason or None, suspects {node: reason}: every
+    node these pairs found slow, also where all were and the fabric is named instead)."""
     speeds = [n["gbps"] for n in nodes]
     limit = min(speeds) / 8.0 if speeds and None not in speeds else None
     fraction = whole["busbw"] / limit if limit and whole.get("busbw") is not None else None
@@ -119,6 +123,9 @@ def judge(nodes, pairs, whole, min_fraction):
             slow[name] = ("%.3g GB/s with its ring neighbours, %s of the other nodes' %.3g GB/s (median; "
                           "expected at least %s; the link reports no speed)"
                           % (value, percent(value / reference), reference, percent(min_fraction)))
+    found_slow = dict(slow)
+    if suspects is not None:
+        slow = dict((name, reason) for name, reason in slow.items() if name in suspects)
     slow_fabric = None
     if measured and len(slow) == len(measured):
         slow_fabric = "every node is slow: %s" % "; ".join("%s %s" % kv for kv in sorted(slow.items()))
@@ -126,7 +133,8 @@ def judge(nodes, pairs, whole, min_fraction):
     elif not slow and fraction is not None and fraction < min_fraction:
         slow_fabric = ("all-reduce bus bandwidth %.3g GB/s, %s of the slowest link's %.3g GB/s (expected at least "
                        "%s), and no node stands out" % (whole["busbw"], percent(fraction), limit, percent(min_fraction)))
-    return dict(limit=limit, fraction=fraction, per_node=per_node, slow=slow, slow_fabric=slow_fabric)
+    return dict(limit=limit, fraction=fraction, per_node=per_node, slow=slow, slow_fabric=slow_fabric,
+                suspects=found_slow)
 
 
 def needs_pairs(nodes, whole, min_fraction):
@@ -250,44 +258,42 @@ def run(args, environ=None, started=None):
     busbw, latency_us = summary_of(sweep)
     whole = dict(busbw=busbw, latency_us=latency_us)
 
-    pairs = []
+    pairs, first = [], None
     if needs_pairs(nodes, whole, args.min_fraction):
-        pair_sizes = [LATENCY_BYTES, min(args.pair_bytes, args.max_bytes)]
         rounds = ring_pairs(len(nodes))
         # every rank creates every group, in the same order (torch.distributed's rule)
         groups = dict(((a, b), dist.new_group([nodes[a]["rank"], nodes[b]["rank"]]))
                       for round_pairs in rounds for a, b in round_pairs)
-        # the rounds PAIR_PASSES times over, each pair keeping its best: a pair measured while
-        # something else held the CPUs or the switch is not the slow one
-        short = Measure(torch, dist, device, args.budget / PAIR_PASSES)
-        found = {}
-        for _pass in range(PAIR_PASSES):
-            for round_pairs in rounds:
-                for a, b in round_pairs:
-                    if rank not in (nodes[a]["rank"], nodes[b]["rank"]):
-                        continue
-                    pair_sweep = short.sweep(pair_sizes, 2, group=groups[(a, b)])
-                    pair_busbw, pair_latency = summary_of(pair_sweep)
-                    key = (nodes[a]["node"], nodes[b]["node"])
-                    best = found.setdefault(key, dict(nodes=list(key), busbw=pair_busbw, latency_us=pair_latency))
-                    best["busbw"] = best_of(best["busbw"], pair_busbw)
-                    best["latency_us"] = min(best["latency_us"], pair_latency)
-                dist.barrier()
-        # each pair as its two ranks measured it (the slowest of the two), once
-        everything = [None] * world
-        dist.all_gather_object(everything, list(found.values()))
-        pairs = list(dict((tuple(p["nodes"]), p) for measured in everything for p in measured).values())
+        pair_sizes = [LATENCY_BYTES, min(args.pair_bytes, args.max_bytes)]
+        pairs = measure_pairs(dist, Measure(torch, dist, device, args.budget / PAIR_PASSES), rank, world, nodes,
+                              rounds, groups, pair_sizes, PAIR_PASSES)
+        # every rank holds the same pairs: they agree on whether to measure again
+        suspects = judge(nodes, pairs, whole, args.min_fraction)["suspects"]
+        if suspects:
+            # a node the pairs found slow (which the policy may exclude, or end the job for) is
+            # measured again, afresh, each pair given the whole budget: it is slow when both
+            # measurements found it so (one fast pair can make the others look slow)
+            first = dict(slow=suspects, passes=PAIR_PASSES, budget=args.budget / PAIR_PASSES,
+                         again_passes=PAIR_PASSES, again_budget=args.budget)
+            if rank == 0:
+                named = sorted(suspects.items())[:NAMED_IN_LINE]
+                say(": a first measurement found %s%s: measuring the pairs again" % (
+                    "; ".join("%s slow (%s)" % kv for kv in named),
+                    " and %d more" % (len(suspects) - len(named)) if len(suspects) > len(named) else ""))
+            pairs = measure_pairs(dist, Measure(torch, dist, device, args.budget), rank, world, nodes, rounds,
+                                  groups, pair_sizes, PAIR_PASSES)
     dist.barrier()
     dist.destroy_process_group()
     if rank != 0:
         return 0
-    verdict = judge(nodes, pairs, whole, args.min_fraction)
+    verdict = judge(nodes, pairs, whole, args.min_fraction, suspects=first["slow"] if first else None)
     result = dict(job_id=args.job, restart=args.restart, backend=backend, ranks=world,
                   verdict="slow_nodes" if verdict["slow"] else "slow_fabric" if verdict["slow_fabric"] else "ok",
                   time=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                   busbw=busbw, latency_us=latency_us, limit=verdict["limit"], fraction=verdict["fraction"],
                   min_fraction=args.min_fraction, sizes=sweep, pairs=pairs, slow=verdict["slow"],
-                  slow_fabric=verdict["slow_fabric"], seconds=round(time.monotonic() - started, 2),
+                  slow_fabric=verdict["slow_fabric"], first_measurement=first,
+                  seconds=round(time.monotonic() - started, 2),
                   import_seconds=round(imported - started, 2), connect_seconds=round(connected - imported, 2),
                   nodes=[dict(n, **verdict["per_node"][n["node"]]) for n in nodes])
     result["table"] = table(nodes, verdict)
@@ -308,6 +314,28 @@ def run(args, environ=None, started=None):
             known[name] = dict(reason="slow network: " + reason, job_id=args.job, time=result["time"])
         write_json(args.bad_nodes_file, known)
     return 0
+
+
+def measure_pairs(dist, measure, rank, world, nodes, rounds, groups, pair_sizes, passes):
+    """The ring-neighbour pairs measured `passes` times over, round by round (the pairs of a
+    round at once, the others waiting at a barrier), each pair keeping its best: a pair measured
+    while something else held the CPUs or the switch is not the slow one. Returns every pair as
+    its two ranks measured it (the slowest of the two, the same list on every rank)."""
+    found = {}
+    for _pass in range(passes):
+        for round_pairs in rounds:
+            for a, b in round_pairs:
+                if rank not in (nodes[a]["rank"], nodes[b]["rank"]):
+                    continue
+                pair_busbw, pair_latency = summary_of(measure.sweep(pair_sizes, 2, group=groups[(a, b)]))
+                key = (nodes[a]["node"], nodes[b]["node"])
+                best = found.setdefault(key, dict(nodes=list(key), busbw=pair_busbw, latency_us=pair_latency))
+                best["busbw"] = best_of(best["busbw"], pair_busbw)
+                best["latency_us"] = min(best["latency_us"], pair_latency)
+            dist.barrier()
+    everything = [None] * world
+    dist.all_gather_object(everything, list(found.values()))
+    return list(dict((tuple(p["nodes"]), p) for measured in everything for p in measured).values())
 
 
 def nvlink_of_node():
