@@ -19,6 +19,10 @@ description:
     a line naming each node that holds the others back (once per job and node, from C(stragglers)),
     a hang the job's hang watch found, with the node it names and that rank's first frames (once per
     hang, from C(hang)),
+    each recovery of the job (from C(recovery)), once each - its requeue, naming the nodes of the start
+    that ended which Slurm has out of service and its reason; the next start, naming the nodes it lacks;
+    and where the reference trainer resumed, naming the rank that failed where torch.distributed.run
+    restarted the ranks inside the job,
     and a warning for each progress pattern that backtracks and for lines of the metrics file that
     cannot be read (once each, from C(progress_warnings)).
   - A watch without a limit (C(retries) of a billion or more, as the pretrain role's
@@ -142,6 +146,45 @@ def hang_lines(host, hang):
     return lines
 
 
+def recovery_lines(host, found, seen):
+    """The lines of a job's recoveries not said yet: its requeue (the lost nodes of the start that
+    ended), its next start (the nodes it lacks), where the trainer resumed."""
+    lines, job_id, start = [], found.get("job_id"), found.get("start")
+    previous = found.get("previous") or {}
+    lost = found.get("lost") if isinstance(found.get("lost"), dict) else {}
+    if found.get("requeued") and previous and _first_time(seen, "requeued", host, job_id, start, tuple(sorted(lost))):
+        more = (found.get("lost_count") or 0) - len(lost)
+        what = ("lost %s%s" % (", ".join("%s (%s)" % kv for kv in sorted(lost.items())),
+                               " and %d more" % more if more > 0 else "")
+                if lost else "none of its nodes is out of service")
+        lines.append("[%s] job %s: start %s on %s ended and the job is requeued (start %s next): %s"
+                     % (host, job_id, previous.get("start"), previous.get("nodes"), start, what))
+    if found.get("nodes") and previous and _first_time(seen, "started", host, job_id, start):
+        which = ("start %s" % previous.get("start") if str(previous.get("job_id")) == str(job_id)
+                 else "start %s of job %s" % (previous.get("start"), previous.get("job_id")))
+        lines.append("[%s] job %s start %s on %s: %s" % (
+            host, job_id, start, found["nodes"],
+            "without %s, which %s had" % (found["left"], which) if found.get("left") else "every node %s had" % which))
+    resumed = found.get("resumed") if isinstance(found.get("resumed"), dict) else None
+    if resumed and (resumed.get("restart_in_job") or resumed.get("event") == "resume" or start != 1) and _first_time(
+            seen, "resumed", host, job_id, start, resumed.get("restart_in_job")):
+        at = ("resumed at step %s from %s" % (resumed.get("step"), str(resumed.get("checkpoint")).rsplit("/", 1)[-1])
+              if resumed.get("event") == "resume" else "started again at step 0 (no checkpoint yet)")
+        if resumed.get("discarded_records"):
+            at += " (%s record(s) after it dropped: their steps train again)" % resumed["discarded_records"]
+        if resumed.get("restart_in_job"):
+            failed = [f for f in resumed.get("failed_ranks") or [] if isinstance(f, dict)]
+            why = ("rank %s on %s failed after step %s (%s)%s" % (
+                failed[0].get("rank"), failed[0].get("node"), failed[0].get("step"), failed[0].get("error"),
+                ", and %d more rank(s) after it" % (len(failed) - 1) if len(failed) > 1 else "") if failed
+                else "a rank failed (its traceback is in the job log)")
+            lines.append("[%s] job %s start %s: %s; torch.distributed.run restarted every rank on the same nodes "
+                         "(restart %s in the job); %s" % (host, job_id, start, why, resumed["restart_in_job"], at))
+        else:
+            lines.append("[%s] job %s start %s %s" % (host, job_id, start, at))
+    return lines
+
+
 def _first_time(seen, *key):
     """Whether key is new to seen (which it then holds): each event is said once."""
     if key in seen:
@@ -173,6 +216,9 @@ def event_lines(host, result, seen):
     if isinstance(hang, dict) and isinstance(hang.get("suspects"), dict) and _first_time(
             seen, "hang", host, hang.get("job_id"), hang.get("start"), hang.get("time")):
         lines += hang_lines(host, hang)
+    found = result.get("recovery")
+    if isinstance(found, dict):
+        lines += recovery_lines(host, found, seen)
     for event in result.get("excluded") or []:
         if isinstance(event, dict) and _first_time(
                 seen, "excluded", host, event.get("job_id"), event.get("restarts"), event.get("message")):
@@ -207,6 +253,9 @@ class CallbackModule(CallbackBase):
             self._display.display(line)
 
     def v2_runner_on_ok(self, result):
+        # what happened between the last retry and the end of the watch (a requeue, say)
+        for event in event_lines(result.host.get_name(), result.result, self._seen):
+            self._display.display(event)
         line = final_line(result.host.get_name(), result.result)
         if line:
             self._display.display(line)

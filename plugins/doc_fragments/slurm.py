@@ -125,6 +125,15 @@ options:
         newest of the watched job is returned as RV(llmtrain.slurm.slurm_job_info#module:hang).
     type: path
     version_added: 0.1.0
+  starts_file:
+    description:
+      - The run's record of its jobs' starts, one JSON object per line (C(job_id), C(start), C(nodes), C(time)), as
+        the pretrain role's job script writes it at each start. With it the watched job's recoveries are returned in
+        RV(llmtrain.slurm.slurm_job_info#module:recovery) - the nodes its last start had that Slurm now has out of
+        service, the nodes a start lacks that the start before had, and where the reference trainer resumed (its line
+        there, or its event in O(metrics_file)). Its last 16 lines are read.
+    type: path
+    version_added: 0.1.0
   straggler_threshold:
     description:
       - A node whose work per step (the C(node_times) or C(nodes) of the loss records in O(metrics_file)) is more than

@@ -15,6 +15,8 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
+from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import recovery, unreadable_starts_message
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_count
 from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import stragglers
 
@@ -28,6 +30,7 @@ ARGUMENT_SPEC = dict(
     progress_regex=dict(type="list", elements="str", default=[]),
     checkpoint_dir=dict(type="path"),
     hang_dir=dict(type="path"),
+    starts_file=dict(type="path"),
     straggler_threshold=dict(type="float", default=0.2),
     straggler_intervals=dict(type="int", default=3),
 )
@@ -75,9 +78,11 @@ def settled(jobs):
     return not any(j["active"] for j in jobs) or any(j["waits_for_nodes"] for j in jobs)
 
 
-def describe(module, p, jobs, ended, patterns, result):
+def describe(module, p, jobs, ended, patterns, result, client=None):
     """Adds to result what a look at the jobs returns besides them: the log once they ended, the
-    progress, stragglers and the node and network checks' records summarised."""
+    progress, stragglers, the recoveries of the newest job (with client: Slurm's state of the nodes
+    it lost) and the node and network checks' records summarised."""
+    records = []
     result.update(jobs=without_running_nodes(jobs), finished=bool(jobs) and not any(j["active"] for j in jobs))
     if jobs:
         result.update(job_id=jobs[-1]["job_id"], state=jobs[-1]["state"])
@@ -117,6 +122,18 @@ def describe(module, p, jobs, ended, patterns, result):
                                               p["straggler_intervals"])
         if result["progress"] is not None:
             result["progress"]["source"] = source
+    if p["starts_file"] and jobs:
+        try:
+            found = recovery(client, jobs[-1], p["starts_file"], records)
+        except (IOError, OSError, SlurmError) as err:
+            module.warn("cannot tell the recoveries of job %s: %s" % (jobs[-1]["job_id"], err))
+            found = None
+        if found is not None:
+            result["recovery"] = found
+            if found["unreadable_starts"]:
+                message = unreadable_starts_message(p["starts_file"], found["unreadable_starts"])
+                module.warn(message)
+                result.setdefault("progress_warnings", {})[p["starts_file"]] = message
     if p["hang_dir"] and jobs:
         hang = newest_hang(p["hang_dir"], jobs[-1]["job_id"])
         if hang is not None:

@@ -340,7 +340,8 @@ jobs:
       RV(llmtrain.slurm.slurm_job_info#module:checks), RV(llmtrain.slurm.slurm_job_info#module:progress),
       RV(llmtrain.slurm.slurm_job_info#module:stragglers), RV(llmtrain.slurm.slurm_job_info#module:unreadable_records),
       RV(llmtrain.slurm.slurm_job_info#module:progress_warnings), RV(llmtrain.slurm.slurm_job_info#module:node_check),
-      RV(llmtrain.slurm.slurm_job_info#module:network_check) and RV(llmtrain.slurm.slurm_job_info#module:log), as
+      RV(llmtrain.slurm.slurm_job_info#module:network_check), RV(llmtrain.slurm.slurm_job_info#module:hang),
+      RV(llmtrain.slurm.slurm_job_info#module:recovery) and RV(llmtrain.slurm.slurm_job_info#module:log), as
       its options ask for them.
   returned: with state=watched
   type: list
@@ -488,7 +489,7 @@ def watched(module, client, p):
         module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks, excluded=settler.events)
     result = dict(changed=bool(settler.events or settler.cancelled), fingerprint=fp, submitted=False,
                   checks=waiter.checks, excluded=settler.events)
-    job_watch.describe(module, p, jobs, ended, patterns, result)
+    job_watch.describe(module, p, jobs, ended, patterns, result, client)
     job = jobs[-1]
     # the record names this task's job: one that runs another script (re-attached to by name) is not it
     result["done"] = job["state"] == "COMPLETED" and job.get("fingerprint") == fp

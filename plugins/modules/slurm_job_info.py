@@ -171,6 +171,18 @@ hang:
       stacks, C(<node>.txt)).
   returned: when hang_dir holds a hang of the job
   type: dict
+recovery:
+  description:
+    - The last job's recoveries (O(starts_file)) - C(job_id), C(start) (its start now, from 1, or the next one
+      while it waits requeued), C(nodes) (this start's, null while it waits), C(previous) (C(start) and C(nodes)
+      of the start before, or null), C(requeued) (whether it waits requeued now), C(lost) (node -> Slurm's state and
+      reason, the previous start's nodes that cannot run a job now, asked only while it waits requeued, the first
+      16 by name) and C(lost_count), C(left) (the previous start's nodes that this start lacks, the first 16) and
+      C(left_count), C(resumed) (the reference trainer's event of this start - C(event) C(start) or C(resume),
+      C(step), C(checkpoint), C(restart_in_job), C(failed_ranks) (C(rank), C(node), C(step), C(error)) and
+      C(discarded_records) - or null) and C(unreadable_starts).
+  returned: when starts_file records a start of the last job
+  type: dict
 checks:
   description: How many times the jobs were looked up (one per O(poll_interval) at most with O(wait_timeout)).
   returned: always
@@ -296,7 +308,8 @@ def main():
         module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks)
     except SlurmError as err:
         module.fail_json(msg=str(err))
-    module.exit_json(**job_watch.describe(module, p, jobs, ended, patterns, dict(changed=False, checks=waiter.checks)))
+    module.exit_json(**job_watch.describe(module, p, jobs, ended, patterns, dict(changed=False, checks=waiter.checks),
+                                          client))
 
 
 if __name__ == "__main__":

@@ -364,6 +364,9 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     assert re.search(r"Training job %s \(llmtrain-%s\) lost a node and was requeued" % (job_id, run), result.output)
     assert re.search(r"Out of service in partition debug: " + re.escape(node(1)) + r" \(down[^)]*Not responding", result.output), \
         result.output[-4000:]
+    # the watch said it as it happened: the start that ended, the node it lost and Slurm's reason
+    assert re.search(r"job %s: start 1 on \S+ ended and the job is requeued \(start 2 next\): lost %s \(down[^)]*"
+                     r"Not responding" % (job_id, re.escape(node(1))), result.output), result.output[-4000:]
     assert job_state(job_id) == "PENDING"  # requeued: it resumes by itself once the node is back
     last_good = checkpoints(run)[-1]
     assert last_good <= at_kill and load_checkpoint(run, last_good) == last_good
@@ -385,6 +388,17 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     if later:
         assert states[job_id] != "COMPLETED" and len(later) == 1 and states[later[0]] == "COMPLETED", states
     assert resumes[0]["step"] == last_good  # steps lost: those after it, redone
+    # the rerun's watch says where the job it watches resumed (the trainer's line in starts.jsonl: its
+    # resume may be thousands of records back), and the report lists the recovery with its nodes
+    print("\n".join(re.findall(r".*job \d+:? start \d+ .*", result.output + again.output)))
+    resumed = re.findall(r"job (\d+) start (\d+) resumed at step (\d+) from step_0*(\d+)\.pt", again.output)
+    assert resumed, again.output[-6000:]
+    if not later:
+        assert resumed[0] == (job_id, "2", str(last_good), str(last_good)), resumed
+        assert re.search(r"job %s start 2 on \S+: (every node|without \S+, which) start 1 had" % job_id, again.output)
+    report = open(os.path.join(RUNS, run, "report.md")).read()
+    assert re.search(r"\| 2 \| crash, hang or lost node \| %d \| step_0*%d\.pt \| \d+ \| slurm\S+ \|"
+                     % (last_good, last_good), report), report
     assert checkpoints(run)[-1] == 60
     assert_every_step_once(run, 60)
 
@@ -515,7 +529,15 @@ def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_fi
     assert resume["restart_in_job"] == 1 and resume["step"] == 10 and load_checkpoint(run, 10) == 10
     assert "RuntimeError: fault injected by TRAINER_FAULT_CRASH=3:12 on rank 3" in job_logs(run)
     report = open(os.path.join(RUNS, run, "report.md")).read()
-    assert re.search(r"\| 2 +\| a failed rank: restart 1 inside the job, on the same nodes +\| 10 +\| step_000010\.pt", report), report
+    crashed = r"rank 3 on %s failed after step 12 \(RuntimeError: fault injected by TRAINER_FAULT_CRASH=3:12 on rank 3\)" \
+        % re.escape(node(1))
+    assert re.search(r"\| 2 +\| %s: restart 1 inside the job, on the same nodes +\| 10 +\| step_000010\.pt \| \d+ \| "
+                     r"slurm\S+ \|" % crashed, report), report
+    print("\n".join(re.findall(r".*job %s start \d+:.*" % job_id, result.output)))
+    # the watch said it as it happened: which rank failed, the restart, where the ranks resumed
+    assert re.search(r"job %s start 1: %s(, and \d+ more rank\(s\) after it)?; torch\.distributed\.run restarted every "
+                     r"rank on the same nodes \(restart 1 in the job\); resumed at step 10 from step_000010\.pt"
+                     % (job_id, crashed), result.output), result.output[-6000:]
     observe("restart-in-job", restarted_after_s=round(restarted_s), resumed_at=resume["step"])
     assert_every_step_once(run, 60)
 

@@ -3,7 +3,7 @@
     python run_report.py --run-dir runs/<run_name> [--facts FILE]
 
 Reads RUN/metrics.jsonl (the trainer's records), RUN/node_times.json (each node's step times
-over the run, the reference trainer's), RUN/samples.txt (generated text) and a facts JSON file
+over the run, the reference trainer's), RUN/starts.jsonl (the nodes of each start of its jobs), RUN/samples.txt (generated text) and a facts JSON file
 written by the playbook (default RUN/facts.json); writes RUN/loss.png and RUN/report.md, and
 RUN/nodes.md when the run has more nodes than the report's step-time table shows. Whatever is
 missing is reported as missing: a failed run still gets a report of what exists. The same
@@ -642,33 +642,78 @@ def network_lines(facts):
 RECOVERIES_SHOWN = 50
 
 
-def recovery_lines(events):
+STARTS_FILE = "starts.jsonl"
+STARTS_MAX_BYTES = 16 * 1048576
+
+
+def read_starts(path):
+    """starts.jsonl (the job script's line per start) -> {(job_id, start): {nodes, left, ...}}; {} when
+    it is missing. Its last STARTS_MAX_BYTES only; lines that are no start record are left out."""
+    if not os.path.exists(path):
+        return {}
+    starts = {}
+    with open(path, "rb") as handle:
+        handle.seek(max(0, os.path.getsize(path) - STARTS_MAX_BYTES))
+        for line in handle.read().decode("utf-8", "replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            # the job script's lines (the trainer's events there have no nodes)
+            if isinstance(record, dict) and isinstance(record.get("start"), int) and isinstance(record.get("nodes"), str):
+                starts[(str(record.get("job_id")), record["start"])] = record
+    return starts
+
+
+def start_nodes(event, starts):
+    """The nodes of the start an event of the trainer's is of, with those the start before had that
+    it lacks; "-" where starts.jsonl does not say."""
+    record = starts.get((str(event.get("job_id")), event.get("start"))) if event.get("job_id") else None
+    if not isinstance(record, dict) or not isinstance(record.get("nodes"), str):
+        return "-"
+    left = record.get("left") if isinstance(record.get("left"), str) else ""
+    return record["nodes"] + (" (without %s)" % left if left else "")
+
+
+def failed_rank(event):
+    """'rank 3 on node-1 failed after step 12 (RuntimeError: ...)' from a restart's failed_ranks, or None."""
+    failed = [f for f in event.get("failed_ranks") or [] if isinstance(f, dict)]
+    if not failed:
+        return None
+    first = failed[0]
+    return "rank %s on %s failed after step %s (%s)" % (
+        first.get("rank"), first.get("node"), first.get("step"), first.get("error"))
+
+
+def recovery_lines(events, starts=None):
     """Each start after the first, from the trainer's events in file order: a stop it was told of
     (preempted), then the resume at the step of its checkpoint, with the records after it that were
-    discarded (their steps trained again)."""
-    rows, stopped = [], None
+    discarded (their steps trained again), and the nodes of that start (starts.jsonl)."""
+    rows, stopped, starts = [], None, starts or {}
     for event in events:
         if event.get("event") == "preempted":
             stopped = event.get("step")
         elif event.get("event") in ("resume", "start") and event.get("restart_in_job"):
-            rows.append((len(rows) + 2, "a failed rank: restart %s inside the job, on the same nodes"
-                         % event["restart_in_job"], event.get("step"),
-                         os.path.basename(str(event.get("checkpoint") or "")) or "-", event.get("discarded_records", 0)))
+            rows.append((len(rows) + 2, "%s: restart %s inside the job, on the same nodes"
+                         % (failed_rank(event) or "a failed rank", event["restart_in_job"]), event.get("step"),
+                         os.path.basename(str(event.get("checkpoint") or "")) or "-", event.get("discarded_records", 0),
+                         start_nodes(event, starts)))
             stopped = None
         elif event.get("event") == "resume":
             why = "stopped at step %s with a checkpoint" % stopped if stopped is not None else "crash, hang or lost node"
             rows.append((len(rows) + 2, why, event.get("step"), os.path.basename(str(event.get("checkpoint") or "")),
-                         event.get("discarded_records", 0)))
+                         event.get("discarded_records", 0), start_nodes(event, starts)))
             stopped = None
     if not rows:
         return ["None: the run trained from its first start to its end in one go."]
-    lines = table(("start", "after", "resumed at step", "from", "records discarded"), rows[-RECOVERIES_SHOWN:])
+    lines = table(("start", "after", "resumed at step", "from", "records discarded", "on nodes"),
+                  rows[-RECOVERIES_SHOWN:])
     if len(rows) > RECOVERIES_SHOWN:
         lines.append("The last %d of %d recoveries; `%s` holds every one." % (RECOVERIES_SHOWN, len(rows), METRICS_FILE))
     return lines
 
 
-def render(run_name, metrics, summary, facts, samples, plot_note, times):
+def render(run_name, metrics, summary, facts, samples, plot_note, times, starts=None):
     events = metrics[1] if metrics else []
     out = ["# Run %s" % md(run_name), "", "## Summary", ""]
     out += fetch_lines(facts) + summary_lines(metrics, summary, events)
@@ -687,7 +732,7 @@ def render(run_name, metrics, summary, facts, samples, plot_note, times):
     out += ["", "## Network", ""] + network_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)
     if metrics is not None and not isinstance(facts.get("script"), dict):
-        out += ["", "## Recoveries", ""] + recovery_lines(events)
+        out += ["", "## Recoveries", ""] + recovery_lines(events, starts)
     out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)
     out += ["", "## Samples", ""]
     out += fenced(samples) if samples and samples.strip() else ["Samples: %s." % NOT_RECORDED]
@@ -774,7 +819,8 @@ def main(argv=None):
         os.unlink(nodes_path)  # an earlier attempt's, of more nodes than this report shows
 
     report_path = os.path.join(run_dir, REPORT_FILE)
-    report = render(run_name, metrics, summary, facts, samples, plot_note, times)
+    report = render(run_name, metrics, summary, facts, samples, plot_note, times,
+                    read_starts(os.path.join(run_dir, STARTS_FILE)))
 
     def write_report(temp):
         with open(temp, "w", encoding="utf-8") as handle:

@@ -264,6 +264,17 @@ def test_recoveries_list_each_start_after_the_first(tmp_path):
     assert "| 3 | crash, hang or lost node | 90 | step_90.pt | 1 |" in recoveries
     assert "| 4 | a failed rank: restart 1 inside the job, on the same nodes | 100 | step_100.pt | 2 |" in recoveries
     assert "| 5 | a failed rank: restart 2 inside the job, on the same nodes | 0 | - | 0 |" in recoveries
+    # with the run's starts.jsonl: each row names the nodes of its start, and those the start before had
+    run = make_run(tmp_path / "s", [dict(r, job_id="45", start=2) if r.get("event") == "resume" and r["step"] == 90
+                                    else r for r in records], FACTS)
+    with open(os.path.join(run, "starts.jsonl"), "w") as handle:
+        handle.write(json.dumps(dict(job_id="45", start=1, nodes="w[0-2]", left="")) + "\n")
+        handle.write(json.dumps(dict(job_id="45", start=1, event="start", step=0)) + "\n")
+        handle.write(json.dumps(dict(job_id="45", start=2, nodes="w[0,2-3]", left="w1")) + "\n")
+        handle.write(json.dumps(dict(job_id="45", start=2, event="resume", step=90)) + "\n{cut sho")
+    recoveries = report_of(run).split("## Recoveries\n", 1)[1].split("\n## ", 1)[0]
+    assert "| 3 | crash, hang or lost node | 90 | step_90.pt | 1 | w\\[0,2-3\\] (without w1) |" in recoveries
+    assert "| 2 | stopped at step 40 with a checkpoint | 40 | step_40.pt | 0 | - |" in recoveries
     plain = [r for r in metrics_records() if r.get("event") not in ("preempted", "resume")]
     assert "None: the run trained from its first start to its end in one go." in report_of(make_run(tmp_path / "b", plain))
 

@@ -3,6 +3,7 @@ an injected crash, ranks that cannot reach each other. Single-process runs call 
 this process."""
 
 import errno
+import json
 import os
 import shutil
 
@@ -205,9 +206,21 @@ def inject(monkeypatch, environ):
 def test_an_injected_crash_raises_after_its_step_on_its_rank(monkeypatch, data_dir, model_config_file, tmp_path):
     inject(monkeypatch, {CRASH_ENV: "0:3"})
     out = tmp_path / "run"
+    monkeypatch.setenv("SLURM_JOB_ID", "45")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     with pytest.raises(RuntimeError, match=f"^fault injected by {CRASH_ENV}=0:3 on rank 0$"):
         run_here(data_dir, model_config_file, out, "--steps", 6, "--checkpoint-interval", 3)
     assert sorted(losses(read_metrics(out))) == [1, 2, 3] and checkpoint_steps(out) == [3]
+    # the failing rank's line: which rank, on which node, after which step, what it raised
+    failure, = [json.loads(line) for line in (out / train.RANK_FAILURES_FILE).read_text().splitlines()]
+    assert failure["rank"] == 0 and failure["step"] == 3 and failure["node"]
+    assert failure["error"] == f"RuntimeError: fault injected by {CRASH_ENV}=0:3 on rank 0"
+    assert failure["job_id"] == "45" and failure["start"] == 2 and failure["restart_in_job"] == 0
+    # the start event says which job and start it is of
+    assert read_metrics(out)[0]["job_id"] == "45" and read_metrics(out)[0]["start"] == 2
+    # and is added to the run's starts.jsonl, beside the job script's line of that start
+    assert [json.loads(line) for line in (out / train.STARTS_FILE).read_text().splitlines()] == [
+        {"job_id": "45", "start": 2, "event": "start", "step": 0}]
 
 
 def test_an_injected_crash_on_another_rank_leaves_this_one_running(monkeypatch, data_dir, model_config_file, tmp_path):
@@ -221,10 +234,16 @@ def test_a_crash_of_the_first_round_only_is_not_repeated_after_a_restart_in_the_
     out = tmp_path / "run"
     assert run_here(data_dir, model_config_file, out, "--steps", 3, "--checkpoint-interval", 3) == 0
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    monkeypatch.setenv("SLURM_JOB_ID", "45")
+    # what the failed rank of this job's start recorded, after a line of another job's and one cut short
+    failed = dict(rank=3, node="w1", step=4, error="RuntimeError: CUDA error: an illegal memory access")
+    (out / train.RANK_FAILURES_FILE).write_text("".join(json.dumps(line) + "\n" for line in [
+        dict(failed, job_id="44", start=1), dict(failed, job_id="45", start=1, restart_in_job=0)]) + '{"rank": 2, "jo')
     inject(monkeypatch, {CRASH_ENV: "0:4:first"})
     assert run_here(data_dir, model_config_file, out, "--steps", 6, "--checkpoint-interval", 3) == 0
     resume, = [r for r in read_metrics(out) if r.get("event") == "resume"]
     assert resume["restart_in_job"] == 1 and resume["step"] == 3
+    assert resume["failed_ranks"] == [failed] and resume["job_id"] == "45" and resume["start"] == 1
     assert "restart_in_job" not in read_metrics(out)[0]  # the first start's event: no restart
 
 

@@ -7,6 +7,9 @@
 Rank 0 writes RUN/metrics.jsonl (one JSON object per line), under torch.distributed.run with
 --parallel ddp RUN/node_times.json (each node's step times over the run), and RUN/checkpoints/step_*.pt
 (--parallel ddp) or, with every rank, the sharded RUN/checkpoints/step_*/ (--parallel fsdp).
+A rank whose step raises adds a line to RUN/rank_failures.jsonl (its rank, node, step and error)
+before it ends; the start event after torch.distributed.run restarted the ranks names it. In a
+Slurm job, rank 0 also adds its start or resume event to RUN/starts.jsonl.
 A run resumes from the newest checkpoint that loads and continues as if it had not stopped
 (bit for bit on CPU; on CUDA closely, as its kernels are chosen at run time). Exit status:
 0 when all steps are done (also when they were done before), 75 (EX_TEMPFAIL) after
@@ -212,9 +215,16 @@ class Training:
                      "tokenizer": self.tokenizer["kind"], "vocab_size": self.tokenizer["vocab_size"]}
             if self.start_step:
                 event.update(checkpoint=resume_path, discarded_records=self.metrics.dropped)
+            event.update(slurm_start())
             if restart_in_job:
-                event.update(restart_in_job=restart_in_job)
+                event.update(restart_in_job=restart_in_job,
+                             failed_ranks=recent_failures(out_dir / RANK_FAILURES_FILE, event.get("job_id"),
+                                                          event.get("start")))
             self.metrics.write(event)
+            if event.get("job_id"):  # beside the job script's line of this start: where it resumed, for the watch
+                append_line(out_dir / STARTS_FILE, {key: event[key] for key in (
+                    "job_id", "start", "event", "step", "checkpoint", "restart_in_job", "failed_ranks",
+                    "discarded_records") if key in event})
             start_note = (f"resuming at step {self.start_step} from {resume_path}" if self.start_step
                           else "starting at step 0")
             self.log(f"train: {self.raw_model.num_params() / 1e6:.2f}M parameters, {dist.world_size} rank(s) "
@@ -402,6 +412,9 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
     try:
         status = run_steps(run, cfg, stop)
         return status
+    except Exception as error:
+        record_failure(out_dir / RANK_FAILURES_FILE, run, error)
+        raise
     finally:
         if run.wandb:
             run.wandb.close(status, preempted=status == EXIT_PREEMPTED)
@@ -410,9 +423,10 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
 def run_steps(run, cfg, stop):
     """The loop of train(): steps from the run's start until done or stopped; the exit status."""
     vote = StopVote(run.dist)
+    run.done = run.start_step
     for step in range(run.start_step, cfg.steps):
         loss_sum = run.step(step)
-        done = step + 1
+        done = run.done = step + 1
         stop_signal = vote.after_step(stop.signum)  # a signal on any rank stops every rank after the same step
         finished = done == cfg.steps
         evaluate = finished or (cfg.eval_interval and done % cfg.eval_interval == 0)
@@ -426,6 +440,59 @@ def run_steps(run, cfg, stop):
             return run.stop(done, stop_signal)
         if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
             run.checkpoint(done)
+
+
+RANK_FAILURES_FILE = "rank_failures.jsonl"
+STARTS_FILE = "starts.jsonl"  # the job script's line per start (Slurm); rank 0 adds where the start resumed
+FAILURES_TAIL_BYTES = 65536
+FAILURES_NAMED = 8
+
+
+def slurm_start():
+    """{job_id, start} of the Slurm job this runs in (start 1, then one more per requeue), {} outside one."""
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        return {}
+    restarts = os.environ.get("SLURM_RESTART_COUNT") or "0"
+    return {"job_id": job_id, "start": int(restarts) + 1 if restarts.isdigit() else 1}
+
+
+def record_failure(path, run, error):
+    """One line for the rank whose step raised: appended, so that ranks failing together keep theirs."""
+    text = (f"{type(error).__name__}: {error}".strip().splitlines() or [type(error).__name__])[0][:500]
+    line = {"rank": run.dist.rank, "node": run.node, "step": getattr(run, "done", run.start_step), "error": text,
+            "restart_in_job": int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0),
+            "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **slurm_start()}
+    append_line(path, line)
+
+
+def append_line(path, record):
+    """One JSON line appended to path; a file that cannot be written is said, and the run goes on."""
+    try:
+        with open(path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+    except OSError as e:
+        print(f"train: cannot add to {path}: {e}", file=sys.stderr, flush=True)
+
+
+def recent_failures(path, job_id, start):
+    """The last FAILURES_NAMED failures of this job's start in path (its last FAILURES_TAIL_BYTES):
+    [{rank, node, step, error}]."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - FAILURES_TAIL_BYTES))
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the first, cut by the seek, or a line still being written
+        if isinstance(record, dict) and record.get("job_id") == job_id and record.get("start") == start:
+            found.append({key: record.get(key) for key in ("rank", "node", "step", "error")})
+    return found[-FAILURES_NAMED:]
 
 
 def build_parser():

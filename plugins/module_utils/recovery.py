@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a look at a training job tells of its recoveries: the start it is at and its nodes, the
+nodes its last start had that are lost (Slurm's state and reason), and where the reference
+trainer resumed (after a requeue, or after torch.distributed.run restarted its ranks inside the
+job, naming the rank that failed).
+
+Its sources: the run's starts.jsonl, one line per start of a job written by the job script
+({job_id, start, nodes, left, time}: left, the nodes of the start before that this one lacks),
+and the reference trainer's start and resume events (with job_id and start), which it adds
+there as it writes them to metrics.jsonl; Slurm's view of the last start's nodes, asked only
+while the job waits, requeued. Each file is read from its end, a few records, whatever the
+run's length.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import tail_records
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
+
+# starts.jsonl lines read from its end: the starts of the watched job are its last ones
+STARTS_READ = 16
+# a Slurm host list as the job script writes it ("n[01-04,07],gpu-a1"), never an option
+HOST_LIST = re.compile(r"\A[A-Za-z0-9._][][A-Za-z0-9._,-]*\Z")
+# lost nodes named in a result; the others are counted
+LOST_NAMED = 16
+
+
+def run_starts(path):
+    """(the job script's start lines among the last STARTS_READ lines of path, oldest first, as
+    [{job_id, start, nodes, left, time}]; the reference trainer's start and resume events there;
+    lines that are neither)."""
+    if not path or not os.path.exists(path):
+        return [], [], 0
+    records, unreadable = tail_records(path, count=STARTS_READ)
+    starts, events = [], []
+    for record in records:
+        if record.get("event") in ("start", "resume") and record.get("job_id"):
+            events.append(record)
+        elif isinstance(record.get("start"), int) and isinstance(record.get("nodes"), str) and record.get("job_id"):
+            starts.append(dict(job_id=str(record["job_id"]), start=record["start"], nodes=record["nodes"],
+                               left=record.get("left") if isinstance(record.get("left"), str) else "",
+                               time=record.get("time")))
+        else:
+            unreadable += 1
+    return starts, events, unreadable
+
+
+def unreadable_starts_message(path, unreadable):
+    """What a user reads when lines of starts.jsonl's tail could not be read."""
+    return ("%s: %d of its last lines are not a start record (a JSON object per line, {job_id, start, nodes, time}, "
+            "which the job script adds at each start); the recoveries are told from the others. Nothing else may "
+            "write to that file." % (path, unreadable))
+
+
+def node_state(node):
+    """'down: Not responding' from a node as parse_nodes gives it."""
+    state = "+".join([node["state"]] + list(node.get("state_flags") or []))
+    return state + (": %s" % node["reason"] if node.get("reason") else "")
+
+
+def lost_nodes(client, nodelist):
+    """{node: its state and Slurm's reason} for the nodes of nodelist that cannot run a job step
+    now (scontrol show node of those nodes only); {} when Slurm does not say."""
+    if not HOST_LIST.match(nodelist):  # the file is the run's, not Slurm's: no option, no odd name
+        return {}
+    rc, out, _err = client.run([client.bin("scontrol"), "show", "node", "-o", nodelist], ok_rcs=(0, 1))
+    if rc != 0:
+        return {}
+    return dict((n["name"], node_state(n)) for n in parse_nodes(out) if not usable(n))
+
+
+def resumed_event(records, job_id, start):
+    """The reference trainer's newest start or resume event of this job's start among records,
+    or None (a script of your own writes none)."""
+    for record in reversed(records):
+        if record.get("event") in ("start", "resume") and str(record.get("job_id")) == str(job_id) \
+                and record.get("start") == start:
+            return record
+    return None
+
+
+def recovery(client, job, starts_file, records):
+    """What the watch says of the job's recoveries, or None before its first start is recorded.
+
+    job: as slurm_parse gives it; records: the tail of metrics.jsonl (the trainer's events are
+    looked for there too). Returns dict(job_id,
+    start (this start, or the next one while it waits requeued), nodes (this start's, None while
+    it waits), previous (dict(job_id, start, nodes) of the run's start before this one, or the
+    start that ended while it waits requeued; None for the run's first), left (the nodes of
+    previous that this start lacks, a host list, or ""), requeued (whether it waits requeued),
+    lost ({node: state and reason}, asked while it waits requeued: the nodes of the start that
+    ended that cannot run a job now, at most LOST_NAMED) and lost_count, resumed (the trainer's
+    event of this start: event, step, checkpoint, restart_in_job, failed_ranks,
+    discarded_records; or None) and unreadable_starts)."""
+    starts, events, unreadable = run_starts(starts_file)
+    job_id = str(job["job_id"])
+    mine = [i for i, s in enumerate(starts) if s["job_id"] == job_id]
+    if not mine:
+        return None
+    restarts = job.get("restarts") or 0
+    requeued = job.get("state") == "PENDING" and restarts > 0
+    last = starts[mine[-1]]
+    current = last if last["start"] == restarts + 1 and not requeued else None
+    before = last if requeued else (starts[mine[-1] - 1] if current and mine[-1] > 0 else None)
+    result = dict(job_id=job_id, start=restarts + 1, nodes=current["nodes"] if current else None,
+                  previous=before and dict((k, before[k]) for k in ("job_id", "start", "nodes")),
+                  left=current["left"] if current else "", requeued=requeued, lost={}, lost_count=0, resumed=None,
+                  unreadable_starts=unreadable)
+    if requeued:
+        lost = lost_nodes(client, last["nodes"])
+        result.update(lost=dict(sorted(lost.items())[:LOST_NAMED]), lost_count=len(lost))
+    if current:
+        event = resumed_event(list(records) + events, job_id, current["start"])
+        if event is not None:
+            result["resumed"] = dict((key, event.get(key)) for key in (
+                "event", "step", "checkpoint", "restart_in_job", "failed_ranks", "discarded_records"))
+    return result
