@@ -170,8 +170,9 @@ def recovery_lines(host, found, seen):
             seen, "resumed", host, job_id, start, resumed.get("restart_in_job")):
         at = ("resumed at step %s from %s" % (resumed.get("step"), str(resumed.get("checkpoint")).rsplit("/", 1)[-1])
               if resumed.get("event") == "resume" else "started again at step 0 (no checkpoint yet)")
-        if resumed.get("discarded_records"):
-            at += " (%s record(s) after it dropped: their steps train again)" % resumed["discarded_records"]
+        if isinstance(resumed.get("steps_lost"), int) and isinstance(resumed.get("step"), int):
+            at += " (steps %d to %d, recorded past it, train again)" % (
+                resumed["step"] + 1, resumed["step"] + resumed["steps_lost"])
         if resumed.get("restart_in_job"):
             failed = [f for f in resumed.get("failed_ranks") or [] if isinstance(f, dict)]
             why = ("rank %s on %s failed after step %s (%s)%s" % (

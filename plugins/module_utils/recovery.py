@@ -95,7 +95,7 @@ def recovery(client, job, starts_file, records):
     lost ({node: state and reason}, asked while it waits requeued: the nodes of the start that
     ended that cannot run a job now, at most LOST_NAMED) and lost_count, resumed (the trainer's
     event of this start: event, step, checkpoint, restart_in_job, failed_ranks,
-    discarded_records; or None) and unreadable_starts)."""
+    discarded_records, steps_lost; or None) and unreadable_starts)."""
     starts, events, unreadable = run_starts(starts_file)
     job_id = str(job["job_id"])
     mine = [i for i, s in enumerate(starts) if s["job_id"] == job_id]
@@ -117,5 +117,5 @@ def recovery(client, job, starts_file, records):
         event = resumed_event(list(records) + events, job_id, current["start"])
         if event is not None:
             result["resumed"] = dict((key, event.get(key)) for key in (
-                "event", "step", "checkpoint", "restart_in_job", "failed_ranks", "discarded_records"))
+                "event", "step", "checkpoint", "restart_in_job", "failed_ranks", "discarded_records", "steps_lost"))
     return result

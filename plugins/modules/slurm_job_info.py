@@ -180,7 +180,8 @@ recovery:
       16 by name) and C(lost_count), C(left) (the previous start's nodes that this start lacks, the first 16) and
       C(left_count), C(resumed) (the reference trainer's event of this start - C(event) C(start) or C(resume),
       C(step), C(checkpoint), C(restart_in_job), C(failed_ranks) (C(rank), C(node), C(step), C(error)) and
-      C(discarded_records) - or null) and C(unreadable_starts).
+      C(discarded_records) and C(steps_lost), the steps recorded past its checkpoint, which train again - or null)
+      and C(unreadable_starts).
   returned: when starts_file records a start of the last job
   type: dict
 checks:

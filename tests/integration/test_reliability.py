@@ -397,8 +397,9 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
         assert resumed[0] == (job_id, "2", str(last_good), str(last_good)), resumed
         assert re.search(r"job %s start 2 on \S+: (every node|without \S+, which) start 1 had" % job_id, again.output)
     report = open(os.path.join(RUNS, run, "report.md")).read()
-    assert re.search(r"\| 2 \| crash, hang or lost node \| %d \| step_0*%d\.pt \| \d+ \| slurm\S+ \|"
-                     % (last_good, last_good), report), report
+    row = re.search(r"\| 2 \| crash, hang or lost node \| %d \| step_0*%d\.pt \| (\d+) \| \d+ \| slurm\S+ \|"
+                    % (last_good, last_good), report)
+    assert row and int(row.group(1)) == at_kill - last_good, report  # the steps recorded past it, redone
     assert checkpoints(run)[-1] == 60
     assert_every_step_once(run, 60)
 
@@ -475,6 +476,15 @@ def test_a_stopped_rank_is_named_its_stacks_kept_and_the_job_requeues_without_it
         resumes = events(run, "resume")
         assert at_stop <= summary["step"] and len(resumes) == 1 and resumes[0]["step"] >= 10, (at_stop, summary, resumes)
         assert load_checkpoint(run, resumes[0]["step"]) == resumes[0]["step"]
+        # the report has the hang (the collect step fetched its summary) and the recovery after it,
+        # on the nodes of the second start, without the stopped one
+        report = open(os.path.join(RUNS, run, "report.md")).read()
+        hangs = report.split("## Hangs\n", 1)[1].split("\n## ", 1)[0]
+        assert "- Job %s, start 1, at " % job_id in hangs and "  - %s: rank %d stopped (state T)" % (
+            stopped_node, pids[pid]) in hangs, hangs
+        assert re.search(r"\| 2 \| a hang in start 1 \(see Hangs\)(; stopped at step \d+ with a checkpoint)? \| %d \| "
+                         r".*\(without %s\) \|"
+                         % (resumes[0]["step"], re.escape(stopped_node)), report), report
         observe("hang", named_after_s=round(named_s), stopped_at_step=at_stop, hang_after_step=summary["step"],
                 resumed_at=resumes[0]["step"], silent_s=summary["silent_s"])
         assert_every_step_once(run, 60)
@@ -531,7 +541,8 @@ def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_fi
     report = open(os.path.join(RUNS, run, "report.md")).read()
     crashed = r"rank 3 on %s failed after step 12 \(RuntimeError: fault injected by TRAINER_FAULT_CRASH=3:12 on rank 3\)" \
         % re.escape(node(1))
-    assert re.search(r"\| 2 +\| %s: restart 1 inside the job, on the same nodes +\| 10 +\| step_000010\.pt \| \d+ \| "
+    # steps 11 and 12 were recorded past the checkpoint: lost, and trained again
+    assert re.search(r"\| 2 +\| %s: restart 1 inside the job, on the same nodes +\| 10 +\| step_000010\.pt \| 2 \| \d+ \| "
                      r"slurm\S+ \|" % crashed, report), report
     print("\n".join(re.findall(r".*job %s start \d+:.*" % job_id, result.output)))
     # the watch said it as it happened: which rank failed, the restart, where the ranks resumed

@@ -3,7 +3,8 @@
     python run_report.py --run-dir runs/<run_name> [--facts FILE]
 
 Reads RUN/metrics.jsonl (the trainer's records), RUN/node_times.json (each node's step times
-over the run, the reference trainer's), RUN/starts.jsonl (the nodes of each start of its jobs), RUN/samples.txt (generated text) and a facts JSON file
+over the run, the reference trainer's), RUN/starts.jsonl (the nodes of each start of its jobs),
+RUN/hangs/*/summary.json (the hang watch's verdicts), RUN/samples.txt (generated text) and a facts JSON file
 written by the playbook (default RUN/facts.json); writes RUN/loss.png and RUN/report.md, and
 RUN/nodes.md when the run has more nodes than the report's step-time table shows. Whatever is
 missing is reported as missing: a failed run still gets a report of what exists. The same
@@ -685,10 +686,78 @@ def failed_rank(event):
         first.get("rank"), first.get("node"), first.get("step"), first.get("error"))
 
 
-def recovery_lines(events, starts=None):
+HANGS_DIR = "hangs"
+HANGS_SHOWN = 20
+HANG_NODES_SHOWN = 8
+HANG_FRAMES_SHOWN = 4
+
+
+def read_hangs(run_dir):
+    """The hang watch's verdicts fetched from the run (hangs/<job>-<start>/summary.json), oldest
+    first by time: [(name, summary)]; one that is no JSON object is left out, with a warning."""
+    root = os.path.join(run_dir, HANGS_DIR)
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    hangs = []
+    for name in names:
+        path = os.path.join(root, name, "summary.json")
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                summary = json.load(handle)
+        except ValueError as error:
+            warn("%s is not JSON (%s); the report leaves that hang out" % (path, error))
+            continue
+        if isinstance(summary, dict):
+            hangs.append((name, summary))
+    return sorted(hangs, key=lambda hang: str(hang[1].get("time")))
+
+
+def hang_lines(hangs):
+    """Each hang: when, after which step, how long silent, the nodes it names and the first frames
+    of the rank there, where every rank's stack is."""
+    if not hangs:
+        return ["None: no start of the run went without progress for pretrain_hang_timeout."]
+    out = []
+    for name, hang in hangs[-HANGS_SHOWN:]:
+        suspects = hang.get("suspects") if isinstance(hang.get("suspects"), dict) else {}
+        frames = hang.get("frames") if isinstance(hang.get("frames"), dict) else {}
+        out.append("- Job %s, start %s, at %s: no progress for %s s after step %s (timeout %s s); stacks of %s rank(s) "
+                   "from %s of %s node(s) in %s." % (
+                       md(hang.get("job_id")), md((hang.get("restart") or 0) + 1 if is_number(hang.get("restart"))
+                                                  else hang.get("restart")),
+                       md(hang.get("time")), md(hang.get("silent_s")), md(hang.get("step")), md(hang.get("timeout_s")),
+                       md(hang.get("ranks")), md(hang.get("answered")), md(hang.get("nodes")),
+                       md(hang.get("dir") or "%s/%s" % (HANGS_DIR, name))))
+        if not suspects:
+            out.append("  - The stacks name no node: every rank runs, in the same frame.")
+        for node, why in sorted(suspects.items())[:HANG_NODES_SHOWN]:
+            out.append("  - %s: %s" % (md(node), md(why)))
+            node_frames = frames.get(node) if isinstance(frames.get(node), list) else []
+            out += ["    - %s" % md(frame) for frame in node_frames[:HANG_FRAMES_SHOWN]]
+        if len(suspects) > HANG_NODES_SHOWN:
+            out.append("  - and %d more node(s): summary.json there" % (len(suspects) - HANG_NODES_SHOWN))
+    if len(hangs) > HANGS_SHOWN:
+        out.append("The last %d of %d hangs; `%s/` holds every one." % (HANGS_SHOWN, len(hangs), HANGS_DIR))
+    return out
+
+
+def steps_lost(event):
+    """The steps recorded past the checkpoint a start resumed from (trained again): the trainer's
+    count, 0 where it dropped no record, "-" where it does not say (an older trainer's event)."""
+    if isinstance(event.get("steps_lost"), int):
+        return event["steps_lost"]
+    return 0 if event.get("discarded_records") == 0 else "-"
+
+
+def recovery_lines(events, starts=None, hung=()):
     """Each start after the first, from the trainer's events in file order: a stop it was told of
-    (preempted), then the resume at the step of its checkpoint, with the records after it that were
-    discarded (their steps trained again), and the nodes of that start (starts.jsonl)."""
+    (preempted), then the resume at the step of its checkpoint, with the steps recorded past it
+    (trained again) and the records discarded, and the nodes of that start (starts.jsonl). hung:
+    the names (<job>-<start>) of the starts the hang watch found hung."""
     rows, stopped, starts = [], None, starts or {}
     for event in events:
         if event.get("event") == "preempted":
@@ -696,24 +765,27 @@ def recovery_lines(events, starts=None):
         elif event.get("event") in ("resume", "start") and event.get("restart_in_job"):
             rows.append((len(rows) + 2, "%s: restart %s inside the job, on the same nodes"
                          % (failed_rank(event) or "a failed rank", event["restart_in_job"]), event.get("step"),
-                         os.path.basename(str(event.get("checkpoint") or "")) or "-", event.get("discarded_records", 0),
-                         start_nodes(event, starts)))
+                         os.path.basename(str(event.get("checkpoint") or "")) or "-", steps_lost(event),
+                         event.get("discarded_records", 0), start_nodes(event, starts)))
             stopped = None
         elif event.get("event") == "resume":
             why = "stopped at step %s with a checkpoint" % stopped if stopped is not None else "crash, hang or lost node"
+            if isinstance(event.get("start"), int) and "%s-%d" % (event.get("job_id"), event["start"] - 1) in hung:
+                # the hang watch's requeue stops the running ranks with a checkpoint, as a preemption does
+                why = "a hang in start %d (see Hangs)%s" % (event["start"] - 1, "; " + why if stopped is not None else "")
             rows.append((len(rows) + 2, why, event.get("step"), os.path.basename(str(event.get("checkpoint") or "")),
-                         event.get("discarded_records", 0), start_nodes(event, starts)))
+                         steps_lost(event), event.get("discarded_records", 0), start_nodes(event, starts)))
             stopped = None
     if not rows:
         return ["None: the run trained from its first start to its end in one go."]
-    lines = table(("start", "after", "resumed at step", "from", "records discarded", "on nodes"),
+    lines = table(("start", "after", "resumed at step", "from", "steps lost", "records discarded", "on nodes"),
                   rows[-RECOVERIES_SHOWN:])
     if len(rows) > RECOVERIES_SHOWN:
         lines.append("The last %d of %d recoveries; `%s` holds every one." % (RECOVERIES_SHOWN, len(rows), METRICS_FILE))
     return lines
 
 
-def render(run_name, metrics, summary, facts, samples, plot_note, times, starts=None):
+def render(run_name, metrics, summary, facts, samples, plot_note, times, starts=None, hangs=()):
     events = metrics[1] if metrics else []
     out = ["# Run %s" % md(run_name), "", "## Summary", ""]
     out += fetch_lines(facts) + summary_lines(metrics, summary, events)
@@ -732,7 +804,8 @@ def render(run_name, metrics, summary, facts, samples, plot_note, times, starts=
     out += ["", "## Network", ""] + network_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)
     if metrics is not None and not isinstance(facts.get("script"), dict):
-        out += ["", "## Recoveries", ""] + recovery_lines(events, starts)
+        out += ["", "## Recoveries", ""] + recovery_lines(events, starts, {name for name, _hang in hangs})
+    out += ["", "## Hangs", ""] + hang_lines(list(hangs))
     out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)
     out += ["", "## Samples", ""]
     out += fenced(samples) if samples and samples.strip() else ["Samples: %s." % NOT_RECORDED]
@@ -820,7 +893,7 @@ def main(argv=None):
 
     report_path = os.path.join(run_dir, REPORT_FILE)
     report = render(run_name, metrics, summary, facts, samples, plot_note, times,
-                    read_starts(os.path.join(run_dir, STARTS_FILE)))
+                    read_starts(os.path.join(run_dir, STARTS_FILE)), read_hangs(run_dir))
 
     def write_report(temp):
         with open(temp, "w", encoding="utf-8") as handle:

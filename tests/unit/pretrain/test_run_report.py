@@ -253,17 +253,17 @@ def test_a_script_of_your_own_has_finished_when_its_last_record_is_at_its_total(
 def test_recoveries_list_each_start_after_the_first(tmp_path):
     records = metrics_records()
     records.insert(-2, {"event": "resume", "step": 90, "checkpoint": "/ws/run/checkpoints/step_90.pt",
-                        "discarded_records": 1})
+                        "discarded_records": 1, "steps_lost": 3})
     # a restart inside the job (pretrain_restarts_in_job): a resume, or a start where no checkpoint was yet
     records.insert(-2, {"event": "resume", "step": 100, "checkpoint": "/ws/run/checkpoints/step_100.pt",
-                        "discarded_records": 2, "restart_in_job": 1})
+                        "discarded_records": 2, "steps_lost": 5, "restart_in_job": 1})
     records.insert(-2, {"event": "start", "step": 0, "restart_in_job": 2})
     report = report_of(make_run(tmp_path, records, FACTS))
     recoveries = report.split("## Recoveries\n", 1)[1].split("\n## ", 1)[0]
     assert "| 2 | stopped at step 40 with a checkpoint | 40 | step_40.pt | 0 |" in recoveries
-    assert "| 3 | crash, hang or lost node | 90 | step_90.pt | 1 |" in recoveries
-    assert "| 4 | a failed rank: restart 1 inside the job, on the same nodes | 100 | step_100.pt | 2 |" in recoveries
-    assert "| 5 | a failed rank: restart 2 inside the job, on the same nodes | 0 | - | 0 |" in recoveries
+    assert "| 3 | crash, hang or lost node | 90 | step_90.pt | 3 | 1 | - |" in recoveries
+    assert "| 4 | a failed rank: restart 1 inside the job, on the same nodes | 100 | step_100.pt | 5 | 2 | - |" in recoveries
+    assert "| 5 | a failed rank: restart 2 inside the job, on the same nodes | 0 | - | - | 0 | - |" in recoveries
     # with the run's starts.jsonl: each row names the nodes of its start, and those the start before had
     run = make_run(tmp_path / "s", [dict(r, job_id="45", start=2) if r.get("event") == "resume" and r["step"] == 90
                                     else r for r in records], FACTS)
@@ -273,8 +273,8 @@ def test_recoveries_list_each_start_after_the_first(tmp_path):
         handle.write(json.dumps(dict(job_id="45", start=2, nodes="w[0,2-3]", left="w1")) + "\n")
         handle.write(json.dumps(dict(job_id="45", start=2, event="resume", step=90)) + "\n{cut sho")
     recoveries = report_of(run).split("## Recoveries\n", 1)[1].split("\n## ", 1)[0]
-    assert "| 3 | crash, hang or lost node | 90 | step_90.pt | 1 | w\\[0,2-3\\] (without w1) |" in recoveries
-    assert "| 2 | stopped at step 40 with a checkpoint | 40 | step_40.pt | 0 | - |" in recoveries
+    assert "| 3 | crash, hang or lost node | 90 | step_90.pt | 3 | 1 | w\\[0,2-3\\] (without w1) |" in recoveries
+    assert "| 2 | stopped at step 40 with a checkpoint | 40 | step_40.pt | 0 | 0 | - |" in recoveries
     plain = [r for r in metrics_records() if r.get("event") not in ("preempted", "resume")]
     assert "None: the run trained from its first start to its end in one go." in report_of(make_run(tmp_path / "b", plain))
 
@@ -396,7 +396,7 @@ def test_step_time_per_node_names_the_slow_node(tmp_path):
 # ---------------------------------------------------------------- untrusted text
 
 SECTIONS = ["## Summary", "## Loss", "## Cluster", "## Model", "## Node check", "## Step time per node",
-            "## NCCL / UCX / Gloo environment", "## Network", "## Jobs", "## Checkpoint", "## Samples"]
+            "## NCCL / UCX / Gloo environment", "## Network", "## Jobs", "## Hangs", "## Checkpoint", "## Samples"]
 FORGED = "2\n\n## Summary\n- Status: finished <script>alert(1)</script>"
 
 
@@ -690,3 +690,42 @@ def test_a_file_the_collect_step_did_not_fetch_is_said(tmp_path):
         "pretrain_fetch_max_mb=1024; it stays in the run directory.\n"
         "- The figures below are of the `metrics.jsonl` an earlier collect fetched, if any: raise "
         "pretrain_fetch_max_mb above its size to fetch it whole.\n- Status: finished\n")
+
+
+def test_hangs_name_the_node_its_first_frames_and_where_the_stacks_are(tmp_path):
+    """hangs/<job>-<start>/summary.json as the hang watch writes it (hang.summarize), fetched by the collect step."""
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.node import hang
+
+    run = make_run(tmp_path, metrics_records(), FACTS)
+    assert "None: no start of the run went without progress for pretrain_hang_timeout." in report_of(run)
+    os.environ.update(SLURM_JOB_ID="45", SLURM_RESTART_COUNT="0")
+    try:
+        summary = hang.summarize({"slurm-worker-1": {"ranks": [{"rank": 2, "state": "T", "frames": [
+            "train_step (trainer/train.py:290)", "<module> (trainer/train.py:500)"]}]}},
+            ["slurm-worker-0", "slurm-worker-1", "slurm-worker-2"], {"slurm-worker-1": "rank 2 stopped (state T)"},
+            15.2, 15, 41, "/ws/run/hangs/45-1")
+    finally:
+        for name in ("SLURM_JOB_ID", "SLURM_RESTART_COUNT"):
+            os.environ.pop(name)
+    (run / "hangs" / "45-1").mkdir(parents=True)
+    (run / "hangs" / "45-1" / "summary.json").write_text(json.dumps(summary))
+    (run / "hangs" / "46-1").mkdir()
+    (run / "hangs" / "46-1" / "summary.json").write_text("{cut short")
+    section = report_of(run).split("## Hangs\n", 1)[1].split("\n## ", 1)[0]
+    assert ("- Job 45, start 1, at %s: no progress for 15 s after step 41 (timeout 15 s); stacks of 1 rank(s) from 1 "
+            "of 3 node(s) in /ws/run/hangs/45-1." % summary["time"]) in section, section
+    assert "  - slurm-worker-1: rank 2 stopped (state T)" in section
+    assert summary["frames"]["slurm-worker-1"]
+    for frame in summary["frames"]["slurm-worker-1"]:
+        assert "    - %s" % run_report.md(frame) in section
+    # the start after it resumed: its row says why
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics_records() + [
+        {"event": "resume", "step": 40, "checkpoint": "/ws/c/step_40.pt", "job_id": "45", "start": 2,
+         "discarded_records": 1, "steps_lost": 1}]))
+    assert "| a hang in start 1 (see Hangs) | 40 | step_40.pt | 1 | 1 | - |" in report_of(run)
+    # where the hang watch's requeue let the ranks save a checkpoint first (a preempted event)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics_records() + [
+        {"event": "preempted", "step": 42}, {"event": "resume", "step": 42, "checkpoint": "/ws/c/step_42.pt",
+                                             "job_id": "45", "start": 2, "discarded_records": 0}]))
+    assert "| a hang in start 1 (see Hangs); stopped at step 42 with a checkpoint | 42 | step_42.pt | 0 | 0 | - |" \
+        in report_of(run)

@@ -122,7 +122,8 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one_and_resume_us
     assert len(partial) == 1  # killed half-written: some bytes, fewer than a whole checkpoint
     assert 0 < partial[0].stat().st_size < (ckpt_dir / "step_000004.pt").stat().st_size
     assert checkpoint_steps(out) == [4]
-    assert logged_step(out) >= 8  # steps 5..8 were logged but not checkpointed
+    killed_at = logged_step(out)
+    assert killed_at >= 8  # steps 5..8 were logged but not checkpointed
 
     resumed = run_module("train", *args)
     assert resumed.returncode == 0, resumed.stderr
@@ -131,6 +132,8 @@ def test_sigkill_while_writing_a_checkpoint_keeps_the_previous_one_and_resume_us
     records = read_metrics(out)
     resume_event = next(r for r in records if r.get("event") == "resume")
     assert resume_event["step"] == 4 and resume_event["discarded_records"] >= 4
+    # the steps recorded past the checkpoint, trained again: 5 up to the last the killed run logged
+    assert resume_event["steps_lost"] == killed_at - 4
     assert [r["step"] for r in records if "loss" in r] == list(range(1, REFERENCE_STEPS + 1))  # no step twice
     assert losses(records) == reference
     assert not list(ckpt_dir.glob(".*"))

@@ -121,13 +121,24 @@ def kept_record(line, resumed_step):
     return isinstance(step, (int, float)) and step <= resumed_step
 
 
+def record_step(line):
+    """The integer step of a loss record's line, else None."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    step = record.get("step") if isinstance(record, dict) and "loss" in record else None
+    return step if isinstance(step, int) else None
+
+
 class MetricsLog:
     """RUN/metrics.jsonl. Records after the step a run resumes from are dropped first,
     so the file always tells one trajectory (and never holds a line cut short by a kill).
     Its records are in step order, so only the lines after the last record it keeps are read."""
 
     def __init__(self, path, resumed_step):
-        self.dropped = 0
+        # dropped: lines; dropped_to_step: the last step they recorded (trained past the checkpoint)
+        self.dropped, self.dropped_to_step = 0, None
         if path.exists():
             with open(path, "r+b") as f:
                 keep = 0
@@ -136,6 +147,9 @@ class MetricsLog:
                         keep = offset + len(line)
                         break
                     self.dropped += 1
+                    step = record_step(line)
+                    if step is not None and (self.dropped_to_step is None or step > self.dropped_to_step):
+                        self.dropped_to_step = step
                 if self.dropped:
                     f.truncate(keep)
                     os.fsync(f.fileno())

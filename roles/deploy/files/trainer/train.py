@@ -215,6 +215,8 @@ class Training:
                      "tokenizer": self.tokenizer["kind"], "vocab_size": self.tokenizer["vocab_size"]}
             if self.start_step:
                 event.update(checkpoint=resume_path, discarded_records=self.metrics.dropped)
+                if (self.metrics.dropped_to_step or 0) > self.start_step:  # trained past it: trained again
+                    event.update(steps_lost=self.metrics.dropped_to_step - self.start_step)
             event.update(slurm_start())
             if restart_in_job:
                 event.update(restart_in_job=restart_in_job,
@@ -224,7 +226,7 @@ class Training:
             if event.get("job_id"):  # beside the job script's line of this start: where it resumed, for the watch
                 append_line(out_dir / STARTS_FILE, {key: event[key] for key in (
                     "job_id", "start", "event", "step", "checkpoint", "restart_in_job", "failed_ranks",
-                    "discarded_records") if key in event})
+                    "discarded_records", "steps_lost") if key in event})
             start_note = (f"resuming at step {self.start_step} from {resume_path}" if self.start_step
                           else "starting at step 0")
             self.log(f"train: {self.raw_model.num_params() / 1e6:.2f}M parameters, {dist.world_size} rank(s) "

@@ -1,5 +1,6 @@
-"""recovery: a job's recoveries as the watch tells them, from the run's starts.jsonl, the trainer's
-events and Slurm's view of the nodes a requeued job's last start had."""
+"""recovery (module_utils) and the callbacks' lines of it: a job's recoveries as the watch tells them,
+from the run's starts.jsonl, the trainer's events and Slurm's view of the nodes a requeued job's
+last start had. Here, not beside module_utils' tests: ansible-test gives those no callback."""
 
 import json
 import os
@@ -63,15 +64,14 @@ def test_a_running_job_asks_slurm_nothing_and_its_next_start_names_the_nodes_it_
     path = starts_file(tmp_path, start("45", 1, "w[0-2]"), start("45", 2, "w[0,2-3]", left="w1"))
     client = Client()
     resume = {"event": "resume", "step": 40, "checkpoint": "/ws/run/checkpoints/step_000040.pt", "job_id": "45",
-              "start": 2, "discarded_records": 2}
+              "start": 2, "discarded_records": 2, "steps_lost": 2}
     found = recovery.recovery(client, job("RUNNING", 1), path, [{"step": 41, "loss": 3.0}, resume])
     assert client.calls == [] and not found["requeued"] and found["lost"] == {}
     assert found["start"] == 2 and found["nodes"] == "w[0,2-3]" and found["left"] == "w1"
     assert found["resumed"]["step"] == 40 and found["resumed"]["discarded_records"] == 2
     assert event_lines("ctl", dict(recovery=found), set()) == [
         "[ctl] job 45 start 2 on w[0,2-3]: without w1, which start 1 had",
-        "[ctl] job 45 start 2 resumed at step 40 from step_000040.pt (2 record(s) after it dropped: their steps "
-        "train again)"]
+        "[ctl] job 45 start 2 resumed at step 40 from step_000040.pt (steps 41 to 42, recorded past it, train again)"]
 
 
 def test_where_a_start_resumed_is_found_in_the_starts_file_long_after_the_metrics_tail_passed_it(tmp_path):
