@@ -519,10 +519,16 @@ def test_rank_crash_ends_the_job_promptly_with_that_ranks_traceback(local_cluste
     assert training_step(run) < 20 and checkpoints(run) == [10]
 
 
+RESTART_HANG_TIMEOUT = 5
+
+
 def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_finishes(local_cluster):
-    """pretrain_restarts_in_job: 1; rank 3 raises after step 12, once (a transient fault)."""
+    """pretrain_restarts_in_job: 1; rank 3 raises after step 12, once (a transient fault). The hang watch
+    runs with a timeout (5 s) shorter than the restart's quiet time (the other ranks wait for the failed
+    one until their launcher stops them; the new ones import torch, meet and load the checkpoint): no hang."""
     run = fresh("restart-in-job")
-    play = Playbook(run_vars(run, pretrain_restarts_in_job=1, extra_env={"TRAINER_FAULT_CRASH": "3:12:first"}))
+    play = Playbook(run_vars(run, pretrain_restarts_in_job=1, pretrain_hang_timeout=RESTART_HANG_TIMEOUT,
+                             extra_env={"TRAINER_FAULT_CRASH": "3:12:first"}))
     wait_for(lambda: training_step(run) >= 12, 180, "training to reach step 12", play)
     job_id = only_job(run)
     nodes = re.search(r" NodeList=(\S+)", slurm("scontrol", "show", "job", job_id)).group(1)
@@ -549,7 +555,13 @@ def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_fi
     assert re.search(r"job %s start 1: %s(, and \d+ more rank\(s\) after it)?; torch\.distributed\.run restarted every "
                      r"rank on the same nodes \(restart 1 in the job\); resumed at step 10 from step_000010\.pt"
                      % (job_id, crashed), result.output), result.output[-6000:]
-    observe("restart-in-job", restarted_after_s=round(restarted_s), resumed_at=resume["step"])
+    # no hang was called (none recorded, nothing requeued: Restarts=0 above); where the restart was
+    # quieter than the timeout, the hang watch said why it waited
+    assert not os.path.exists(os.path.join(WORKSPACE, run, "hangs")) and " hung " not in result.output
+    rearmed = re.findall(r"llmtrain: hang: no progress for \d+ s, and torch\.distributed\.run restarted the ranks.*",
+                         job_logs(run))
+    observe("restart-in-job", restarted_after_s=round(restarted_s), resumed_at=resume["step"],
+            hang_watch_waited_again=len(rearmed))
     assert_every_step_once(run, 60)
 
 

@@ -7,16 +7,19 @@ Gloo) or the time limit. The training job script starts a watcher beside its tra
 
     python -m llmtrain_node.hang watch --pid SRUN_PID --progress FILE [--progress FILE ...]
         --timeout auto|SECONDS --policy requeue|fail|warn --out-dir DIR [--bad-nodes-file FILE]
-        [--requeue-max N] [--record-pattern REGEX ...] [--poll S] [--python P]
+        [--requeue-max N] [--restarts-in-job N] [--record-pattern REGEX ...] [--poll S] [--python P]
         [-- WORDS BEFORE THE DUMP'S COMMAND]
 
 Progress is a change of any --progress file (the metrics file, the job's log). The clock starts
 at this start's first training record (a metrics record with a step and a loss, or a log line
 that a --record-pattern, pretrain_progress_regex, or else a known trainer's pattern matches): the
-start-up, however long and whatever it prints, is never a hang. From then on, silence longer than
-the timeout is a hang (auto: AUTO_FACTOR times the median interval between the last changes, at
-least AUTO_FLOOR_S). The watcher then finds where, inside
-the job's own allocation (a step with --overlap, never a new job): one task per node runs
+start-up, however long and whatever it prints, is never a hang; nor is a restart inside the job
+(--restarts-in-job N: a silence over the timeout is a hang only when the batch node's ranks are
+still the same processes RESTART_GRACE_S later; where torch.distributed.run replaced them, the
+clock waits for their first record again). From then on, silence longer than the timeout is a
+hang (auto: AUTO_FACTOR times the median interval between the last changes, at least
+AUTO_FLOOR_S). The watcher then finds where, inside the job's own allocation (a step with
+--overlap, never a new job): one task per node runs
 
     python -m llmtrain_node.hang dump --out-dir DIR
 
@@ -57,6 +60,9 @@ DUMP_TIMEOUT_S = 30  # one rank's py-spy dump
 STEP_TIMEOUT_S = 120  # the dump step on every node
 FRAMES = 40
 SHOWN_FRAMES = 3
+# with pretrain_restarts_in_job: how long after a silence over the limit the batch node's ranks
+# are watched for a restart (torch.distributed.run stopping them and starting new ones) first
+RESTART_GRACE_S = 60
 READ_MAX_BYTES = 1 << 20  # of a file's new lines, each poll before the first training record
 # a rank in one of these states does not run: T stopped, t traced, D uninterruptible sleep (a
 # device or a file system that does not answer), Z exited and not reaped
@@ -191,6 +197,13 @@ class Silence(object):
         self.last = at
         return True
 
+    def rearm(self):
+        """The ranks started again (torch.distributed.run restarted them inside the job): what
+        follows is a start-up again, so the clock waits for their first training record."""
+        self.unread = {path: NewLines(path) for path in self.paths}
+        self.seen = {path: self._stat(path) for path in self.paths}
+        self.began, self.last = self.clock(), None
+
     def waiting_s(self):
         """Seconds the watch has waited for this start's first training record; None after it."""
         return self.clock() - self.began if self.unread else None
@@ -244,6 +257,40 @@ def alive(pid):
         return proc_state(pid)[0] != "Z"
     except (OSError, IndexError):
         return True
+
+
+def local_rank_pids(proc="/proc"):
+    """The pids of this job's ranks on this node (the batch node, where the watcher runs)."""
+    found = ranks_of(os.environ.get("SLURM_JOB_ID", ""), os.environ.get("SLURMD_NODENAME"), proc=proc)
+    return {pid for pid, _env in found}
+
+
+class RestartGrace(object):
+    """With pretrain_restarts_in_job, a silence over the limit may be torch.distributed.run
+    restarting the ranks: every node's ranks wait for the failed one until their launcher stops
+    them and starts new ones. Such a silence is a hang only when this node's ranks are the same
+    processes RESTART_GRACE_S later; if they changed, it is a restart."""
+
+    def __init__(self, grace_s, pids=local_rank_pids, clock=time.monotonic):
+        self.grace_s, self.pids, self.clock = grace_s, pids, clock
+        self.since = self.before = None
+
+    def reset(self):
+        self.since = self.before = None
+
+    def check(self):
+        """'restarted', 'wait' (within the grace, the ranks unchanged) or 'hang'."""
+        now = self.pids()
+        if self.since is None:
+            self.since, self.before = self.clock(), now
+            return "wait"
+        if now != self.before:
+            self.reset()
+            return "restarted"
+        if self.clock() - self.since < self.grace_s:
+            return "wait"
+        self.reset()
+        return "hang"
 
 
 def run_dump(args, out_dir):
@@ -396,11 +443,14 @@ def watch(args):
     metrics = args.progress[0] if args.progress else None
     silence = Silence(args.progress, args.timeout, is_record=Records(args.record_pattern))
     reported = waited = False
+    grace = RestartGrace(RESTART_GRACE_S) if args.restarts_in_job > 0 else None
     while alive(args.pid):
         time.sleep(args.poll)
         waiting = silence.waiting_s()
         if silence.look():
             reported = False
+            if grace is not None:
+                grace.reset()
             if waiting is not None:
                 say("the first training record of this start came after %d s: the hang watch is on (pretrain_hang_timeout "
                     "%s)" % (waiting, args.timeout))
@@ -415,6 +465,16 @@ def watch(args):
             silence.rebase()
         if silent is None or silent <= limit or reported:
             continue
+        if grace is not None:
+            verdict = grace.check()
+            if verdict == "wait":
+                continue
+            if verdict == "restarted":
+                say("no progress for %d s, and torch.distributed.run restarted the ranks (pretrain_restarts_in_job): "
+                    "their start-up is no hang; the hang watch waits for their first training record" % silent)
+                silence.rearm()
+                waited = False
+                continue
         reported = True
         step = last_step(metrics) if metrics else None
         start = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1
@@ -557,6 +617,7 @@ def parser():
     w.add_argument("--marker", required=True)
     w.add_argument("--bad-nodes-file")
     w.add_argument("--requeue-max", type=int, default=0)
+    w.add_argument("--restarts-in-job", type=int, default=0)
     w.add_argument("--poll", type=float, default=5.0)
     w.add_argument("--python", default=sys.executable)
     w.add_argument("prefix", nargs="*")

@@ -76,6 +76,74 @@ def test_silence_counts_from_this_starts_first_training_record_and_auto_scales_w
     assert hang.Silence([str(metrics)], 20.0, clock).limit() == 20.0
 
 
+def test_after_the_ranks_started_again_the_clock_waits_for_their_first_record_again(tmp_path):
+    """torch.distributed.run restarted the ranks inside the job: their start-up (a checkpoint to load,
+    a model to compile) is as quiet as the first start's, and no hang."""
+    metrics, log = tmp_path / "metrics.jsonl", tmp_path / "job.out"
+    metrics.write_text("")
+    log.write_text("")
+    clock = Clock()
+    silence = hang.Silence([str(metrics), str(log)], 30.0, clock)
+    clock.now = 10.0
+    append(metrics, record(1))
+    assert silence.look() and silence.waiting_s() is None
+    clock.now = 100.0  # 90 s without a record: over the timeout, and the ranks started again
+    silence.rearm()
+    for at, text in enumerate(["train: resuming at step 1 from step_000001.pt\n", "compiling ...\n"], 1):
+        clock.now = 100.0 + 500 * at
+        append(log, text)
+        assert not silence.look() and silence.silent_for() is None
+    assert silence.waiting_s() == 1000.0
+    clock.now = 1200.0
+    append(metrics, record(2))
+    assert silence.look() and silence.silent_for() == 0 and silence.waiting_s() is None
+
+
+def fake_proc(tmp_path, ranks):
+    """A /proc of this user's processes: {pid: environment}."""
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    for pid, env in ranks.items():
+        (proc / str(pid)).mkdir()
+        (proc / str(pid) / "environ").write_bytes(b"\0".join(("%s=%s" % kv).encode() for kv in env.items()))
+    return str(proc)
+
+
+def test_the_batch_nodes_ranks_are_this_jobs_on_this_node(tmp_path, monkeypatch):
+    job = dict(SLURM_JOB_ID="45", SLURMD_NODENAME="n0", LOCAL_RANK="0", RANK="0")
+    monkeypatch.setenv("SLURM_JOB_ID", "45")
+    monkeypatch.setenv("SLURMD_NODENAME", "n0")
+    proc = fake_proc(tmp_path, {101: job, 102: dict(job, LOCAL_RANK="1", RANK="1"),
+                                103: dict(job, SLURMD_NODENAME="n1", RANK="2"), 104: dict(job, SLURM_JOB_ID="46"),
+                                105: dict(SLURM_JOB_ID="45", SLURMD_NODENAME="n0")})  # the launcher: no RANK
+    assert hang.local_rank_pids(proc) == {101, 102}
+
+
+def test_with_restarts_in_the_job_a_silence_is_a_hang_only_when_the_ranks_stay_the_same():
+    """torch.distributed.run stops the ranks of every node after a failure and starts new ones: the
+    silence until then is no hang. Ranks that stay the same processes past the grace are hung."""
+    clock, pids = Clock(), [{101, 102}]
+    grace = hang.RestartGrace(60, pids=lambda: pids[0], clock=clock)
+    assert grace.check() == "wait"  # the silence went over the limit: the grace begins
+    clock.now = 30.0
+    assert grace.check() == "wait"
+    pids[0] = set()  # the launcher stopped them
+    assert grace.check() == "restarted"
+    # a hang: the same processes through the grace
+    pids[0] = {201, 202}
+    clock.now = 100.0
+    assert grace.check() == "wait"
+    clock.now = 159.0
+    assert grace.check() == "wait"
+    clock.now = 160.0
+    assert grace.check() == "hang"
+    # progress in between starts the grace again
+    assert grace.check() == "wait"
+    grace.reset()
+    clock.now = 300.0
+    assert grace.check() == "wait" and grace.since == 300.0
+
+
 @pytest.mark.parametrize("line, patterns, is_record", [
     ("{'loss': '2.346', 'grad_norm': '1.2', 'learning_rate': '5e-05', 'epoch': '0.12'}", None, True),  # HF Trainer 5.x
     ("\x1b[31mstep: 10  \x1b[32mloss:  9.8765  \x1b[33mmemory: 1.2GiB", None, True),  # torchtitan, coloured
