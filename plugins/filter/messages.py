@@ -14,20 +14,16 @@ import re
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import exit_codes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import node_state_text
 
 # Lines of a job log in which Slurm says that a node of the job was lost.
 NODE_LOST = re.compile(r"Node failure|NODE FAILURE|not responding")
 
 
-def _node_state(node):
-    state = "+".join([node["state"]] + list(node.get("state_flags") or []))
-    return state + (": %s" % node["reason"] if node.get("reason") else "")
-
-
 def lost_nodes_message(job, job_name, down_nodes, log_errors, newest_checkpoint):
     """job: as slurm_job_info returns it, requeued and waiting for nodes; down_nodes: the
     partition's nodes out of service, as slurm_cluster_info returns them."""
-    down = ",".join(" %s (%s)" % (node["name"], _node_state(node)) for node in down_nodes)
+    down = ",".join(" %s (%s)" % (node["name"], node_state_text(node)) for node in down_nodes)
     lines = [
         "Training job %s (%s) lost a node and was requeued by Slurm (restart %s); it is pending (Slurm's reason: %s) "
         "and cannot start while the nodes it needs are out of service."

@@ -19,7 +19,7 @@ import os
 import re
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import tail_records
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import node_state_text, parse_nodes, usable
 
 # starts.jsonl lines read from its end: the starts of the watched job are its last ones
 STARTS_READ = 16
@@ -56,12 +56,6 @@ def unreadable_starts_message(path, unreadable):
             "write to that file." % (path, unreadable))
 
 
-def node_state(node):
-    """'down: Not responding' from a node as parse_nodes gives it."""
-    state = "+".join([node["state"]] + list(node.get("state_flags") or []))
-    return state + (": %s" % node["reason"] if node.get("reason") else "")
-
-
 def lost_nodes(client, nodelist):
     """{node: its state and Slurm's reason} for the nodes of nodelist that cannot run a job step
     now (scontrol show node of those nodes only); {} when Slurm does not say."""
@@ -70,7 +64,7 @@ def lost_nodes(client, nodelist):
     rc, out, _err = client.run([client.bin("scontrol"), "show", "node", "-o", nodelist], ok_rcs=(0, 1))
     if rc != 0:
         return {}
-    return dict((n["name"], node_state(n)) for n in parse_nodes(out) if not usable(n))
+    return dict((n["name"], node_state_text(n)) for n in parse_nodes(out) if not usable(n))
 
 
 def resumed_event(records, job_id, start):

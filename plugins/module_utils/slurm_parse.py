@@ -221,6 +221,13 @@ def _node_state(text):
     return words[0].rstrip("*~#!%$@^-"), words[1:]
 
 
+def node_state_text(node):
+    """'down+not_responding: Not responding' from a node as parse_nodes gives it: its state, its
+    flags, and Slurm's reason where there is one."""
+    state = "+".join([node["state"]] + list(node.get("state_flags") or []))
+    return state + (": %s" % node["reason"] if node.get("reason") else "")
+
+
 def parse_nodes(text):
     """`scontrol show node -o` -> a list of node dicts."""
     nodes = []

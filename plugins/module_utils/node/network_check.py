@@ -15,8 +15,9 @@ traffic goes through (link_speed.py). The whole is judged against the slowest li
 it is below --min-fraction of it, or where links report no speed, the nodes are measured in
 ring-neighbour pairs (one rank per node), and a node whose best pair is below --min-fraction
 of its link (or of the other nodes' pairs, where there is no speed to judge against) is
-measured again, afresh and for longer: it is named when both measurements found it slow. Rank 0 writes FILE (every figure, and the verdict: ok, slow_nodes or
-slow_fabric), prints a per-node table and adds the slow nodes to --bad-nodes-file. Exit
+measured again, afresh and for longer: it is named when both measurements found it slow.
+Rank 0 writes FILE (every figure, and the verdict: ok, slow_nodes or slow_fabric), prints a
+per-node table and adds the slow nodes to --bad-nodes-file. Exit
 status 0 on every rank when it measured; anything else on a rank that could not (srun then
 ends the others).
 

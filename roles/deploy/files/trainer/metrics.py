@@ -111,22 +111,22 @@ def lines_from_end(f, block=1 << 16):
         stop = newline + 1
 
 
-def kept_record(line, resumed_step):
-    """Whether a whole line of metrics.jsonl is a record a run resumed at resumed_step keeps."""
+def parsed(line):
+    """The JSON value of a line of metrics.jsonl, or None where it is none."""
     try:
-        record = json.loads(line)
+        return json.loads(line)
     except ValueError:
-        return False
+        return None
+
+
+def kept_record(record, resumed_step):
+    """Whether a parsed line of metrics.jsonl is a record a run resumed at resumed_step keeps."""
     step = record.get("step", 0) if isinstance(record, dict) else None
     return isinstance(step, (int, float)) and step <= resumed_step
 
 
-def record_step(line):
-    """The integer step of a loss record's line, else None."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
+def loss_step(record):
+    """The integer step of a parsed loss record, else None."""
     step = record.get("step") if isinstance(record, dict) and "loss" in record else None
     return step if isinstance(step, int) else None
 
@@ -143,11 +143,12 @@ class MetricsLog:
             with open(path, "r+b") as f:
                 keep = 0
                 for offset, line in lines_from_end(f):
-                    if resumed_step and line.endswith(b"\n") and kept_record(line, resumed_step):
+                    record = parsed(line)
+                    if resumed_step and line.endswith(b"\n") and kept_record(record, resumed_step):
                         keep = offset + len(line)
                         break
                     self.dropped += 1
-                    step = record_step(line)
+                    step = loss_step(record)
                     if step is not None and (self.dropped_to_step is None or step > self.dropped_to_step):
                         self.dropped_to_step = step
                 if self.dropped:
