@@ -62,6 +62,7 @@ def _traceback_heading(job, log, procs_per_node):
 
 NODE_CHECK_FAILED_RC = exit_codes.NODE_CHECK_FAILED.code
 NETWORK_CHECK_FAILED_RC = exit_codes.NETWORK_CHECK_FAILED.code
+STOPPED_RC = exit_codes.STOPPED.code
 
 
 def _of_job(record, job):
@@ -94,6 +95,9 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
         "What the run left is in %s; checkpoints stay in %s/checkpoints and a rerun resumes from the newest."
         % (local_dir, run_dir),
     ]
+    if job.get("exit_code") == STOPPED_RC:
+        lines.append("It was stopped on request (playbooks/stop.yml) with a checkpoint and not requeued: "
+                     "playbooks/pretrain.yml resumes the run from its newest checkpoint.")
     if job["state"] == "TIMEOUT":
         limit = " (%s)" % job["time_limit"] if job.get("time_limit") else ""
         lines.append("Slurm stopped it at its time limit%s: it sent SIGUSR2 pretrain_signal_lead seconds before, and the "

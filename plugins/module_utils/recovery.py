@@ -8,7 +8,8 @@ job, naming the rank that failed).
 Its sources: the run's starts.jsonl, one line per start of a job written by the job script
 ({job_id, start, nodes, left, time}: left, the nodes of the start before that this one lacks),
 and the reference trainer's start and resume events (with job_id and start), which it adds
-there as it writes them to metrics.jsonl; Slurm's view of the last start's nodes, asked only
+there as it writes them to metrics.jsonl (and the job script's end line of each start, which the
+status playbook reads); Slurm's view of the last start's nodes, asked only
 while the job waits, requeued. Each file is read from its end, a few records, whatever the
 run's length.
 """
@@ -40,6 +41,8 @@ def run_starts(path):
     for record in records:
         if record.get("event") in ("start", "resume") and record.get("job_id"):
             events.append(record)
+        elif record.get("event") == "end" and record.get("job_id"):
+            continue  # how a start ended (the job script's line), for the status playbook
         elif isinstance(record.get("start"), int) and isinstance(record.get("nodes"), str) and record.get("job_id"):
             starts.append(dict(job_id=str(record["job_id"]), start=record["start"], nodes=record["nodes"],
                                left=record.get("left") if isinstance(record.get("left"), str) else "",

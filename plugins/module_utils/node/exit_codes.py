@@ -75,6 +75,12 @@ HANG = ExitCode(
     "The play names the node and the rank that held the others, with its first frames; the stacks are in "
     "hangs/<job>-<start>/ (<node>.txt). Repair or leave out that node (slurm_exclude_nodes), or find the "
     "deadlock in the stacks, and run the playbook again.")
+STOPPED = ExitCode(
+    "STOPPED", 81, "the training job script",
+    "Stopped on request by playbooks/stop.yml: the job got the stop notice (SIGUSR2) as at a preemption, the "
+    "training saved a checkpoint and stopped, and the job ended without requeueing itself (also when the request "
+    "came while the job was queued or in its checks: nothing trained since the newest checkpoint).",
+    "Nothing is lost: the run is stopped at its newest checkpoint; playbooks/pretrain.yml resumes it from there.")
 REQUEUED_HELD = ExitCode(
     "REQUEUED_HELD", 100, "node_check.sh, network_check.sh (bad_nodes.sh)",
     "Not a failure: a check found bad nodes, the policy is exclude and requeues are left, so it asked Slurm to "
@@ -82,7 +88,7 @@ REQUEUED_HELD = ExitCode(
     "Nothing: the play's watcher excludes the bad nodes and releases the job, which starts again on other nodes.")
 
 TABLE = (FAILED, SETTING, ENV_FILE_MISSING, RENDEZVOUS, BAD_NODES, PREEMPTED, NODE_CHECK_FAILED, NETWORK_CHECK_FAILED,
-         HANG, REQUEUED_HELD)
+         HANG, STOPPED, REQUEUED_HELD)
 BY_NAME = {entry.name: entry for entry in TABLE}
 
 

@@ -79,7 +79,9 @@ def test_where_a_start_resumed_is_found_in_the_starts_file_long_after_the_metric
     thousands of records (a rerun re-attaching) still says where the start resumed."""
     resume = {"event": "resume", "step": 40, "checkpoint": "/ws/run/checkpoints/step_000040.pt", "job_id": "45",
               "start": 2}
+    # (and the job script's end line of each start, which the status playbook reads: not a bad line)
     path = starts_file(tmp_path, start("45", 1, "w[0-2]"), {"event": "start", "step": 0, "job_id": "45", "start": 1},
+                       {"event": "end", "job_id": "45", "start": 1, "how": "requeued", "exit_code": 0, "time": "E"},
                        start("45", 2, "w[0-2]"), resume)
     found = recovery.recovery(Client(), job("RUNNING", 1), path, [{"step": 4000, "loss": 2.0}] * 16)
     assert found["unreadable_starts"] == 0 and found["previous"]["start"] == 1

@@ -146,3 +146,11 @@ def test_a_job_whose_network_check_failed_names_the_slow_node_measured_and_expec
     for job, check in ((NETWORK_FAILED, dict(NETWORK_CHECK, job_id="41")), (FAILED, NETWORK_CHECK),
                        (NETWORK_FAILED, dict(NETWORK_CHECK, slow={}))):
         assert job_failure_message(job, None, *WHERE, network_check=check) == job_failure_message(job, None, *WHERE)
+
+
+def test_a_job_stopped_on_request_says_so_and_how_to_resume():
+    stopped = dict(FAILED, exit_code=81, reason="NonZeroExitCode")
+    lines = job_failure_message(stopped, dict(tail=["llmtrain: stopped"]), *WHERE).split("\n")
+    assert lines[2] == ("It was stopped on request (playbooks/stop.yml) with a checkpoint and not requeued: "
+                        "playbooks/pretrain.yml resumes the run from its newest checkpoint.")
+    assert "stopped on request" not in job_failure_message(FAILED, {}, *WHERE)
