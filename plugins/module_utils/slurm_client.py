@@ -8,7 +8,7 @@ import os
 import pwd
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
-    ASSOC_FORMAT, FIELD_SEP, NO_ACCOUNTING_MARKER, SACCT_FIELDS, SINFO_STATE_FORMAT, SQUEUE_FORMAT, job_from_scontrol,
+    ASSOC_FORMAT, FIELD_SEP, NO_ACCOUNTING_MARKER, QUEUE_FIELDS, QUEUE_FORMAT, SACCT_FIELDS, SINFO_STATE_FORMAT, SQUEUE_FORMAT, job_from_scontrol,
     parse_associations, parse_nodes, parse_partitions, parse_records, parse_reservations, parse_sacct, parse_squeue,
     parse_state_counts, parse_version, unknown_job)
 
@@ -69,6 +69,13 @@ class Slurm:
         _rc, out, _err = self.run([self.bin("squeue"), "--noheader", "--states=all", "--user=" + self.user(),
                                   "--format=" + SQUEUE_FORMAT])
         return parse_squeue(out)
+
+    def queue(self):
+        """Every job of this user the controller still knows, any state, with why it waits, its
+        nodes and when it may start (QUEUE_FIELDS): one query for the status of every run."""
+        _rc, out, _err = self.run([self.bin("squeue"), "--noheader", "--states=all", "--user=" + self.user(),
+                                  "--format=" + QUEUE_FORMAT])
+        return parse_squeue(out, QUEUE_FIELDS)
 
     def show_job(self, job_id):
         """scontrol's view of one job, sacct's when the controller forgot it, else unknown."""

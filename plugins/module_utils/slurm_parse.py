@@ -379,21 +379,28 @@ def unknown_job(job_id):
 
 SQUEUE_FIELDS = ("job_id", "state", "name", "comment")
 SQUEUE_FORMAT = FIELD_SEP.join(["%i", "%T", "%j", "%k"]) + RECORD_SEP
+# what the status playbook shows of each job: why it waits, its nodes, when it may start
+QUEUE_FIELDS = ("job_id", "state", "name", "reason", "num_nodes", "nodelist", "start_time")
+QUEUE_FORMAT = FIELD_SEP.join(["%i", "%T", "%j", "%r", "%D", "%N", "%S"]) + RECORD_SEP
 
 
-def parse_squeue(text):
-    """squeue output in SQUEUE_FORMAT -> [{job_id, state, name, comment}]."""
+def parse_squeue(text, fields=SQUEUE_FIELDS):
+    """squeue output in SQUEUE_FORMAT -> [{job_id, state, name, comment}] (QUEUE_FORMAT with
+    fields=QUEUE_FIELDS); fields that say nothing ("", "(null)", "None", "N/A") are None."""
     jobs = []
     for record in text.split(RECORD_SEP):
         record = record.lstrip("\n")
         if not record:
             continue
-        fields = record.split(FIELD_SEP)
-        if len(fields) != len(SQUEUE_FIELDS):
+        values = record.split(FIELD_SEP)
+        if len(values) != len(fields):
             raise ValueError("unexpected squeue record %r" % record)
-        job = dict(zip(SQUEUE_FIELDS, fields))
+        job = dict(zip(fields, values))
         job["state"] = normalize_state(job["state"])
-        job["comment"] = null(job["comment"])
+        for key in set(fields) - {"job_id", "state", "name"}:
+            job[key] = null(job[key])
+        if "num_nodes" in job:
+            job["num_nodes"] = int(job["num_nodes"]) if (job["num_nodes"] or "").isdigit() else None
         jobs.append(job)
     return jobs
 

@@ -21,7 +21,7 @@ from jinja2 import Environment, nodes
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = sorted(os.path.basename(os.path.dirname(path)) for path in glob.glob(os.path.join(ROOT, "roles", "*", "meta")))
 # the prefixes of the variables a user sets; a name with one of them is a run variable
-PUBLIC = re.compile(r"^(slurm|nccl_env|preflight|deploy|pretrain|inference|local_cluster|run)_[a-z0-9_]+$")
+PUBLIC = re.compile(r"^(slurm|nccl_env|preflight|deploy|pretrain|inference|local_cluster|run|status)_[a-z0-9_]+$")
 # keys whose string value is a bare Jinja expression, not a template
 BARE = {"when", "until", "changed_when", "failed_when", "that"}
 JINJA = Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])

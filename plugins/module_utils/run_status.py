@@ -1,0 +1,327 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The state of every run in a workspace, for the status playbook: from the run directories and
+one Slurm query (the user's jobs), never an allocation.
+
+A run is a directory of the workspace that the user owns and that holds what the pretrain stage
+leaves (scripts/pretrain.sbatch, train.done.json or starts.jsonl). Its last job is the newest of
+the jobs Slurm lists under its job name, the one its done record names and the one its last start
+line names. What each run costs is bounded whatever its length: the tails of starts.jsonl and
+metrics.jsonl (or of the job's log), records of a few KB, the names in checkpoints/.
+
+States: queued (pending, with Slurm's reason), requeued (pending again after it started),
+running, stopping (running, asked to stop), finished, failed, stopped (playbooks/stop.yml),
+not submitted (the stages before pretrain ran only); untrusted for a directory others may
+write to, whose files are not read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.job_watch import newest_hang
+from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import last_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
+from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
+
+RUN_MARKERS = ("scripts/pretrain.sbatch", "train.done.json", "starts.jsonl")
+DONE_FILE = "train.done.json"
+STARTS_FILE = "starts.jsonl"
+STOP_FILE = "STOP"
+METRICS_FILE = "metrics.jsonl"
+BAD_NODES_FILE = "bad_nodes.json"
+# the tail of starts.jsonl read: each start adds its line, the trainer's event and its end line
+STARTS_READ = 32
+RECORD_MAX_BYTES = 65536
+BAD_NODES_MAX_BYTES = 4 * 1048576
+BAD_NODES_NAMED = 3
+# checkpoints: the reference trainer's step_NNNNNN(.pt), a Hugging Face Trainer's checkpoint-N
+CHECKPOINT = re.compile(r"\A(?:step_0*(\d+)(?:[.]pt)?|checkpoint-(\d+))\Z")
+PENDING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD")
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT",
+          "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "RESV_DEL_HOLD")
+# how a start ended (the job script's end line) -> the run's state once its last job ended
+ENDED = {"finished": "finished", "stopped": "stopped"}
+# a number the table gives more than one name (3) is told by the first
+BY_CODE = {entry.code: entry for entry in reversed(TABLE)}
+# the longest text of a cell; the detail has the whole of it
+CELL_CHARS = 48
+COLUMNS = ("run", "state", "job", "nodes", "step", "loss", "tokens/s", "ETA", "last event", "bad nodes")
+
+
+def run_names(workspace, uid):
+    """The runs of workspace that uid owns (directories, not links), sorted by name."""
+    names = []
+    for entry in sorted(os.listdir(workspace)):
+        path = os.path.join(workspace, entry)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == uid and any(
+                os.path.lexists(os.path.join(path, marker)) for marker in RUN_MARKERS):
+            names.append(entry)
+    return names
+
+
+def untrusted(path):
+    """Why the run directory's files are not to be believed (others may write there), or None."""
+    info = os.lstat(path)
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "its directory is writable by its group or others (mode %04o): its files are not read" % (
+            stat.S_IMODE(info.st_mode))
+    return None
+
+
+def _json(path, max_bytes=RECORD_MAX_BYTES):
+    text, _why = read_text(path, max_bytes)
+    try:
+        record = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    return record
+
+
+def starts_and_ends(path):
+    """(start lines, end lines, unreadable) of the tail of starts.jsonl (the job script's)."""
+    if not os.path.isfile(path) or os.path.islink(path):
+        return [], [], 0
+    records, unreadable = tail_records(path, count=STARTS_READ)
+    starts = [r for r in records if isinstance(r.get("start"), int) and isinstance(r.get("nodes"), str) and r.get("job_id")]
+    ends = [r for r in records if r.get("event") == "end" and r.get("job_id")]
+    return starts, ends, unreadable
+
+
+def newest_checkpoint(checkpoint_dir):
+    """(name, step) of the newest checkpoint in checkpoint_dir, or (None, None)."""
+    try:
+        names = os.listdir(checkpoint_dir)
+    except OSError:
+        return None, None
+    steps = []
+    for name in names:
+        match = CHECKPOINT.match(name)
+        if match:
+            steps.append((int(match.group(1) or match.group(2)), name))
+    if not steps:
+        return None, None
+    step, name = max(steps)
+    return name, step
+
+
+def bad_nodes(path):
+    """The nodes the run's checks recorded bad (bad_nodes.json's keys), sorted."""
+    record = _json(path, BAD_NODES_MAX_BYTES)
+    return sorted(record) if isinstance(record, dict) else []
+
+
+def job_log_path(run_dir, job_log, job_name, job_id):
+    """The job's log, as the job's output option names it (logs/%x-%j.out)."""
+    return os.path.join(run_dir, job_log.replace("%x", job_name).replace("%j", str(job_id)))
+
+
+def last_job_id(queued, done, starts):
+    """The newest job of the run: Slurm's, the done record's, the last start line's."""
+    ids = [j["job_id"] for j in queued] + [str(done.get("job_id"))] * bool(done.get("job_id"))
+    ids += [str(s["job_id"]) for s in starts[-1:]]
+    ids = [i for i in ids if i.split("_")[0].isdigit()]
+    return max(ids, key=lambda i: int(i.split("_")[0])) if ids else None
+
+
+def exit_text(code):
+    """'exit 81 (STOPPED)' for one of the run's exit codes, 'exit 3' otherwise."""
+    entry = BY_CODE.get(code) if isinstance(code, int) else None
+    return "exit %s%s" % (code, " (%s)" % entry.name if entry else "")
+
+
+def state_of(job_id, slurm_job, done, end, stop_requested, started):
+    """(state, why) of a run whose last job is job_id. slurm_job: Slurm's row of it (or None when
+    Slurm forgot it); done: the run's done record; end: the job's last end line (or None);
+    stop_requested: STOP names this job; started: the job has a start line."""
+    state = slurm_job["state"] if slurm_job else None
+    if state in ACTIVE:
+        if state in PENDING_STATES:
+            reason = slurm_job.get("reason") or "waiting"
+            return ("requeued" if started or state != "PENDING" else "queued"), reason
+        return ("stopping" if stop_requested else "running"), None
+    if str(done.get("job_id")) == str(job_id) and done.get("state") == "COMPLETED":
+        return "finished", None
+    if end is not None:
+        how = end.get("how")
+        if how in ENDED:
+            return ENDED[how], None
+        if stop_requested:
+            # asked to stop, it ended another way (killed by the cancel after pretrain_signal_lead)
+            return "stopped", "%s after the stop request, %s" % (how, exit_text(end.get("exit_code")))
+        return "failed", exit_text(end.get("exit_code")) if how == "failed" else "%s, %s" % (how, exit_text(end.get("exit_code")))
+    if stop_requested:
+        return "stopped", "cancelled while queued" if not started else "cancelled after the stop request"
+    if state == "COMPLETED":
+        return "finished", None
+    if state:
+        return "failed", "Slurm: %s" % state
+    return "failed", "no end line, and Slurm forgot the job (cancelled, or its batch node lost)"
+
+
+def progress(run_dir, job_log, patterns):
+    """The run's progress (metrics.progress_of) from the tail of its metrics file, else from its
+    job's log lines (your script's, with the patterns), else None."""
+    metrics = os.path.join(run_dir, METRICS_FILE)
+    if os.path.isfile(metrics) and not os.path.islink(metrics):
+        records, _unreadable = tail_records(metrics)
+        if records:
+            return progress_of(records)
+    if job_log and patterns and os.path.isfile(job_log):
+        state, _errors = trainer_state.read_newest(os.path.join(run_dir, "checkpoints"))
+        record, _warnings = last_record(job_log, patterns, state)
+        if record:
+            return progress_of([record])
+    return None
+
+
+def last_event(state, end, prog, hang, started):
+    """A few words on what the run did last."""
+    if hang:
+        return "hang in start %s: %s" % (hang.get("start"), ", ".join(sorted(hang.get("suspects") or {})) or "no node named")
+    if end is not None and state not in ("running", "stopping", "queued", "requeued"):
+        return "start %s ended %s at %s" % (end.get("start"), end.get("how"), end.get("time"))
+    if prog and prog.get("event"):
+        step = prog.get("event_step")
+        return "%s%s" % (prog["event"], "" if step is None else " at step %s" % step)
+    if started:
+        return "start %s on %s at %s" % (started.get("start"), started.get("nodes"), started.get("time"))
+    return None
+
+
+def run_row(workspace, name, queued, job_prefix, job_log, patterns):
+    """The status of run `name`: the state, its last job, progress and what the table shows.
+    queued: Slurm's rows of the user's jobs named job_prefix + name."""
+    run_dir = os.path.join(workspace, name)
+    row = dict(run=name, run_dir=run_dir, state=None, why=None, job_id=None, slurm_state=None, nodes=None,
+               num_nodes=None, step=None, total_steps=None, loss=None, tokens_per_s=None, eta_s=None,
+               last_event=None, bad_nodes=[], checkpoint=None, checkpoint_step=None, stdout_path=None,
+               exit_code=None, how=None)
+    distrust = untrusted(run_dir)
+    if distrust:
+        row.update(state="untrusted", why=distrust)
+        return row
+    done = _json(os.path.join(run_dir, DONE_FILE))
+    done = done if isinstance(done, dict) else {}
+    starts, ends, _unreadable = starts_and_ends(os.path.join(run_dir, STARTS_FILE))
+    job_id = last_job_id(queued, done, starts)
+    row["bad_nodes"] = bad_nodes(os.path.join(run_dir, BAD_NODES_FILE))
+    row["checkpoint"], row["checkpoint_step"] = newest_checkpoint(os.path.join(run_dir, "checkpoints"))
+    if job_id is None:
+        row.update(state="not submitted", why="no training job yet: run playbooks/pretrain.yml")
+        return row
+    slurm_job = next((j for j in queued if j["job_id"] == job_id), None)
+    end = next((e for e in reversed(ends) if str(e["job_id"]) == job_id), None)
+    start = next((s for s in reversed(starts) if str(s["job_id"]) == job_id), None)
+    stop = read_text(os.path.join(run_dir, STOP_FILE), 64)[0]
+    stop_requested = bool(stop) and stop.strip().split("\n")[0] == job_id
+    state, why = state_of(job_id, slurm_job, done, end, stop_requested, start is not None)
+    job_name = job_prefix + name
+    row.update(state=state, why=why, job_id=job_id, slurm_state=slurm_job["state"] if slurm_job else None,
+               stdout_path=job_log_path(run_dir, job_log, job_name, job_id),
+               exit_code=end.get("exit_code") if end else None, how=end.get("how") if end else None)
+    if slurm_job and slurm_job.get("nodelist"):
+        row.update(nodes=slurm_job["nodelist"], num_nodes=slurm_job.get("num_nodes"))
+    elif start:
+        row["nodes"] = start["nodes"]
+    prog = progress(run_dir, row["stdout_path"], patterns)
+    if prog:
+        row.update({key: prog.get(key) for key in ("step", "total_steps", "loss", "tokens_per_s", "eta_s")})
+    if state not in ("running", "stopping"):
+        row["eta_s"] = None
+    hang = newest_hang(os.path.join(run_dir, "hangs"), job_id)
+    row["last_event"] = last_event(state, end, prog, hang, start)
+    return row
+
+
+def _number(value, digits):
+    return "-" if value is None else ("%.*f" % (digits, value) if isinstance(value, float) else str(value))
+
+
+def _duration(seconds):
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return "%dd%02dh" % (seconds // 86400, seconds % 86400 // 3600) if seconds >= 86400 else "%d:%02d:%02d" % (
+        seconds // 3600, seconds % 3600 // 60, seconds % 60)
+
+
+def cells(row):
+    """The table's cells of a row, as text."""
+    state = row["state"] + (" (%s)" % row["why"] if row["why"] and row["state"] in ("queued", "requeued") else
+                            " (exit %s)" % row["exit_code"] if row["state"] == "failed" and row["exit_code"] is not None else "")
+    step = "-" if row["step"] is None else "%s%s" % (row["step"], "/%s" % row["total_steps"] if row["total_steps"] else "")
+    nodes = row["nodes"] or "-"
+    if row["num_nodes"] and row["num_nodes"] > 1:
+        nodes = "%d: %s" % (row["num_nodes"], nodes)
+    bad = row["bad_nodes"]
+    bad_text = ", ".join(bad[:BAD_NODES_NAMED]) + (" and %d more" % (len(bad) - BAD_NODES_NAMED) if len(bad) > BAD_NODES_NAMED else "")
+    loss = row["loss"]
+    texts = [row["run"], state, row["job_id"] or "-", nodes, step,
+             "-" if not isinstance(loss, (int, float)) else "%.4g" % loss, _number(row["tokens_per_s"], 0),
+             _duration(row["eta_s"]), row["last_event"] or (row["why"] or "-"), bad_text or "-"]
+    return [text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 3] + "..." for text in texts]
+
+
+def table(rows):
+    """The lines of the status table (a header, a rule, a line per run)."""
+    body = [cells(row) for row in rows]
+    widths = [max([len(column)] + [len(line[i]) for line in body]) for i, column in enumerate(COLUMNS)]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(COLUMNS, widths)).rstrip(),
+             "  ".join("-" * width for width in widths)]
+    lines += ["  ".join(text.ljust(width) for text, width in zip(line, widths)).rstrip() for line in body]
+    return lines
+
+
+def detail(row, log):
+    """The lines that tell one run in detail: its row, where it stands, its log's tail and, where it
+    failed, the traceback of the rank that failed first (log: job_log.log_summary's, or None)."""
+    lines = ["Run %s: %s%s" % (row["run"], row["state"], " (%s)" % row["why"] if row["why"] else "")]
+    if row["job_id"]:
+        slurm_state = ", Slurm: %s" % row["slurm_state"] if row["slurm_state"] else ""
+        lines.append("  job %s%s, nodes %s" % (row["job_id"], slurm_state, row["nodes"] or "-"))
+    if row["step"] is not None:
+        total = "/%s" % row["total_steps"] if row["total_steps"] else ""
+        eta = ", ETA %s" % _duration(row["eta_s"]) if row["eta_s"] is not None else ""
+        throughput = _number(row["tokens_per_s"], 0)
+        lines.append("  step %s%s, loss %s, %s tokens/s%s" % (row["step"], total, _number(row["loss"], 4), throughput, eta))
+    checkpoint = os.path.join(row["run_dir"], "checkpoints", row["checkpoint"]) if row["checkpoint"] else "none"
+    lines.append("  newest checkpoint: %s" % checkpoint)
+    if row["last_event"]:
+        lines.append("  last event: %s" % row["last_event"])
+    if row["bad_nodes"]:
+        lines.append("  bad nodes (bad_nodes.json, later jobs keep off them): %s" % ", ".join(row["bad_nodes"]))
+    if row["state"] == "stopped":
+        lines.append("  playbooks/pretrain.yml resumes it from its newest checkpoint")
+    if log is None:
+        return lines
+    if row["state"] == "failed" and log.get("traceback"):
+        where = " (rank %s%s)" % (log["failed_rank"], " on %s" % log["node"] if log.get("node") else "") \
+            if log.get("failed_rank") is not None else ""
+        lines += ["The first traceback%s:" % where] + ["  " + line for line in log["traceback"]]
+    if log.get("tail"):
+        lines += ["Last %d lines of %s:" % (len(log["tail"]), log["path"])] + ["  " + line for line in log["tail"]]
+    return lines
+
+
+def job_of(job, row):
+    """The run's last job as Slurm tells it (scontrol, sacct), completed from the run directory
+    where Slurm has forgotten it: its state from its end line or done record, its log."""
+    job = dict(job)
+    if not job.get("known", True) or job.get("state") == "UNKNOWN":
+        job.update(state="COMPLETED" if row["state"] == "finished" else "FAILED" if row["state"] in ("failed", "stopped")
+                   else job.get("state"), nodelist=job.get("nodelist") or row["nodes"])
+        if row["exit_code"] is not None:
+            job["exit_code"] = row["exit_code"]
+    if not job.get("stdout_path") and row["stdout_path"] and os.path.isfile(row["stdout_path"]):
+        job["stdout_path"] = row["stdout_path"]
+    return job

@@ -1,0 +1,210 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: run_status
+short_description: The state of every training run in a workspace, and one run in detail
+description:
+  - Lists the runs of O(workspace) that the connecting user owns - each directory there that holds
+    what the pretrain stage leaves (C(scripts/pretrain.sbatch), C(train.done.json) or C(starts.jsonl)) -
+    with each run's state, its last job, nodes, step and total, loss, tokens/s, ETA, last event and bad nodes.
+  - "What it reads: one C(squeue) query for the user's jobs (any state the controller still knows) and,
+    per run, files of a bounded size: the done record, the tails of C(starts.jsonl) and C(metrics.jsonl)
+    (or of the job's log, for a script of your own that writes no metrics file), C(bad_nodes.json), the
+    names in C(checkpoints/). It allocates nothing and changes nothing."
+  - "The states: V(queued) (pending, with Slurm's reason), V(requeued) (pending again after it started),
+    V(running), V(stopping) (running, asked to stop by C(playbooks/stop.yml)), V(finished), V(failed),
+    V(stopped), V(not submitted) (the stages before pretrain ran only), V(untrusted) (a run directory that
+    others may write to: its files are not read)."
+  - "How a job ended comes from its own end line in C(starts.jsonl) (the job script writes it: finished,
+    failed, requeued, stopped, hang, preempted or killed, with the exit code), or from the done record,
+    so that it is known after Slurm has forgotten the job; Slurm's state where the job left no line."
+  - With O(run), that run in detail (RV(detail)); with O(log_lines), also the last lines of its job's log
+    and, when it failed, the traceback of the rank that failed first.
+version_added: 0.2.0
+author:
+  - llmtrain.slurm maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - llmtrain.slurm.slurm
+options:
+  workspace:
+    description: The shared directory whose runs are listed (C(slurm_workspace)).
+    type: path
+    required: true
+  run:
+    description: The name of one run (a directory of O(workspace)) to tell in detail.
+    type: str
+  log_lines:
+    description: With O(run), the last lines of its job's log to return (V(0) for none).
+    type: int
+    default: 0
+  job_prefix:
+    description: The runs' job names are this prefix and the run name.
+    type: str
+    default: llmtrain-
+  job_log:
+    description: The job's log, relative to the run directory, as its C(--output) names it (V(%x) the job name, V(%j) its id).
+    type: str
+    default: logs/%x-%j.out
+  progress_regex:
+    description:
+      - Patterns of progress lines (named groups C(loss), C(step), optionally C(total_steps), ...) for runs that
+        write no C(metrics.jsonl); V([]) recognises the known trainers' lines (C(pretrain_progress_regex)).
+    type: list
+    elements: str
+    default: []
+notes:
+  - Supports check mode (it only reads).
+"""
+
+EXAMPLES = r"""
+- name: Every run of the workspace, and run tiny in detail with the last 40 lines of its log
+  llmtrain.slurm.run_status:
+    workspace: /shared/llmtrain
+    run: tiny
+    log_lines: 40
+  register: status
+
+- name: Show them
+  ansible.builtin.debug:
+    msg: "{{ status.table + [''] + status.detail }}"
+"""
+
+RETURN = r"""
+runs:
+  description: A row per run, sorted by name.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    run:
+      description: The run's name.
+      type: str
+    state:
+      description: V(queued), V(requeued), V(running), V(stopping), V(finished), V(failed), V(stopped), V(not submitted) or V(untrusted).
+      type: str
+    why:
+      description: Slurm's reason while it waits; how the last job ended when it failed.
+      type: str
+    job_id:
+      description: The run's last job.
+      type: str
+    nodes:
+      description: The job's nodes (Slurm's host list), those of its last start once it ended.
+      type: str
+    step:
+      description: The last step recorded (the last metrics record's, or your script's last progress line's).
+      type: int
+    total_steps:
+      description: The run's total steps, where its records say.
+      type: int
+    loss:
+      description: The last loss recorded.
+      type: float
+    tokens_per_s:
+      description: The last throughput recorded.
+      type: float
+    eta_s:
+      description: Seconds to the end, as the last record estimates it, while the job runs.
+      type: float
+    checkpoint:
+      description: The newest checkpoint's name in C(checkpoints/) (C(step_NNNNNN.pt), C(step_NNNNNN/), C(checkpoint-N/)).
+      type: str
+    checkpoint_step:
+      description: Its step.
+      type: int
+    last_event:
+      description: What the run did last, in a few words.
+      type: str
+    bad_nodes:
+      description: The nodes its checks recorded bad (C(bad_nodes.json)).
+      type: list
+      elements: str
+    stdout_path:
+      description: The last job's log.
+      type: str
+table:
+  description: The lines of a table of RV(runs), for a person.
+  returned: always
+  type: list
+  elements: str
+run:
+  description: The row of O(run), or null when the workspace holds no such run of this user.
+  returned: when O(run) is given
+  type: dict
+detail:
+  description: The lines that tell O(run) in detail (with O(log_lines), the log's tail and the failing rank's traceback).
+  returned: when O(run) is given
+  type: list
+  elements: str
+job:
+  description:
+    - The last job of O(run) as M(llmtrain.slurm.slurm_job_info) returns a job; where Slurm has forgotten it, what
+      the run directory tells of it (its state from its end line or done record, its log).
+  returned: when O(run) is given and it has a job
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import run_status
+from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
+from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            workspace=dict(type="path", required=True),
+            run=dict(type="str"),
+            log_lines=dict(type="int", default=0),
+            job_prefix=dict(type="str", default="llmtrain-"),
+            job_log=dict(type="str", default="logs/%x-%j.out"),
+            progress_regex=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not os.path.isdir(p["workspace"]):
+        module.fail_json(msg="workspace %s is not a directory: set slurm_workspace to the run's shared directory" % p["workspace"])
+    try:
+        patterns = compile_patterns(p["progress_regex"] or DEFAULT_PATTERNS)
+    except ValueError as err:
+        module.fail_json(msg=str(err))
+    client = Slurm(module)
+    try:
+        queue = [j for j in client.queue() if j["name"].startswith(p["job_prefix"])]
+    except (SlurmError, ValueError) as err:
+        module.fail_json(msg=str(err))
+    names = run_status.run_names(p["workspace"], os.getuid())
+    rows = [run_status.run_row(p["workspace"], name, [j for j in queue if j["name"] == p["job_prefix"] + name],
+                               p["job_prefix"], p["job_log"], patterns) for name in names]
+    result = dict(changed=False, runs=rows, table=run_status.table(rows))
+    if p["run"] is not None:
+        row = next((r for r in rows if r["run"] == p["run"]), None)
+        result.update(run=row, detail=["No run %s of this user in %s: the table lists those there." % (p["run"], p["workspace"])])
+        if row is not None:
+            log = None
+            if p["log_lines"] > 0 and row["stdout_path"] and os.path.isfile(row["stdout_path"]):
+                try:
+                    log = log_summary(row["stdout_path"], tail=max(p["log_lines"], 0))
+                except (IOError, OSError) as err:
+                    module.warn("cannot read %s: %s" % (row["stdout_path"], err))
+            result["detail"] = run_status.detail(row, log)
+            if row["job_id"]:
+                try:
+                    result["job"] = run_status.job_of(client.show_job(row["job_id"]), row)
+                except SlurmError as err:
+                    module.fail_json(msg=str(err), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""run_status: the state of every run of a workspace from its files and the user's jobs, and the
+job's own record of its end (node/job_end.py)."""
+
+import json
+import os
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import run_status
+from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_end
+
+PATTERNS = compile_patterns(DEFAULT_PATTERNS)
+
+
+def lines(path, *records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        for record in records:
+            handle.write(json.dumps(record) + "\n")
+
+
+def make_run(workspace, name, job_id=None, done_state="PENDING", starts=(), ends=(), metrics=(), stop=None,
+             checkpoints=(), bad=None):
+    run = workspace / name
+    (run / "scripts").mkdir(parents=True)
+    (run / "scripts" / "pretrain.sbatch").write_text("#!/bin/bash\n")
+    os.chmod(run, 0o755)
+    if job_id:
+        (run / "train.done.json").write_text(json.dumps(dict(fingerprint="ab" * 8, job_id=job_id, state=done_state)))
+    for start in starts:
+        lines(run / "starts.jsonl", dict(job_id=start[0], start=start[1], nodes="n[1-2]", left="", time="T%d" % start[1]))
+    for end in ends:
+        lines(run / "starts.jsonl", dict(event="end", job_id=end[0], start=end[1], how=end[2], exit_code=end[3], time="E"))
+    lines(run / "metrics.jsonl", *metrics) if metrics else None
+    if stop:
+        (run / "STOP").write_text(stop + "\n")
+    for name_ in checkpoints:
+        (run / "checkpoints").mkdir(exist_ok=True)
+        (run / "checkpoints" / name_).write_text("")
+    if bad:
+        (run / "bad_nodes.json").write_text(json.dumps(bad))
+    return run
+
+
+def job(job_id, state, name, reason=None, nodelist=None, num_nodes=None):
+    return dict(job_id=job_id, state=state, name=name, reason=reason, nodelist=nodelist, num_nodes=num_nodes,
+                start_time=None)
+
+
+def row(workspace, name, queue=()):
+    return run_status.run_row(str(workspace), name, [j for j in queue if j["name"] == "llmtrain-" + name],
+                              "llmtrain-", "logs/%x-%j.out", PATTERNS)
+
+
+def test_every_state_a_run_can_be_in(tmp_path):
+    ws = tmp_path
+    loss = dict(step=40, total_steps=100, loss=2.5, tokens_per_s=1234.0, eta_s=90)
+    make_run(ws, "queued", "11")
+    make_run(ws, "requeued", "12", starts=[("12", 1)], ends=[("12", 1, "requeued", 0)])
+    make_run(ws, "running", "13", starts=[("13", 1)], metrics=[loss])
+    make_run(ws, "stopping", "14", starts=[("14", 1)], stop="14")
+    make_run(ws, "finished", "15", done_state="COMPLETED", starts=[("15", 1)], ends=[("15", 1, "finished", 0)])
+    make_run(ws, "failed", "16", starts=[("16", 1)], ends=[("16", 1, "failed", 1)])
+    make_run(ws, "stopped", "17", starts=[("17", 1)], ends=[("17", 1, "stopped", 81)], stop="17",
+             checkpoints=["step_000040.pt", "step_000020.pt", "step_000040.pt.bad"])
+    make_run(ws, "unwatched", "18", starts=[("18", 1)], ends=[("18", 1, "finished", 0)])
+    make_run(ws, "cancelled", "19", starts=[("19", 1)], stop="19")
+    make_run(ws, "killed", "21", starts=[("21", 1)], ends=[("21", 1, "killed", 0)], stop="21")
+    make_run(ws, "hung", "22", starts=[("22", 1)], ends=[("22", 1, "hang", 80)])
+    make_run(ws, "forgotten", "20", starts=[("20", 1)])
+    make_run(ws, "prepared")
+    queue = [job("11", "PENDING", "llmtrain-queued", "Resources"), job("12", "PENDING", "llmtrain-requeued", "BeginTime"),
+             job("13", "RUNNING", "llmtrain-running", None, "n[1-2]", 2), job("14", "RUNNING", "llmtrain-stopping"),
+             job("16", "FAILED", "llmtrain-failed")]
+    states = {name: (r["state"], r["why"]) for name, r in
+              ((name, row(ws, name, queue)) for name in run_status.run_names(str(ws), os.getuid()))}
+    assert states == {
+        "queued": ("queued", "Resources"), "requeued": ("requeued", "BeginTime"), "running": ("running", None),
+        "stopping": ("stopping", None), "finished": ("finished", None), "failed": ("failed", "exit 1 (FAILED)"),
+        "stopped": ("stopped", None), "unwatched": ("finished", None),
+        "cancelled": ("stopped", "cancelled after the stop request"),
+        "killed": ("stopped", "killed after the stop request, exit 0"), "hung": ("failed", "hang, exit 80 (HANG)"),
+        "forgotten": ("failed", "no end line, and Slurm forgot the job (cancelled, or its batch node lost)"),
+        "prepared": ("not submitted", "no training job yet: run playbooks/pretrain.yml")}
+    running = row(ws, "running", queue)
+    assert (running["step"], running["total_steps"], running["loss"], running["eta_s"], running["nodes"]) == (40, 100, 2.5, 90, "n[1-2]")
+    stopped = row(ws, "stopped", queue)
+    assert (stopped["checkpoint"], stopped["checkpoint_step"], stopped["exit_code"]) == ("step_000040.pt", 40, 81)
+
+
+def test_the_last_job_is_the_newest_of_slurms_the_records_and_the_start_lines(tmp_path):
+    # the done record names the job submitted last; a later job seen by Slurm wins, and an end line
+    # of an earlier job says nothing of it
+    make_run(tmp_path, "r", "30", starts=[("30", 1)], ends=[("30", 1, "failed", 1)])
+    queue = [job("29", "COMPLETED", "llmtrain-r"), job("31", "PENDING", "llmtrain-r", "Priority")]
+    found = row(tmp_path, "r", queue)
+    assert (found["job_id"], found["state"], found["why"]) == ("31", "queued", "Priority")
+    # a stop request for an earlier job does not stop this one
+    (tmp_path / "r" / "STOP").write_text("30\n")
+    queue[1].update(state="RUNNING")
+    assert row(tmp_path, "r", queue)["state"] == "running"
+
+
+def test_runs_others_own_or_may_write_to_are_not_read(tmp_path):
+    mine = make_run(tmp_path, "mine", "1", done_state="COMPLETED")
+    (tmp_path / "not-a-run").mkdir()
+    os.symlink(str(mine), str(tmp_path / "link"))
+    assert run_status.run_names(str(tmp_path), os.getuid()) == ["mine"]
+    assert run_status.run_names(str(tmp_path), os.getuid() + 1) == []
+    os.chmod(mine, 0o775)
+    found = row(tmp_path, "mine")
+    assert found["state"] == "untrusted" and "writable by its group or others (mode 0775)" in found["why"]
+
+
+def test_your_scripts_progress_comes_from_its_log(tmp_path):
+    run = make_run(tmp_path, "own", "7", starts=[("7", 1)])
+    (run / "logs").mkdir()
+    (run / "logs" / "llmtrain-own-7.out").write_text("iter 10: loss 3.02, time 1ms\niter 20: loss 2.5, time 1ms\n")
+    found = row(tmp_path, "own", [job("7", "RUNNING", "llmtrain-own")])
+    assert (found["step"], found["loss"], found["stdout_path"]) == (20, 2.5, str(run / "logs" / "llmtrain-own-7.out"))
+
+
+def test_the_table_and_the_detail_say_what_a_user_checks(tmp_path):
+    make_run(tmp_path, "a", "13", starts=[("13", 1)],
+             metrics=[dict(step=40, total_steps=100, loss=2.51234, tokens_per_s=1234.4, eta_s=3700)],
+             bad={"n3": "gpu", "n4": "gpu", "n5": "gpu", "n6": "gpu"})
+    make_run(tmp_path, "b", "16", starts=[("16", 1)], ends=[("16", 1, "failed", 1)])
+    rows = [row(tmp_path, "a", [job("13", "RUNNING", "llmtrain-a", None, "n[1-2]", 2)]), row(tmp_path, "b")]
+    table = run_status.table(rows)
+    assert table[0].split() == ["run", "state", "job", "nodes", "step", "loss", "tokens/s", "ETA", "last", "event", "bad", "nodes"]
+    assert "running" in table[2] and "40/100" in table[2] and "2.512" in table[2] and "1:01:40" in table[2]
+    assert "2: n[1-2]" in table[2] and "n3, n4, n5 and 1 more" in table[2]
+    assert "failed (exit 1)" in table[3] and "start 1 ended failed at E" in table[3]
+    log = dict(path="/x.out", tail=["a", "b"], traceback=["Traceback (most recent call last):", "ValueError: boom"],
+               failed_rank=3, node="n2")
+    text = run_status.detail(rows[1], log)
+    assert text[0] == "Run b: failed (exit 1 (FAILED))"
+    assert "The first traceback (rank 3 on n2):" in text and "  ValueError: boom" in text
+    assert text[-3:] == ["Last 2 lines of /x.out:", "  a", "  b"]
+
+
+def test_a_job_that_finished_marks_its_done_record(tmp_path):
+    done = tmp_path / "train.done.json"
+    assert "no %s" % done in job_end.mark(str(done), "5")
+    done.write_text(json.dumps(dict(fingerprint="ab" * 8, job_id="5", state="PENDING", stdout_path="/l")))
+    assert job_end.mark(str(done), "4") == "%s names another job than 4: left as it is" % done
+    assert json.loads(done.read_text())["state"] == "PENDING"
+    assert job_end.mark(str(done), "5", now="T") is None
+    assert json.loads(done.read_text()) == dict(fingerprint="ab" * 8, job_id="5", state="COMPLETED", stdout_path="/l",
+                                                exit_code="0:0", end_time="T")
+    done.write_text("{half")
+    assert "cannot read" in job_end.mark(str(done), "5")

@@ -1,0 +1,57 @@
+"""run_status with a faked run_command: one squeue query for every run, scontrol for the run in
+detail, and the detail's log tail and traceback from the job's log."""
+
+import json
+import os
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import QUEUE_FORMAT
+from ansible_collections.llmtrain.slurm.plugins.modules import run_status
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, run, scontrol_job, squeue_rows
+
+QUEUE = ["/usr/bin/squeue", "--noheader", "--states=all", "--user=alice", "--format=" + QUEUE_FORMAT]
+
+
+def make_run(workspace, name, job_id, *lines):
+    run_dir = workspace / name
+    (run_dir / "scripts").mkdir(parents=True)
+    (run_dir / "scripts" / "pretrain.sbatch").write_text("#!/bin/bash\n")
+    os.chmod(run_dir, 0o755)
+    (run_dir / "train.done.json").write_text(json.dumps(dict(fingerprint="ab" * 8, job_id=job_id, state="PENDING")))
+    (run_dir / "starts.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return run_dir
+
+
+def test_one_query_for_every_run_and_the_failed_one_in_detail(monkeypatch, capsys, tmp_path):
+    make_run(tmp_path, "a", "7")
+    failed = make_run(tmp_path, "b", "8", dict(job_id="8", start=1, nodes="n1", left="", time="T"),
+                      dict(event="end", job_id="8", start=1, how="failed", exit_code=1, time="E"))
+    (failed / "logs").mkdir()
+    (failed / "logs" / "llmtrain-b-8.out").write_text(
+        "llmtrain: job 8 start 1 on n1, master n1:20008\n[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "train.py", line 3, in <module>\n[rank1]: ValueError: boom\nlast line\n')
+    queue = squeue_rows(["7", "PENDING", "llmtrain-a", "Resources", "2", "", "N/A"],
+                        ["5", "RUNNING", "other-job", "None", "1", "n3", "2026-12-05T00:00:00"])
+    s = Slurm(monkeypatch, [(QUEUE, (0, queue, "")), (scontrol_job(8), (1, "", "slurm_load_jobs error: Invalid job id specified"))],
+              bins=("squeue", "scontrol", "sacct"))
+    monkeypatch.setattr(run_status.Slurm, "sacct_available", lambda self: False)
+    result = run(run_status.main, dict(workspace=str(tmp_path), run="b", log_lines=3), capsys)
+    s.done()
+    assert [(r["run"], r["state"], r["why"]) for r in result["runs"]] == [
+        ("a", "queued", "Resources"), ("b", "failed", "exit 1 (FAILED)")]
+    assert result["table"][2].split()[:4] == ["a", "queued", "(Resources)", "7"]
+    assert "The first traceback (rank 1):" in result["detail"] and "  ValueError: boom" in result["detail"]
+    assert result["detail"][-1] == "  last line"
+    # Slurm forgot the job: what the run directory tells of it, for the collect step
+    job = result["job"]
+    assert (job["job_id"], job["state"], job["exit_code"], job["stdout_path"]) == (
+        "8", "FAILED", 1, str(failed / "logs" / "llmtrain-b-8.out"))
+
+
+def test_a_run_that_is_not_there_is_said_and_a_workspace_that_is_not_fails(monkeypatch, capsys, tmp_path):
+    Slurm(monkeypatch, [(QUEUE, (0, "", ""))])
+    result = run(run_status.main, dict(workspace=str(tmp_path), run="nope"), capsys)
+    assert result["run"] is None and result["runs"] == [] and "job" not in result
+    assert result["detail"] == ["No run nope of this user in %s: the table lists those there." % tmp_path]
+    Slurm(monkeypatch, [])
+    result = run(run_status.main, dict(workspace=str(tmp_path / "missing")), capsys)
+    assert result["failed"] and "set slurm_workspace" in result["msg"]
