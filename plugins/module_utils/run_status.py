@@ -45,6 +45,8 @@ CHECKPOINT = re.compile(r"\A(?:step_0*(\d+)(?:[.]pt)?|checkpoint-(\d+))\Z")
 PENDING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD")
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT",
           "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "RESV_DEL_HOLD")
+# the run's states while its last job is queued or running
+ACTIVE_RUN_STATES = ("queued", "requeued", "running", "stopping")
 # how a start ended (the job script's end line) -> the run's state once its last job ended
 ENDED = {"finished": "finished", "stopped": "stopped"}
 # a number the table gives more than one name (3) is told by the first
@@ -188,7 +190,7 @@ def last_event(state, end, prog, hang, started):
     """A few words on what the run did last."""
     if hang:
         return "hang in start %s: %s" % (hang.get("start"), ", ".join(sorted(hang.get("suspects") or {})) or "no node named")
-    if end is not None and state not in ("running", "stopping", "queued", "requeued"):
+    if end is not None and state not in ACTIVE_RUN_STATES:
         return "start %s ended %s at %s" % (end.get("start"), end.get("how"), end.get("time"))
     if prog and prog.get("event"):
         step = prog.get("event_step")

@@ -24,7 +24,8 @@ description:
     failed, requeued, stopped, hang, preempted or killed, with the exit code), or from the done record,
     so that it is known after Slurm has forgotten the job; Slurm's state where the job left no line."
   - With O(run), that run in detail (RV(detail)); with O(log_lines), also the last lines of its job's log
-    and, when it failed, the traceback of the rank that failed first.
+    (of a queued or running job, read from the file's end, at most 1 MiB) and, when it failed, the traceback
+    of the rank that failed first (the log read from the line its last start began with).
 version_added: 0.2.0
 author:
   - llmtrain.slurm maintainers (!UNKNOWN)
@@ -154,7 +155,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import run_status
-from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
+from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary, tail_lines
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
 
@@ -194,7 +195,10 @@ def main():
             log = None
             if p["log_lines"] > 0 and row["stdout_path"] and os.path.isfile(row["stdout_path"]):
                 try:
-                    log = log_summary(row["stdout_path"], tail=max(p["log_lines"], 0))
+                    # an active job's log is read from its end only (a week's log is large); an ended
+                    # one's from its last start, for the traceback of the rank that failed first
+                    log = (dict(path=row["stdout_path"], tail=tail_lines(row["stdout_path"], p["log_lines"]))
+                           if row["state"] in run_status.ACTIVE_RUN_STATES else log_summary(row["stdout_path"], tail=p["log_lines"]))
                 except (IOError, OSError) as err:
                     module.warn("cannot read %s: %s" % (row["stdout_path"], err))
             result["detail"] = run_status.detail(row, log)

@@ -6,7 +6,7 @@ import os
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import QUEUE_FORMAT
 from ansible_collections.llmtrain.slurm.plugins.modules import run_status
-from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, run, scontrol_job, squeue_rows
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, job_text, run, scontrol_job, squeue_rows
 
 QUEUE = ["/usr/bin/squeue", "--noheader", "--states=all", "--user=alice", "--format=" + QUEUE_FORMAT]
 
@@ -55,3 +55,17 @@ def test_a_run_that_is_not_there_is_said_and_a_workspace_that_is_not_fails(monke
     Slurm(monkeypatch, [])
     result = run(run_status.main, dict(workspace=str(tmp_path / "missing")), capsys)
     assert result["failed"] and "set slurm_workspace" in result["msg"]
+
+
+def test_a_running_jobs_log_is_read_from_its_end(monkeypatch, capsys, tmp_path):
+    running = make_run(tmp_path, "r", "9", dict(job_id="9", start=1, nodes="n1", left="", time="T"))
+    (running / "logs").mkdir()
+    # a week of log lines: only the end is read (1 MiB at most), and its first line is cut
+    (running / "logs" / "llmtrain-r-9.out").write_text("".join("iter %d: loss 2.5, time 1ms\n" % i for i in range(200000)))
+    queue = squeue_rows(["9", "RUNNING", "llmtrain-r", "None", "1", "n1", "2026-12-05T00:00:00"])
+    Slurm(monkeypatch, [(QUEUE, (0, queue, "")), (scontrol_job(9), (0, job_text("running", 9), ""))])
+    result = run(run_status.main, dict(workspace=str(tmp_path), run="r", log_lines=2), capsys)
+    assert result["runs"][0]["state"] == "running" and result["runs"][0]["step"] == 199999
+    assert result["detail"][-3:] == ["Last 2 lines of %s:" % (running / "logs" / "llmtrain-r-9.out"),
+                                     "  iter 199998: loss 2.5, time 1ms", "  iter 199999: loss 2.5, time 1ms"]
+    assert result["job"]["state"] == "RUNNING" and result["job"]["job_id"] == "9"
