@@ -1,0 +1,167 @@
+"""Runs nobody sits and watches, on a cluster another user shares: pretrain.yml with
+pretrain_watch=false submits and returns; playbooks/status.yml shows every run (queued behind the
+other user's job, running, finished, failed, stopped) and collects one; playbooks/stop.yml stops a
+run with a checkpoint, never touching the other user's job of the same name; pretrain.yml resumes
+the stopped run with every step once."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from cluster import RUNS, SLURM_CONF, WORKSPACE, run_playbook, slurm, wait_for
+from test_reliability import STAGES, SESSION, assert_every_step_once, checkpoints, events, run_vars, training_step
+
+FAILING_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "files", "fails", "train.py")
+OTHER_USER = "nobody"
+
+
+def fresh(name):
+    run = "ops-%s-%s" % (name, SESSION)
+    for base in (WORKSPACE, RUNS):
+        shutil.rmtree(os.path.join(base, run), ignore_errors=True)
+    return run
+
+
+def as_other_user(*argv):
+    """A Slurm command run as another user of this machine (the local cluster's munge knows every uid)."""
+    proc = subprocess.run(["runuser", "-u", OTHER_USER, "--"] + list(argv), env=dict(os.environ, SLURM_CONF=SLURM_CONF),
+                          cwd="/tmp", stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def state_of(job_id):
+    return slurm("squeue", "--noheader", "--states=all", "--jobs", job_id, "--format=%T").strip()
+
+
+def shown(output, task):
+    """The lines a debug task whose name starts with `task` showed (the JSON results' msg)."""
+    found = re.search(r"TASK \[[^\]]*%s.*?=> (\{\n.*?\n\})\n" % re.escape(task), output, re.S)
+    assert found, output[-4000:]
+    return json.loads(found.group(1))["msg"].split("\n")
+
+
+def table_rows(output):
+    """{run: its line of the status table} from a status.yml output."""
+    lines = shown(output, "Show every run")
+    assert lines[0].split()[:3] == ["run", "state", "job"], lines
+    return dict((line.split()[0], line) for line in lines[2:])
+
+
+def status(*extra):
+    return run_playbook("status.yml", *extra, timeout=300).output
+
+
+def play(playbook, values, tags=None, timeout=600):
+    return run_playbook(playbook, "-e", json.dumps(values), *(["--tags", tags] if tags else []), timeout=timeout)
+
+
+@pytest.fixture
+def other_users_job(local_cluster):
+    """Another user's job (started by the test) holding every node, under the job name of a run of
+    ours (llmtrain-<run>); cancelled at the end, with whatever the test left queued."""
+    run = fresh("a")
+    started = []
+
+    def start():
+        job_id = as_other_user("sbatch", "--parsable", "--job-name=llmtrain-" + run, "--nodes=3", "--exclusive",
+                               "--output=/dev/null", "--wrap", "sleep 900")
+        started.append(job_id)
+        wait_for(lambda: state_of(job_id) == "RUNNING", 60, "the other user's job to run")
+        return job_id
+    yield run, start
+    if started:
+        slurm("scancel", *started)
+    runs = [run] + ["ops-%s-%s" % (name, SESSION) for name in ("b", "c")]
+    leftover = slurm("squeue", "--noheader", "--user=root", "--name=" + ",".join("llmtrain-" + r for r in runs),
+                     "--format=%i").split()
+    if leftover:
+        slurm("scancel", *leftover)
+    for name in ("a", "b", "c"):
+        fresh(name)
+
+
+def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resumed(other_users_job):
+    run_a, start_other_users_job = other_users_job
+    run_b, run_c = fresh("b"), fresh("c")
+    # a: 2 nodes, 60 steps of about 0.3 s, stopped midway; b: a script of your own that fails; c: finishes
+    values_a = run_vars(run_a, steps=60, pause=0.3, interval=0, slurm_nodes=2, pretrain_signal_lead=60,
+                        pretrain_watch=False)
+    values_b = run_vars(run_b, steps=5, pause=0, slurm_nodes=1, run_script=FAILING_SCRIPT, pretrain_watch=False)
+    values_c = run_vars(run_c, steps=20, pause=0, slurm_nodes=1, pretrain_watch=False)
+
+    # each run's data job first (the deploy stage waits for it), while the cluster is free
+    for values in (values_a, values_b, values_c):
+        play("pretrain.yml", values, tags="nccl_env,deploy")
+    foreign = start_other_users_job()
+
+    # stop.yml finds no job of ours in the run: the other user's job of that name is not touched
+    stopped = play("stop.yml", dict(run_name=run_a), timeout=120)
+    assert "has no queued or running job (llmtrain-%s) of this user: nothing to stop" % run_a in stopped.output
+    assert state_of(foreign) == "RUNNING"
+
+    # submit and return, no watch and no inference (c: the whole pipeline, a and b: the pretrain stage)
+    for values in (values_a, values_b, values_c):
+        result = play("pretrain.yml", values, tags=None if values is values_c else "pretrain")
+        assert "is submitted and not watched (pretrain_watch=false); the pipeline ends here" in result.output, \
+            result.output[-4000:]
+        assert not os.path.exists(os.path.join(RUNS, values["run_name"], "samples.txt"))
+    rows = table_rows(status())
+    for run in (run_a, run_b, run_c):
+        assert re.match(r"%s +queued \((Resources|Priority)\) +\d+ " % run, rows[run]), rows
+    assert foreign not in " ".join(rows.values())
+
+    # the other user's job ends: a and b start, c waits for a node
+    slurm("scancel", foreign)
+    wait_for(lambda: training_step(run_a) >= 10, 300, "run a to pass step 10")
+    rows = table_rows(status())
+    assert re.match(r"%s +running +\d+ +2: \S+ +\d+/60 +\d" % run_a, rows[run_a]), rows
+
+    # stop a: it saves a checkpoint at the step it stopped, within pretrain_signal_lead, and is not requeued
+    result = play("stop.yml", dict(run_name=run_a), timeout=300)
+    preempted = events(run_a, "preempted")
+    assert len(preempted) == 1 and checkpoints(run_a) == [preempted[0]["step"]], (preempted, checkpoints(run_a))
+    stop_step = preempted[0]["step"]
+    said = shown(result.output, "Say where the run stopped")
+    assert said[0] == "Run %s: stopped" % run_a, said
+    assert "  newest checkpoint: %s/%s/checkpoints/step_%06d.pt" % (WORKSPACE, run_a, stop_step) in said, said
+
+    # b failed, c finished: the table says so, and b's detail shows its log and the failing rank
+    wait_for(lambda: '"how": "finished"' in open(os.path.join(WORKSPACE, run_c, "starts.jsonl")).read(), 300,
+             "run c to finish")
+    rows = table_rows(status())
+    assert rows[run_a].split()[1] == "stopped" and "ended stopped" in rows[run_a], rows
+    assert rows[run_b].split()[1] == "failed" and "ended failed" in rows[run_b], rows
+    assert re.match(r"%s +finished +\d+ +\S+ +20/20 " % run_c, rows[run_c]), rows
+    detail = shown(status("-e", "run_name=" + run_b, "-e", "status_log_lines=20"), "Show in detail run %s" % run_b)
+    assert detail[0] == "Run %s: failed (exit 1 (FAILED))" % run_b, detail
+    # the script's own traceback (its lines carry no rank: torch.distributed.run's summary names rank 1)
+    traceback = detail[detail.index("The first traceback:") + 1:]
+    assert traceback[0] == "  Traceback (most recent call last):" and \
+        "  FileNotFoundError: data shard 3 of rank 1 is missing" in traceback[:8], detail
+    tail = next(i for i, line in enumerate(detail) if line.startswith("Last 20 lines of "))
+    assert detail[tail].endswith("/logs/llmtrain-%s-%s.out:" % (run_b, rows[run_b].split()[2])) and \
+        len(detail) - tail - 1 == 20, detail
+
+    # c, never watched, is collected and reported by status.yml alone
+    detail = status("-e", "run_name=" + run_c)
+    report = open(os.path.join(RUNS, run_c, "report.md")).read()
+    assert "Steps: 20 of 20" in report and os.path.exists(os.path.join(RUNS, run_c, "loss.png")), detail[-4000:]
+    done = json.load(open(os.path.join(WORKSPACE, run_c, "train.done.json")))
+    assert done["state"] == "COMPLETED", done
+
+    # the next pipeline of c trains nothing and samples from it; a resumes from its checkpoint to the end
+    jobs_before = slurm("squeue", "--noheader", "--states=all", "--name=llmtrain-" + run_c, "--format=%i").split()
+    result = play("pretrain.yml", dict(values_c, pretrain_watch=True))
+    assert slurm("squeue", "--noheader", "--states=all", "--name=llmtrain-" + run_c, "--format=%i").split() == jobs_before
+    assert os.path.exists(os.path.join(RUNS, run_c, "samples.txt")), result.output[-4000:]
+    play("pretrain.yml", dict(values_a, pretrain_watch=True), tags=STAGES)
+    resumed = events(run_a, "resume")
+    assert len(resumed) == 1 and resumed[0]["step"] == stop_step, resumed
+    assert_every_step_once(run_a, 60)
+    assert table_rows(status())[run_a].split()[1] == "finished"
