@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -123,10 +124,14 @@ def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resum
     assert re.match(r"%s +running +\d+ +2: \S+ +\d+/60 +\d" % run_a, rows[run_a]), rows
 
     # stop a: it saves a checkpoint at the step it stopped, within pretrain_signal_lead, and is not requeued
+    asked = time.monotonic()
     result = play("stop.yml", dict(run_name=run_a), timeout=300)
+    stop_play_s = time.monotonic() - asked
     preempted = events(run_a, "preempted")
     assert len(preempted) == 1 and checkpoints(run_a) == [preempted[0]["step"]], (preempted, checkpoints(run_a))
     stop_step = preempted[0]["step"]
+    print("operate: stop.yml ran %.0f s (pretrain_signal_lead 60), the job stopped at step %d of 60 with a checkpoint"
+          % (stop_play_s, stop_step))
     said = shown(result.output, "Say where the run stopped")
     assert said[0] == "Run %s: stopped" % run_a, said
     assert "  newest checkpoint: %s/%s/checkpoints/step_%06d.pt" % (WORKSPACE, run_a, stop_step) in said, said
@@ -136,7 +141,8 @@ def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resum
              "run c to finish")
     rows = table_rows(status())
     assert rows[run_a].split()[1] == "stopped" and "ended stopped" in rows[run_a], rows
-    assert rows[run_b].split()[1] == "failed" and "ended failed" in rows[run_b], rows
+    failed = re.match(r"%s +failed \(exit 1\) +(\d+) .*ended failed" % run_b, rows[run_b])
+    assert failed, rows
     assert re.match(r"%s +finished +\d+ +\S+ +20/20 " % run_c, rows[run_c]), rows
     detail = shown(status("-e", "run_name=" + run_b, "-e", "status_log_lines=20"), "Show in detail run %s" % run_b)
     assert detail[0] == "Run %s: failed (exit 1 (FAILED))" % run_b, detail
@@ -145,7 +151,7 @@ def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resum
     assert traceback[0] == "  Traceback (most recent call last):" and \
         "  FileNotFoundError: data shard 3 of rank 1 is missing" in traceback[:8], detail
     tail = next(i for i, line in enumerate(detail) if line.startswith("Last 20 lines of "))
-    assert detail[tail].endswith("/logs/llmtrain-%s-%s.out:" % (run_b, rows[run_b].split()[2])) and \
+    assert detail[tail].endswith("/logs/llmtrain-%s-%s.out:" % (run_b, failed.group(1))) and \
         len(detail) - tail - 1 == 20, detail
 
     # c, never watched, is collected and reported by status.yml alone
