@@ -157,3 +157,14 @@ def test_resuming_with_another_model_shape_is_refused(tmp_path, reference_run, t
     assert result.returncode == 2
     assert "use the same model flags or another --out" in result.stderr
     assert read_metrics(out) == read_metrics(reference_run[0])
+
+
+def test_a_rank_that_stopped_on_the_notice_exits_0_where_the_launcher_would_restart_it():
+    """Under torch.distributed.run --max-restarts (pretrain_restarts_in_job), a non-zero exit restarts
+    every rank: a stop with a checkpoint exits 0 there (the PREEMPTED marker tells the job script)."""
+    from trainer.train import launched_exit_status
+    assert launched_exit_status(EXIT_PREEMPTED, {"TORCHELASTIC_MAX_RESTARTS": "1"}) == 0
+    assert launched_exit_status(EXIT_PREEMPTED, {"TORCHELASTIC_MAX_RESTARTS": "0"}) == EXIT_PREEMPTED
+    assert launched_exit_status(EXIT_PREEMPTED, {}) == EXIT_PREEMPTED
+    # a failure is still one, and restarts the ranks
+    assert launched_exit_status(1, {"TORCHELASTIC_MAX_RESTARTS": "1"}) == 1

@@ -375,7 +375,8 @@ class Training:
             with atomic_file(self.out_dir / PREEMPTED_MARKER, "w") as f:
                 json.dump({"step": done, "signal": name, "time": datetime.now(timezone.utc).isoformat()}, f)
             self.metrics.write({"event": "preempted", "step": done, "signal": name})
-            print(f"train: {name} received; checkpointed step {done}, exiting with {EXIT_PREEMPTED}", flush=True)
+            print(f"train: {name} received; checkpointed step {done}, exiting with "
+                  f"{launched_exit_status(EXIT_PREEMPTED) if 'RANK' in os.environ else EXIT_PREEMPTED}", flush=True)
         self.dist.barrier()
         return EXIT_PREEMPTED
 
@@ -536,6 +537,18 @@ def main(argv=None):
         dist.close(wait_for_all=every_rank_done)
 
 
+def launched_exit_status(status, environ=None):
+    """The exit status of a rank started by torch.distributed.run. Under --max-restarts (the job's
+    pretrain_restarts_in_job) the launcher restarts every rank after one that exits non-zero, so a
+    rank that stopped with a checkpoint on the notice exits 0 there: the PREEMPTED marker, not the
+    status, tells the job script that the training stopped (to requeue itself, or to end on a stop
+    request)."""
+    environ = os.environ if environ is None else environ
+    if status == EXIT_PREEMPTED and int(environ.get("TORCHELASTIC_MAX_RESTARTS") or 0) > 0:
+        return 0
+    return status
+
+
 def exit_now(status):
     """End a launched rank without the interpreter's teardown: the run's files are written and
     closed, the process group is gone, and what is left to tear down (torch's threads and
@@ -551,5 +564,5 @@ if __name__ == "__main__":
     from trainer import train as imported
     code = imported.main()
     if "RANK" in os.environ:  # a rank started by torch.distributed.run
-        exit_now(code if isinstance(code, int) else 1)
+        exit_now(launched_exit_status(code) if isinstance(code, int) else 1)
     sys.exit(code)
