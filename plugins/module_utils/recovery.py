@@ -30,26 +30,27 @@ HOST_LIST = re.compile(r"\A[A-Za-z0-9._][][A-Za-z0-9._,-]*\Z")
 LOST_NAMED = 16
 
 
-def run_starts(path):
-    """(the job script's start lines among the last STARTS_READ lines of path, oldest first, as
+def run_starts(path, count=STARTS_READ):
+    """(the job script's start lines among the last `count` lines of path, oldest first, as
     [{job_id, start, nodes, left, time}]; the reference trainer's start and resume events there;
-    lines that are neither)."""
+    the job script's end lines, {event: end, job_id, start, how, exit_code, time}, which the status
+    playbook reads; how many lines are none of these)."""
     if not path or not os.path.exists(path):
-        return [], [], 0
-    records, unreadable = tail_records(path, count=STARTS_READ)
-    starts, events = [], []
+        return [], [], [], 0
+    records, unreadable = tail_records(path, count=count)
+    starts, events, ends = [], [], []
     for record in records:
         if record.get("event") in ("start", "resume") and record.get("job_id"):
             events.append(record)
         elif record.get("event") == "end" and record.get("job_id"):
-            continue  # how a start ended (the job script's line), for the status playbook
+            ends.append(record)
         elif isinstance(record.get("start"), int) and isinstance(record.get("nodes"), str) and record.get("job_id"):
             starts.append(dict(job_id=str(record["job_id"]), start=record["start"], nodes=record["nodes"],
                                left=record.get("left") if isinstance(record.get("left"), str) else "",
                                time=record.get("time")))
         else:
             unreadable += 1
-    return starts, events, unreadable
+    return starts, events, ends, unreadable
 
 
 def unreadable_starts_message(path, unreadable):
@@ -93,7 +94,7 @@ def recovery(client, job, starts_file, records):
     ended that cannot run a job now, at most LOST_NAMED) and lost_count, resumed (the trainer's
     event of this start: event, step, checkpoint, restart_in_job, failed_ranks,
     discarded_records, steps_lost; or None) and unreadable_starts)."""
-    starts, events, unreadable = run_starts(starts_file)
+    starts, events, _ends, unreadable = run_starts(starts_file)
     job_id = str(job["job_id"])
     mine = [i for i, s in enumerate(starts) if s["job_id"] == job_id]
     if not mine:

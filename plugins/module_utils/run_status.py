@@ -28,6 +28,8 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
+from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import run_starts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES
 
 RUN_MARKERS = ("scripts/pretrain.sbatch", "train.done.json", "starts.jsonl")
 DONE_FILE = "train.done.json"
@@ -43,12 +45,10 @@ BAD_NODES_NAMED = 3
 # checkpoints: the reference trainer's step_NNNNNN(.pt), a Hugging Face Trainer's checkpoint-N
 CHECKPOINT = re.compile(r"\A(?:step_0*(\d+)(?:[.]pt)?|checkpoint-(\d+))\Z")
 PENDING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD")
-ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT",
-          "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "RESV_DEL_HOLD")
 # the run's states while its last job is queued or running
 ACTIVE_RUN_STATES = ("queued", "requeued", "running", "stopping")
-# how a start ended (the job script's end line) -> the run's state once its last job ended
-ENDED = {"finished": "finished", "stopped": "stopped"}
+# how a start ended (the job script's end line) that is the run's state once its last job ended
+ENDED = ("finished", "stopped")
 # a number the table gives more than one name (3) is told by the first
 BY_CODE = {entry.code: entry for entry in reversed(TABLE)}
 # the longest text of a cell; the detail has the whole of it
@@ -90,13 +90,11 @@ def _json(path, max_bytes=RECORD_MAX_BYTES):
 
 
 def starts_and_ends(path):
-    """(start lines, end lines, unreadable) of the tail of starts.jsonl (the job script's)."""
+    """(start lines, end lines) of the tail of starts.jsonl (recovery.run_starts: the job script's)."""
     if not os.path.isfile(path) or os.path.islink(path):
-        return [], [], 0
-    records, unreadable = tail_records(path, count=STARTS_READ)
-    starts = [r for r in records if isinstance(r.get("start"), int) and isinstance(r.get("nodes"), str) and r.get("job_id")]
-    ends = [r for r in records if r.get("event") == "end" and r.get("job_id")]
-    return starts, ends, unreadable
+        return [], []
+    starts, _events, ends, _unreadable = run_starts(path, count=STARTS_READ)
+    return starts, ends
 
 
 def newest_checkpoint(checkpoint_dir):
@@ -146,7 +144,7 @@ def state_of(job_id, slurm_job, done, end, stop_requested, started):
     Slurm forgot it); done: the run's done record; end: the job's last end line (or None);
     stop_requested: STOP names this job; started: the job has a start line."""
     state = slurm_job["state"] if slurm_job else None
-    if state in ACTIVE:
+    if state in ACTIVE_STATES:
         if state in PENDING_STATES:
             reason = slurm_job.get("reason") or "waiting"
             return ("requeued" if started or state != "PENDING" else "queued"), reason
@@ -156,7 +154,7 @@ def state_of(job_id, slurm_job, done, end, stop_requested, started):
     if end is not None:
         how = end.get("how")
         if how in ENDED:
-            return ENDED[how], None
+            return how, None
         if stop_requested:
             # asked to stop, it ended another way (killed by the cancel after pretrain_signal_lead)
             return "stopped", "%s after the stop request, %s" % (how, exit_text(end.get("exit_code")))
@@ -214,7 +212,7 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns):
         return row
     done = _json(os.path.join(run_dir, DONE_FILE))
     done = done if isinstance(done, dict) else {}
-    starts, ends, _unreadable = starts_and_ends(os.path.join(run_dir, STARTS_FILE))
+    starts, ends = starts_and_ends(os.path.join(run_dir, STARTS_FILE))
     job_id = last_job_id(queued, done, starts)
     row["bad_nodes"] = bad_nodes(os.path.join(run_dir, BAD_NODES_FILE))
     row["checkpoint"], row["checkpoint_step"] = newest_checkpoint(os.path.join(run_dir, "checkpoints"))
