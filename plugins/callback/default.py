@@ -18,6 +18,11 @@ description:
     this one is the stdout callback.
   - A failed task's C(msg) is printed as text with its line breaks (a list of lines, one per
     line), below the rest of the result; a traceback in a message reads as it was written.
+  - Everything it prints is made printable first - escape sequences and other control characters
+    (C0, C1, DEL) and bidirectional controls taken out, tabs and line breaks kept - so that nothing a
+    job wrote (a metrics record, a log line, an exception's text) reaches the terminal raw (OSC 52
+    writes the clipboard, OSC 8 draws a link that lies about where it leads, CSI clears the screen).
+    Ansible's own colours are added after it.
 version_added: 0.1.0
 author:
   - llmtrain.slurm maintainers (!UNKNOWN)
@@ -33,6 +38,7 @@ from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallbackModule
 
 from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import PRINTED_BY_STDOUT_CALLBACK, event_lines, final_line, progress_line
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 
 
 def message_text(msg):
@@ -44,6 +50,21 @@ def message_text(msg):
     return None
 
 
+class PrintableDisplay(object):
+    """The Display this callback prints through: each message it displays made printable, its line
+    breaks kept (results, failure messages and progress lines hold what jobs wrote); all else is
+    the Display's."""
+
+    def __init__(self, display):
+        self._wrapped = display
+
+    def display(self, msg, *args, **kwargs):
+        return self._wrapped.display(printable(msg, lines=True), *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._wrapped, name)
+
+
 class CallbackModule(DefaultCallbackModule):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
@@ -51,6 +72,7 @@ class CallbackModule(DefaultCallbackModule):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._display = PrintableDisplay(self._display)
         self._seen = set()  # node check tables and exclusions printed already
 
     def v2_runner_retry(self, result):

@@ -47,6 +47,8 @@ requirements:
 from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import METRIC_FIELDS
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import fields, printable
 from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import straggler_line
 
 # The stdout callback that prints the progress line itself (plugins/callback/default.py).
@@ -86,7 +88,7 @@ def progress_line(host, result):
     elif job.get("reason") and job["state"] == "PENDING":
         head += " (%s)" % job["reason"]
     parts = []
-    progress = result.get("progress") or {}
+    progress = fields(result.get("progress") or {}, METRIC_FIELDS) if isinstance(result.get("progress"), dict) else {}
     if progress.get("step") is not None:
         parts.append("step %s/%s" % (progress["step"], progress.get("total_steps") or "?"))
     if progress.get("loss") is not None:
@@ -99,7 +101,7 @@ def progress_line(host, result):
     retries, attempts = result.get("retries"), result.get("attempts")
     if retries and attempts:
         line += " (poll %d)" % attempts if retries - 1 >= ENDLESS_RETRIES else " (retry %d/%d)" % (attempts, retries - 1)
-    return line
+    return printable(line)
 
 
 def final_line(host, result):
@@ -157,8 +159,9 @@ def recovery_lines(host, found, seen):
         what = ("lost %s%s" % (", ".join("%s (%s)" % kv for kv in sorted(lost.items())),
                                " and %d more" % more if more > 0 else "")
                 if lost else "none of its nodes is out of service")
-        lines.append("[%s] job %s: start %s on %s ended and the job is requeued (start %s next): %s"
-                     % (host, job_id, previous.get("start"), previous.get("nodes"), start, what))
+        how = " (%s)" % previous["how"] if previous.get("how") else ""
+        lines.append("[%s] job %s: start %s on %s ended%s and the job is requeued (start %s next): %s"
+                     % (host, job_id, previous.get("start"), previous.get("nodes"), how, start, what))
     if found.get("nodes") and previous and _first_time(seen, "started", host, job_id, start):
         which = ("start %s" % previous.get("start") if str(previous.get("job_id")) == str(job_id)
                  else "start %s of job %s" % (previous.get("start"), previous.get("job_id")))
@@ -198,7 +201,7 @@ def event_lines(host, result, seen):
     """Lines for what happened to the job since the last retry: a node check's table (once per
     check), each exclusion of bad nodes, and each progress pattern that backtracks (once per
     pattern: the line it overran on changes as the log grows). seen: a set this function keeps
-    up to date."""
+    up to date. Each line printable: what the job's files held is shown, never obeyed."""
     lines = []
     check = result.get("node_check")
     if isinstance(check, dict) and isinstance(check.get("table"), list) and _first_time(
@@ -228,7 +231,7 @@ def event_lines(host, result, seen):
     for pattern, message in (warnings.items() if isinstance(warnings, dict) else ()):
         if _first_time(seen, "progress_warning", host, pattern):
             lines.append("[%s] [WARNING]: %s" % (host, message))
-    return lines
+    return [printable(line) for line in lines]
 
 
 class CallbackModule(CallbackBase):

@@ -5,6 +5,9 @@
   job | llmtrain.slurm.lost_nodes_message(job_name, down_nodes, log_errors, newest_checkpoint)
   job | llmtrain.slurm.job_failure_message(log, job_name, local_dir, run_dir, procs_per_node)
   name | llmtrain.slurm.exit_code -> its number, from plugins/module_utils/node/exit_codes.py (the job templates')
+
+A message holds what the job wrote (its log's lines, a check's table, Slurm's reasons): it is made
+printable (node/untrusted.py), whatever stdout callback shows it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import re
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import exit_codes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import node_state_text
 
 # Lines of a job log in which Slurm says that a node of the job was lost.
@@ -34,7 +38,7 @@ def lost_nodes_message(job, job_name, down_nodes, log_errors, newest_checkpoint)
     lines.append("The job stays queued: once enough nodes are back it starts again and resumes from the newest "
                  "checkpoint (%s). Run the playbook again to watch it, or `scancel %s` to give it up."
                  % (newest_checkpoint or "none yet", job["job_id"]))
-    return "\n".join(lines)
+    return printable("\n".join(lines), lines=True)
 
 
 def _rank_node(job, rank, procs_per_node):
@@ -127,7 +131,7 @@ def job_failure_message(job, log, job_name, local_dir, run_dir, procs_per_node, 
         lines += _traceback_heading(job, log, procs_per_node) + list(log["traceback"])
     lines += ["First error lines of %s:" % job.get("stdout_path")] + (list(log.get("errors") or []) or ["(none)"])
     lines += ["Last lines:"] + (list(log.get("tail") or []) or ["(not readable)"])
-    return "\n".join(lines)
+    return printable("\n".join(str(line) for line in lines), lines=True)
 
 
 def exit_code(name):

@@ -3,6 +3,7 @@
 """Filters that read run artifacts back.
 
   text | llmtrain.slurm.env_file_values -> {NAME: value} of an env file the nccl_env role wrote
+  text | llmtrain.slurm.from_run_json(default, name) -> the JSON value of a file of the run, read bounded
   log text | llmtrain.slurm.log_metrics(patterns, state) -> metrics JSONL from your script's progress lines
   run values | llmtrain.slurm.pipeline_fingerprint(workers, source digest) -> what the run is made from
   read_files result | llmtrain.slurm.pipeline_verdict(fingerprint, missing) -> may a rerun stop here
@@ -19,9 +20,11 @@ from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record, trainer_state
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check, untrusted
 
 display = Display()
+# what read_files reads at most of a file (its max_bytes default)
+RUN_JSON_MAX_BYTES = 1048576
 
 
 def env_file_values(text):
@@ -29,15 +32,29 @@ def env_file_values(text):
     return node_check.env_file_values(text)
 
 
+def from_run_json(text, default=None, name="a file of the run"):
+    """The JSON value of a file of the run (untrusted: read bounded in size and depth, numbers
+    finite), or default when it is not one, or not of default's type, said in a warning."""
+    try:
+        value = untrusted.loads(str(text), RUN_JSON_MAX_BYTES)
+    except untrusted.Unreadable as err:
+        display.warning("%s cannot be read (%s): it is left out" % (untrusted.printable(name), err))
+        return default
+    if default is not None and not isinstance(value, type(default)):
+        display.warning("%s holds no JSON %s: it is left out" % (untrusted.printable(name), type(default).__name__))
+        return default
+    return value
+
+
 def log_metrics(text, patterns=None, state=None):
     """The metrics file (JSON lines) of a job's log: one record per progress line. A pattern
     that backtracks past its CPU time is warned about, and the records of the others kept.
-    state: the text of a Hugging Face Trainer's trainer_state.json, the steps of its lines."""
+    state: a Hugging Face Trainer's state as read_files returns it (trainer_state.compact), the steps of its lines."""
     try:
         compiled = log_progress.compile_patterns(patterns or log_progress.DEFAULT_PATTERNS)
     except ValueError as err:
         raise AnsibleFilterError(str(err))
-    parsed = trainer_state.parse(state) if state else None
+    parsed = trainer_state.from_result(state)
     records, warnings = log_progress.records(str(text or "").splitlines(), compiled, parsed)
     for message in warnings.values():
         display.warning(message)
@@ -99,6 +116,6 @@ def container_argv(settings, workdir):
 
 class FilterModule(object):
     def filters(self):
-        return {"env_file_values": env_file_values, "log_metrics": log_metrics,
+        return {"env_file_values": env_file_values, "from_run_json": from_run_json, "log_metrics": log_metrics,
                 "pipeline_fingerprint": pipeline_fingerprint, "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text,
                 "gpu_options": gpu_options, "container_argv": container_argv}

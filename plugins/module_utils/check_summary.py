@@ -7,6 +7,8 @@ of nodes); the whole stays in its file, which the summary names."""
 
 from __future__ import annotations
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import COUNT, JOB, LIST, NUMBER, TEXT, field, fields
+
 # A table of up to this many nodes is returned whole; above, the lines of the nodes found bad
 # or slow, and one line that counts the others and names the file.
 TABLE_NODES = 32
@@ -15,8 +17,16 @@ NAMED_NODES = 32
 # A text that names every node (the slow fabric's) is cut to this length.
 MAX_TEXT_CHARS = 2000
 
-NETWORK_FIGURES = ("backend", "ranks", "verdict", "busbw", "latency_us", "limit", "fraction", "min_fraction",
-                   "seconds")
+# the fields of either record, of the types they must have (a job wrote the file): others are None
+HEAD_FIELDS = dict(job_id=JOB, restart=COUNT, time=TEXT)
+NETWORK_FIELDS = dict(backend=TEXT, ranks=COUNT, verdict=TEXT, busbw=NUMBER, latency_us=NUMBER, limit=NUMBER,
+                      fraction=NUMBER, min_fraction=NUMBER, seconds=NUMBER)
+NETWORK_FIGURES = tuple(NETWORK_FIELDS)
+
+
+def _head(record):
+    typed = fields(record, HEAD_FIELDS)
+    return dict((key, typed.get(key)) for key in HEAD_FIELDS)
 
 
 def _checked(record):
@@ -28,13 +38,13 @@ def _checked(record):
 
 def _named(found):
     found = found if isinstance(found, dict) else {}
-    return dict((node, found[node]) for node in sorted(found)[:NAMED_NODES])
+    return dict((node, str(found[node])) for node in sorted(found)[:NAMED_NODES])
 
 
 def _table(record, checked, named, flagged, path, what):
     """The table whole while short; else its heading, the lines of the named nodes, and a line
     that counts the rest and says where every line is."""
-    table = [str(line) for line in record.get("table") or []]
+    table = [str(line) for line in field(record.get("table"), LIST) or []]
     if checked <= TABLE_NODES:
         return table
     lines = table[:1] + [line for line in table[1:] if line.split(" ", 1)[0] in named]
@@ -55,8 +65,7 @@ def node_check_summary(record, path):
     dict(job_id, restart, time, file, checked, bad_count, bad (at most NAMED_NODES), table)."""
     checked, bad = _checked(record), record.get("bad") if isinstance(record.get("bad"), dict) else {}
     named = _named(bad)
-    return dict(job_id=record.get("job_id"), restart=record.get("restart"), time=record.get("time"), file=path,
-                checked=checked, bad_count=len(bad), bad=named,
+    return dict(_head(record), file=path, checked=checked, bad_count=len(bad), bad=named,
                 table=_table(record, checked, named, len(bad), path, "passed"))
 
 
@@ -65,8 +74,9 @@ def network_check_summary(record, path):
     checked, slow_count, slow (at most NAMED_NODES), slow_fabric (cut to MAX_TEXT_CHARS), table."""
     checked, slow = _checked(record), record.get("slow") if isinstance(record.get("slow"), dict) else {}
     named = _named(slow)
-    summary = dict((key, record.get(key)) for key in NETWORK_FIGURES)
-    summary.update(job_id=record.get("job_id"), restart=record.get("restart"), time=record.get("time"), file=path,
-                   checked=checked, slow_count=len(slow), slow=named, slow_fabric=_cut(record.get("slow_fabric")),
+    figures = fields(record, NETWORK_FIELDS)
+    summary = dict((key, figures.get(key)) for key in NETWORK_FIGURES)
+    summary.update(_head(record), file=path, checked=checked, slow_count=len(slow), slow=named,
+                   slow_fabric=_cut(field(record.get("slow_fabric"), TEXT)),
                    table=_table(record, checked, named, len(slow), path, "ok"))
     return summary

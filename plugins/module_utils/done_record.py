@@ -8,23 +8,29 @@ from __future__ import annotations
 import json
 import os
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
 
 RECORD_FIELDS = ("fingerprint", "name", "job_id", "state", "exit_code", "end_time", "stdout_path")
+# a record is a few hundred bytes; a file larger than this is none
+MAX_BYTES = 65536
 
 
 def read(path, fp):
     """(the record, None) when path records fingerprint fp; (None, why) when path holds no
-    readable record; (None, None) when it is missing or records another job."""
+    readable record (its job id must be a Slurm job id: it is passed to scontrol and sacct);
+    (None, None) when it is missing or records another job."""
     try:
-        with open(path, "rb") as handle:
-            record = json.loads(handle.read().decode("utf-8"))
+        record = untrusted.read(path, MAX_BYTES)
     except FileNotFoundError:
         return None, None
     except (IOError, OSError, ValueError) as err:
         return None, "done_file %s holds no readable record (%s); the job counts as not done" % (path, err)
     if not isinstance(record, dict):
         return None, "done_file %s holds no record (a JSON object); the job counts as not done" % path
+    if record.get("job_id") is not None and untrusted.field(record["job_id"], untrusted.JOB) is None:
+        return None, "done_file %s names no Slurm job (job_id %r); the job counts as not done" % (
+            path, untrusted.printable(record["job_id"])[:40])
     return (record if record.get("fingerprint") == fp else None), None
 
 

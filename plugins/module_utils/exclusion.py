@@ -15,9 +15,9 @@ the watcher lifts it too.
 from __future__ import annotations
 
 import datetime
-import json
 import time
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
 
@@ -47,8 +47,8 @@ def load_bad_nodes(path):
     text, why = read_text(path, BAD_NODES_MAX_BYTES)
     if text is not None:
         try:
-            record = json.loads(text)
-        except ValueError as err:
+            record = untrusted.loads(text, BAD_NODES_MAX_BYTES)
+        except untrusted.Unreadable as err:
             why = "not valid JSON: %s" % err
         else:
             if isinstance(record, dict):

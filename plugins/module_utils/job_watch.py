@@ -6,7 +6,6 @@ records one that finished. A few KB per look, whatever the job's size."""
 
 from __future__ import annotations
 
-import json
 import os
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
@@ -15,6 +14,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import recovery, unreadable_starts_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_count
@@ -160,11 +160,20 @@ def trainer_state_of(module, p):
 # a hang's summary names at most this many nodes (each with its first frames); the others are counted
 HANG_NODES_SHOWN = 8
 HANG_SUMMARY_MAX_BYTES = 4 * 1048576
+# a frame of a hang's summary is one line of py-spy's, cut to this length
+FRAME_CHARS = 300
+# the fields of a hang's summary (node/hang.py's summarize) that are shown, of their types
+HANG_FIELDS = dict(job_id=untrusted.JOB, restart=untrusted.COUNT, time=untrusted.TEXT, silent_s=untrusted.NUMBER,
+                   timeout_s=untrusted.NUMBER, step=untrusted.COUNT, nodes=untrusted.COUNT, answered=untrusted.COUNT,
+                   ranks=untrusted.COUNT, dir=untrusted.TEXT)
+# a node check's or network check's record holds a line and a record per node: megabytes at thousands
+CHECK_RECORD_MAX_BYTES = 64 * 1048576
 
 
 def newest_hang(hang_dir, job_id):
     """The summary of the job's newest hang (hang_dir/<job>-<start>/summary.json, the hang watch's
-    record), cut to HANG_NODES_SHOWN nodes, or None."""
+    record): its fields of the types HANG_FIELDS gives them, suspects {node: reason} and their
+    frames {node: [line]} cut to HANG_NODES_SHOWN nodes, suspect_count and start; or None."""
     try:
         names = os.listdir(hang_dir)
     except OSError:
@@ -176,26 +185,27 @@ def newest_hang(hang_dir, job_id):
             starts.append(int(start))
     for start in sorted(starts, reverse=True):
         text, _why = read_text(os.path.join(hang_dir, "%s-%d" % (job_id, start), "summary.json"), HANG_SUMMARY_MAX_BYTES)
-        try:
-            record = json.loads(text) if text is not None else None
-        except ValueError:
-            record = None
+        record = untrusted.record(text, HANG_SUMMARY_MAX_BYTES) if text is not None else None
         if isinstance(record, dict) and isinstance(record.get("suspects"), dict):
-            suspects = sorted(record["suspects"].items())
+            suspects = sorted(record["suspects"].items())[:HANG_NODES_SHOWN]
             frames = record.get("frames") if isinstance(record.get("frames"), dict) else {}
-            record.update(suspects=dict(suspects[:HANG_NODES_SHOWN]), suspect_count=len(suspects),
-                          frames={node: frames[node] for node, _why in suspects[:HANG_NODES_SHOWN] if node in frames},
-                          start=start)
-            return record
+            found = untrusted.fields(record, HANG_FIELDS)
+            found.update(suspects=dict((node, str(why)) for node, why in suspects),
+                         suspect_count=len(record["suspects"]), start=start,
+                         frames=dict((node, [str(f)[:FRAME_CHARS] for f in frames[node]]) for node, _why in suspects
+                                     if isinstance(frames.get(node), list)))
+            return found
     return None
 
 
 def read_record(module, path, summary):
-    """The summary of the JSON record in path, None (with a warning) when it cannot be read."""
+    """The summary of the JSON record in path (read bounded), None (with a warning) when it cannot be read."""
+    text, why = read_text(path, CHECK_RECORD_MAX_BYTES)
     try:
-        with open(path) as handle:
-            record = json.load(handle)
-    except (IOError, OSError, ValueError) as err:
-        module.warn("cannot read %s: %s" % (path, err))
+        record = untrusted.loads(text, CHECK_RECORD_MAX_BYTES) if text is not None else None
+    except untrusted.Unreadable as err:
+        why = str(err)
+    if why:
+        module.warn("cannot read %s: %s" % (path, why))
         return None
     return summary(record, path) if isinstance(record, dict) else None

@@ -4,9 +4,8 @@
 
 from __future__ import annotations
 
-import json
-
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import read_back
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 
 # A record is read whole up to this size (the reference trainer's are under 1 KB, a script of
 # one's own may write more); a longer line is counted as unreadable, never cut into garbage.
@@ -18,8 +17,9 @@ MAX_TAIL_BYTES = 4 * MAX_RECORD_BYTES
 def tail_records(path, count=16, block=65536):
     """(records, unreadable) from the last `count` lines of a JSONL file, read backwards from
     its end, at most MAX_TAIL_BYTES: the JSON objects in file order, and how many lines were
-    no complete JSON object or longer than MAX_RECORD_BYTES. A last line without its line
-    break that does not parse is being written, and is neither."""
+    no JSON object the collection reads (untrusted.record: too long, too deep, an integer beyond 64
+    bits) or longer than MAX_RECORD_BYTES. A last line without its line break that does not parse is
+    being written, and is neither. A loss of NaN or an infinity is read: a diverged run says so."""
     if count <= 0:
         return [], 0
     data, position, _breaks = read_back(path, count, lambda chunk, _after: chunk.count(b"\n"), MAX_TAIL_BYTES, block)
@@ -50,35 +50,37 @@ def tail_records(path, count=16, block=65536):
 
 def _record(line):
     """The JSON object a line holds, or None."""
-    if len(line) > MAX_RECORD_BYTES:
-        return None
-    try:
-        record = json.loads(line.decode("utf-8", "replace"))
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
+    return untrusted.record(line, MAX_RECORD_BYTES, nonfinite=True)
 
 
 def unreadable_message(path, unreadable):
     """What a user reads when lines of the metrics file's tail could not be read."""
-    return ("%s: %d of its last lines hold no complete JSON object or are longer than %d KiB; progress and "
-            "stragglers are read from the other lines. Write one JSON object per line (a loss record under 1 KB: "
-            "per-node data belongs in files of its own) to LLMTRAIN_METRICS_FILE"
-            % (path, unreadable, MAX_RECORD_BYTES // 1024))
+    return ("%s: %d of its last lines hold no complete JSON object, nest deeper than %d levels, hold an integer "
+            "beyond 64 bits or are longer than %d KiB; progress and stragglers are read from the other lines. "
+            "Write one JSON object per line (a loss record under 1 KB: per-node data belongs in files of its own) "
+            "to LLMTRAIN_METRICS_FILE" % (path, unreadable, untrusted.MAX_DEPTH, MAX_RECORD_BYTES // 1024))
 
 
-METRIC_KEYS = ("step", "total_steps", "loss", "val_loss", "lr", "tokens_per_s", "elapsed_s", "eta_s")
+# The fields of a record that progress shows, each of the type it must have: a field of another
+# type (a step of "5", an ETA of Infinity) is absent. A loss may be NaN or infinite (shown so).
+METRIC_FIELDS = dict(step=untrusted.COUNT, total_steps=untrusted.COUNT, loss=untrusted.REAL, val_loss=untrusted.REAL,
+                     lr=untrusted.NUMBER, tokens_per_s=untrusted.NUMBER, elapsed_s=untrusted.NUMBER,
+                     eta_s=untrusted.NUMBER)
+METRIC_KEYS = tuple(METRIC_FIELDS)
 
 
 def progress_of(records):
     """Progress from the tail of a metrics file: the metrics of the last loss record, and the
-    last record's `event` (e.g. checkpoint, preempted, done) with its step."""
+    last record's `event` (e.g. checkpoint, preempted, done) with its step; each field of the type
+    METRIC_FIELDS gives it, or None."""
     if not records:
         return None
     metrics = next((r for r in reversed(records) if "loss" in r), records[-1])
-    progress = {k: metrics.get(k) for k in METRIC_KEYS}
+    typed = untrusted.fields(metrics, METRIC_FIELDS)
+    progress = {k: typed.get(k) for k in METRIC_KEYS}
     if progress["step"] is not None and progress["total_steps"]:
         progress["percent"] = round(100.0 * progress["step"] / progress["total_steps"], 1)
-    progress["event"] = records[-1].get("event")
-    progress["event_step"] = records[-1].get("step")
+    last = records[-1]
+    progress["event"] = untrusted.field(last.get("event"), untrusted.TEXT)
+    progress["event_step"] = untrusted.field(last.get("step"), untrusted.COUNT)
     return progress

@@ -18,6 +18,8 @@ import hashlib
 import json
 import os
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
+
 RECORD = "pipeline.json"
 # The variables of a run (as the run role checks them) and of a compute node that make it.
 PREFIXES = ("slurm_", "nccl_env_", "preflight_", "deploy_", "pretrain_", "inference_")
@@ -118,9 +120,9 @@ def verdict(read, fingerprint_value, local_missing=()):
     if text is None:
         return False, "no %s: the pipeline has not finished with these inputs" % RECORD
     try:
-        record = json.loads(text)
-    except ValueError:
-        return False, "%s is not JSON" % RECORD
+        record = untrusted.loads(text, len(text))
+    except untrusted.Unreadable as err:
+        return False, "%s cannot be read (%s)" % (RECORD, err)
     if not isinstance(record, dict) or record.get("fingerprint") != fingerprint_value:
         return False, "the inputs differ from those of the finished pipeline"
     stages = stage_digests(read)

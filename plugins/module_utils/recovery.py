@@ -20,6 +20,7 @@ import os
 import re
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import tail_records
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import COUNT, INT, JOB, LIST, TEXT, fields
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import node_state_text, parse_nodes, usable
 
 # starts.jsonl lines read from its end: the starts of the watched job are its last ones
@@ -28,26 +29,36 @@ STARTS_READ = 16
 HOST_LIST = re.compile(r"\A[A-Za-z0-9._][][A-Za-z0-9._,-]*\Z")
 # lost nodes named in a result; the others are counted
 LOST_NAMED = 16
+# The fields of each kind of line, of the types they must have (a job id of digits, JOBID_TASK for
+# an array's): a line whose job id or start is not of its type is not one of them.
+START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT)
+EVENT_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, step=COUNT, checkpoint=TEXT, restart_in_job=COUNT,
+                    failed_ranks=LIST, discarded_records=COUNT, steps_lost=COUNT)
+END_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, how=TEXT, exit_code=INT, time=TEXT)
 
 
 def run_starts(path, count=STARTS_READ):
     """(the job script's start lines among the last `count` lines of path, oldest first, as
     [{job_id, start, nodes, left, time}]; the reference trainer's start and resume events there;
     the job script's end lines, {event: end, job_id, start, how, exit_code, time}, which the status
-    playbook reads; how many lines are none of these)."""
+    playbook reads; how many lines are none of these). Each with the fields of the types its kind
+    gives them (START_FIELDS, EVENT_FIELDS, END_FIELDS) only, the job id as text."""
     if not path or not os.path.exists(path):
         return [], [], [], 0
     records, unreadable = tail_records(path, count=count)
     starts, events, ends = [], [], []
     for record in records:
-        if record.get("event") in ("start", "resume") and record.get("job_id"):
-            events.append(record)
-        elif record.get("event") == "end" and record.get("job_id"):
-            ends.append(record)
-        elif isinstance(record.get("start"), int) and isinstance(record.get("nodes"), str) and record.get("job_id"):
-            starts.append(dict(job_id=str(record["job_id"]), start=record["start"], nodes=record["nodes"],
-                               left=record.get("left") if isinstance(record.get("left"), str) else "",
-                               time=record.get("time")))
+        kind = record.get("event")
+        typed = fields(record, EVENT_FIELDS if kind in ("start", "resume") else END_FIELDS if kind == "end"
+                       else START_FIELDS)
+        if "job_id" not in typed:
+            unreadable += 1
+        elif kind in ("start", "resume"):
+            events.append(typed)
+        elif kind == "end":
+            ends.append(typed)
+        elif kind is None and "start" in typed and "nodes" in typed:
+            starts.append(dict(typed, left=typed.get("left", ""), time=typed.get("time")))
         else:
             unreadable += 1
     return starts, events, ends, unreadable
@@ -72,12 +83,13 @@ def lost_nodes(client, nodelist):
 
 
 def resumed_event(records, job_id, start):
-    """The reference trainer's newest start or resume event of this job's start among records,
-    or None (a script of your own writes none)."""
+    """The reference trainer's newest start or resume event of this job's start among records
+    (its fields of the types EVENT_FIELDS gives them), or None (a script of your own writes none)."""
     for record in reversed(records):
-        if record.get("event") in ("start", "resume") and str(record.get("job_id")) == str(job_id) \
-                and record.get("start") == start:
-            return record
+        if record.get("event") in ("start", "resume"):
+            typed = fields(record, EVENT_FIELDS)
+            if typed.get("job_id") == str(job_id) and typed.get("start") == start:
+                return typed
     return None
 
 
@@ -87,29 +99,36 @@ def recovery(client, job, starts_file, records):
     job: as slurm_parse gives it; records: the tail of metrics.jsonl (the trainer's events are
     looked for there too). Returns dict(job_id,
     start (this start, or the next one while it waits requeued), nodes (this start's, None while
-    it waits), previous (dict(job_id, start, nodes) of the run's start before this one, or the
-    start that ended while it waits requeued; None for the run's first), left (the nodes of
-    previous that this start lacks, a host list, or ""), requeued (whether it waits requeued),
-    lost ({node: state and reason}, asked while it waits requeued: the nodes of the start that
-    ended that cannot run a job now, at most LOST_NAMED) and lost_count, resumed (the trainer's
-    event of this start: event, step, checkpoint, restart_in_job, failed_ranks,
-    discarded_records, steps_lost; or None) and unreadable_starts)."""
-    starts, events, _ends, unreadable = run_starts(starts_file)
+    it waits), previous (dict(job_id, start, nodes, how) of the run's start before this one, or the
+    start that ended while it waits requeued: start number `restarts`, told by its own start line
+    and end line (how it ended, None without one), whatever the next start has written since Slurm
+    was asked; None for the run's first), left (the nodes of previous that this start lacks, a host
+    list, or ""), requeued (whether it waits requeued), lost ({node: state and reason}, asked while
+    it waits requeued: the nodes of the start that ended that cannot run a job now, at most
+    LOST_NAMED) and lost_count, resumed (the trainer's event of this start: event, step, checkpoint,
+    restart_in_job, failed_ranks, discarded_records, steps_lost; or None) and unreadable_starts)."""
+    starts, events, ends, unreadable = run_starts(starts_file)
     job_id = str(job["job_id"])
-    mine = [i for i, s in enumerate(starts) if s["job_id"] == job_id]
+    mine = dict((s["start"], i) for i, s in enumerate(starts) if s["job_id"] == job_id)  # the last line of each start
     if not mine:
         return None
     restarts = job.get("restarts") or 0
     requeued = job.get("state") == "PENDING" and restarts > 0
-    last = starts[mine[-1]]
-    current = last if last["start"] == restarts + 1 and not requeued else None
-    before = last if requeued else (starts[mine[-1] - 1] if current and mine[-1] > 0 else None)
+    at = mine.get(restarts + 1) if not requeued else None
+    current = starts[at] if at is not None else None
+    before = (starts[mine[restarts]] if restarts in mine else None) if requeued else (
+        starts[at - 1] if current and at > 0 else None)
+    previous = None
+    if before:
+        end = next((e for e in reversed(ends) if e["job_id"] == before["job_id"] and e.get("start") == before["start"]),
+                   None)
+        previous = dict(job_id=before["job_id"], start=before["start"], nodes=before["nodes"],
+                        how=end.get("how") if end else None)
     result = dict(job_id=job_id, start=restarts + 1, nodes=current["nodes"] if current else None,
-                  previous=before and dict((k, before[k]) for k in ("job_id", "start", "nodes")),
-                  left=current["left"] if current else "", requeued=requeued, lost={}, lost_count=0, resumed=None,
-                  unreadable_starts=unreadable)
-    if requeued:
-        lost = lost_nodes(client, last["nodes"])
+                  previous=previous, left=current["left"] if current else "", requeued=requeued, lost={},
+                  lost_count=0, resumed=None, unreadable_starts=unreadable)
+    if requeued and before:
+        lost = lost_nodes(client, before["nodes"])
         result.update(lost=dict(sorted(lost.items())[:LOST_NAMED]), lost_count=len(lost))
     if current:
         event = resumed_event(list(records) + events, job_id, current["start"])

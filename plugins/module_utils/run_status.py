@@ -11,21 +11,27 @@ metrics.jsonl (or of the job's log), records of a few KB, the names in checkpoin
 
 States: queued (pending, with Slurm's reason), requeued (pending again after it started),
 running, stopping (running, asked to stop), finished, failed, stopped (playbooks/stop.yml),
-not submitted (the stages before pretrain ran only); untrusted for a directory others may
-write to, whose files are not read.
+not submitted (the stages before pretrain ran only); untrusted for a run whose files others
+could have written or replaced (a directory others may write to, or one under a workspace that
+every other stage refuses: trusted_dirs), whose files are not read; unreadable for a run whose
+files could not be read (the row says why, and the other runs are told as usual).
+
+Whatever the files hold is untrusted (node/untrusted.py): JSON is read bounded, fields are of
+their types (a job id of digits, or it names no job), and the table and detail are printable.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_watch import newest_hang
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import run_starts
@@ -40,7 +46,10 @@ BAD_NODES_FILE = "bad_nodes.json"
 # the tail of starts.jsonl read: each start adds its line, the trainer's event and its end line
 STARTS_READ = 32
 RECORD_MAX_BYTES = 65536
-BAD_NODES_MAX_BYTES = 4 * 1048576
+# the done record's fields the status reads, of their types
+DONE_FIELDS = dict(job_id=untrusted.JOB, state=untrusted.TEXT)
+# the run's directories whose files the status reads besides its own
+READ_DIRS = ("logs", "checkpoints", "hangs")
 BAD_NODES_NAMED = 3
 # checkpoints: the reference trainer's step_NNNNNN(.pt), a Hugging Face Trainer's checkpoint-N
 CHECKPOINT = re.compile(r"\A(?:step_0*(\d+)(?:[.]pt)?|checkpoint-(\d+))\Z")
@@ -71,22 +80,34 @@ def run_names(workspace, uid):
     return names
 
 
-def untrusted(path):
-    """Why the run directory's files are not to be believed (others may write there), or None."""
-    info = os.lstat(path)
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return "its directory is writable by its group or others (mode %04o): its files are not read" % (
-            stat.S_IMODE(info.st_mode))
+def workspace_problem(workspace, uid):
+    """Why no run of the workspace is to be believed, or None: a directory on the way to it that
+    someone else can replace (trusted_dirs.walk_above, the check every stage makes)."""
+    problems, _real, _missing = trusted_dirs.walk_above(os.path.abspath(workspace), uid, "slurm_workspace")
+    return problems[0] if problems else None
+
+
+def distrust(run_dir, uid):
+    """Why the run directory's files are not to be believed, or None: it, or a directory of it the
+    status reads, is not the user's alone (trusted_dirs.own_problem)."""
+    for path in [run_dir] + [os.path.join(run_dir, name) for name in READ_DIRS]:
+        info = trusted_dirs.lstat(path)
+        problem = own_problem(path, info, uid) if info is not None or path == run_dir else None
+        if problem:
+            return problem
     return None
 
 
-def _json(path, max_bytes=RECORD_MAX_BYTES):
-    text, _why = read_text(path, max_bytes)
-    try:
-        record = json.loads(text) if text is not None else None
-    except ValueError:
-        return None
-    return record
+def own_problem(path, info, uid):
+    if info is None:
+        return "%s is gone" % path
+    return trusted_dirs.own_problem(path, info, uid, "slurm_workspace")
+
+
+def _record(path):
+    """The JSON object in path (bounded), or None."""
+    text, _why = read_text(path, RECORD_MAX_BYTES)
+    return untrusted.record(text, RECORD_MAX_BYTES) if text is not None else None
 
 
 def starts_and_ends(path):
@@ -115,21 +136,22 @@ def newest_checkpoint(checkpoint_dir):
 
 
 def bad_nodes(path):
-    """The nodes the run's checks recorded bad (bad_nodes.json's keys), sorted."""
-    record = _json(path, BAD_NODES_MAX_BYTES)
-    return sorted(record) if isinstance(record, dict) else []
+    """The nodes the run's checks recorded bad (bad_nodes.json's keys, read as every stage reads
+    it: exclusion.load_bad_nodes), sorted."""
+    return sorted(load_bad_nodes(path)[0])
 
 
 def job_log_path(run_dir, job_log, job_name, job_id):
-    """The job's log, as the job's output option names it (logs/%x-%j.out)."""
-    return os.path.join(run_dir, job_log.replace("%x", job_name).replace("%j", str(job_id)))
+    """The job's log, as the job's output option names it (logs/%x-%j.out); job_id: untrusted.JOB_ID."""
+    return os.path.join(run_dir, job_log.replace("%x", job_name).replace("%j", job_id))
 
 
 def last_job_id(queued, done, starts):
-    """The newest job of the run: Slurm's, the done record's, the last start line's."""
-    ids = [j["job_id"] for j in queued] + [str(done.get("job_id"))] * bool(done.get("job_id"))
-    ids += [str(s["job_id"]) for s in starts[-1:]]
-    ids = [i for i in ids if i.split("_")[0].isdigit()]
+    """The newest job of the run: Slurm's, the done record's, the last start line's. Each a job id
+    (untrusted.JOB_ID) or left out: it makes a path and goes to scontrol and sacct."""
+    ids = [j["job_id"] for j in queued] + ([done["job_id"]] if "job_id" in done else [])
+    ids += [s["job_id"] for s in starts[-1:]]
+    ids = [i for i in ids if untrusted.JOB_ID.match(i)]
     return max(ids, key=lambda i: int(i.split("_")[0])) if ids else None
 
 
@@ -198,20 +220,25 @@ def last_event(state, end, prog, hang, started):
     return None
 
 
-def run_row(workspace, name, queued, job_prefix, job_log, patterns):
+def empty_row(workspace, name):
+    """A run's row before anything is known of it."""
+    return dict(run=name, run_dir=os.path.join(workspace, name), state=None, why=None, job_id=None, slurm_state=None,
+                nodes=None, num_nodes=None, step=None, total_steps=None, loss=None, tokens_per_s=None, eta_s=None,
+                last_event=None, bad_nodes=[], checkpoint=None, checkpoint_step=None, stdout_path=None,
+                exit_code=None, how=None)
+
+
+def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, workspace_distrust=None):
     """The status of run `name`: the state, its last job, progress and what the table shows.
-    queued: Slurm's rows of the user's jobs named job_prefix + name."""
-    run_dir = os.path.join(workspace, name)
-    row = dict(run=name, run_dir=run_dir, state=None, why=None, job_id=None, slurm_state=None, nodes=None,
-               num_nodes=None, step=None, total_steps=None, loss=None, tokens_per_s=None, eta_s=None,
-               last_event=None, bad_nodes=[], checkpoint=None, checkpoint_step=None, stdout_path=None,
-               exit_code=None, how=None)
-    distrust = untrusted(run_dir)
-    if distrust:
-        row.update(state="untrusted", why=distrust)
+    queued: Slurm's rows of the user's jobs named job_prefix + name; workspace_distrust: why no run
+    of the workspace is believed (workspace_problem), or None."""
+    row = empty_row(workspace, name)
+    run_dir = row["run_dir"]
+    why = workspace_distrust or distrust(run_dir, os.getuid() if uid is None else uid)
+    if why:
+        row.update(state="untrusted", why="its files are not read: %s" % why)
         return row
-    done = _json(os.path.join(run_dir, DONE_FILE))
-    done = done if isinstance(done, dict) else {}
+    done = untrusted.fields(_record(os.path.join(run_dir, DONE_FILE)) or {}, DONE_FIELDS)
     starts, ends = starts_and_ends(os.path.join(run_dir, STARTS_FILE))
     job_id = last_job_id(queued, done, starts)
     row["bad_nodes"] = bad_nodes(os.path.join(run_dir, BAD_NODES_FILE))
@@ -269,6 +296,7 @@ def cells(row):
     texts = [row["run"], state, row["job_id"] or "-", nodes, step,
              "-" if not isinstance(loss, (int, float)) else "%.4g" % loss, _number(row["tokens_per_s"], 0),
              _duration(row["eta_s"]), row["last_event"] or (row["why"] or "-"), bad_text or "-"]
+    texts = [untrusted.printable(text) for text in texts]
     return [text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 3] + "..." for text in texts]
 
 
@@ -284,7 +312,12 @@ def table(rows):
 
 def detail(row, log):
     """The lines that tell one run in detail: its row, where it stands, its log's tail and, where it
-    failed, the traceback of the rank that failed first (log: job_log.log_summary's, or None)."""
+    failed, the traceback of the rank that failed first (log: job_log.log_summary's, or None).
+    Each printable."""
+    return [untrusted.printable(line) for line in _detail(row, log)]
+
+
+def _detail(row, log):
     lines = ["Run %s: %s%s" % (row["run"], row["state"], " (%s)" % row["why"] if row["why"] else "")]
     if row["job_id"]:
         slurm_state = ", Slurm: %s" % row["slurm_state"] if row["slurm_state"] else ""

@@ -18,6 +18,7 @@ import os
 import stat
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import source_tree, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
 
 # the manifest lists every deployed path with its checksum: about 100 bytes a file
@@ -46,7 +47,7 @@ def read_manifest(path):
     if len(data) > MAX_MANIFEST_BYTES:
         return None, "%s is larger than %d MiB" % (path, MAX_MANIFEST_BYTES // 1048576)
     try:
-        manifest = json.loads(data.decode("utf-8"))
+        manifest = untrusted.loads(data, MAX_MANIFEST_BYTES)
         if not (isinstance(manifest, dict) and isinstance(manifest.get("files"), dict)
                 and isinstance(manifest.get("dirs"), list)):
             raise ValueError("not a manifest")

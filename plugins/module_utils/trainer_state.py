@@ -14,27 +14,36 @@ A record of the log takes its step (steps_of):
    state's entries) from its epoch: the multiple of logging_steps nearest epoch x steps per epoch.
 Records before the first one placed count back from it by logging_steps.
 
-The file holds every logged record of the run: the watch reads its first and last bytes only
-(the keys are sorted, the entries at the end of log_history are the latest), the collect step
-the whole file once."""
+The file holds every logged record of the run, and grows with it: it is read from its first and
+last bytes only (the keys are sorted, the entries at the end of log_history are the latest), on
+the cluster: by the watch each poll (TAIL_BYTES), by the collect step once (COLLECT_TAIL_BYTES,
+the steps of the last tens of thousands of records exactly; the earlier ones by rules 2 and 3).
+Its numbers are untrusted (node/untrusted.py): a step is an integer within 64 bits, an epoch a
+finite number; a state that holds other values names no step."""
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import json
+import math
 import os
 import re
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 
 NAME = "trainer_state.json"
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 HEAD_BYTES = 4096
 TAIL_BYTES = 65536
+# the collect step's read: about 20,000 entries of log_history as the Trainer writes them
+COLLECT_TAIL_BYTES = 4 * 1048576
 # a record's epoch range holds this many of the state's entries at most that are looked at
 MAX_CANDIDATES = 64
-_TOP_INT = re.compile(r'^ {2}"(global_step|max_steps|logging_steps)": (\d+),?$', re.M)
-_TOP_EPOCH = re.compile(r'^ {2}"epoch": ([-+0-9.eE]+),?$', re.M)
+_TOP_INT = re.compile(r'^ {2}"(global_step|max_steps|logging_steps)": (\d{1,18}),?$', re.M)
+_TOP_EPOCH = re.compile(r'^ {2}"epoch": ([-+0-9.eE]{1,32}),?$', re.M)
 _ENTRY = re.compile(r"\{[^{}]*\}")
+# an entry of log_history is a few hundred bytes
+ENTRY_MAX_BYTES = 65536
 
 
 def _candidates(checkpoint_dir):
@@ -51,14 +60,15 @@ def _candidates(checkpoint_dir):
             yield path
 
 
-def read_newest(checkpoint_dir, tries=3):
+def read_newest(checkpoint_dir, tries=3, tail_bytes=TAIL_BYTES):
     """(state, errors): the state of the newest checkpoint whose trainer_state.json reads (one
     being written, or removed by the Trainer's save_total_limit, is passed over for the one
-    before it, up to tries of them), or None; errors: what could not be read."""
+    before it, up to tries of them; read: its first HEAD_BYTES and last tail_bytes), or None;
+    errors: what could not be read."""
     errors = []
     for path in itertools.islice(_candidates(checkpoint_dir), tries):
         try:
-            state = read(path)
+            state = read(path, tail_bytes)
         except (IOError, OSError) as err:
             errors.append("cannot read %s: %s" % (path, err))
             continue
@@ -72,45 +82,41 @@ def _state(top, entries):
     training records, in order}; None when it names no step."""
     ints = {}
     for key in ("global_step", "max_steps", "logging_steps"):
-        value = top.get(key)
-        ints[key] = value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-    epoch = top.get("epoch")
+        value = untrusted.field(top.get(key), untrusted.COUNT)
+        ints[key] = value if value else None
+    epoch = untrusted.field(top.get("epoch"), untrusted.NUMBER)
     trained = []
     for entry in entries:
         if not isinstance(entry, dict):
             continue
-        step, loss, at = entry.get("step"), entry.get("loss"), entry.get("epoch")
-        if isinstance(step, int) and isinstance(loss, (int, float)) and isinstance(at, (int, float)):
-            trained.append((step, float(at), float(loss)))
+        typed = untrusted.fields(entry, dict(step=untrusted.COUNT, loss=untrusted.NUMBER, epoch=untrusted.NUMBER))
+        if len(typed) == 3:
+            trained.append((typed["step"], float(typed["epoch"]), float(typed["loss"])))
     if not ints["global_step"] and not trained:
         return None
-    return dict(ints, epoch=float(epoch) if isinstance(epoch, (int, float)) and epoch > 0 else None,
-                entries=trained)
+    return dict(ints, epoch=float(epoch) if epoch is not None and epoch > 0 else None, entries=trained)
 
 
 def parse(text):
-    """The state of a whole trainer_state.json's text, or None (no JSON object, no step)."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
+    """The state of a whole trainer_state.json's text, or None (no JSON object the collection reads, no step)."""
+    data = untrusted.record(text, len(text))
+    if data is None:
         return None
     history = data.get("log_history")
     return _state(data, history if isinstance(history, list) else [])
 
 
-def read(path, whole=False):
-    """The state in the file at path, or None. Unless whole (or the file is small), only its
-    first HEAD_BYTES and last TAIL_BYTES are read: the top keys as json.dumps(indent=2,
-    sort_keys=True) writes them, and the entries of log_history whole in the tail."""
+def read(path, tail_bytes=TAIL_BYTES):
+    """The state in the file at path, or None. Unless the file is small, only its first
+    HEAD_BYTES and last tail_bytes are read: the top keys as json.dumps(indent=2, sort_keys=True)
+    writes them, and the entries of log_history whole in the tail."""
     with open(path, "rb") as handle:
         size = handle.seek(0, os.SEEK_END)
         handle.seek(0)
-        if whole or size <= HEAD_BYTES + TAIL_BYTES:
+        if size <= HEAD_BYTES + tail_bytes:
             return parse(handle.read().decode("utf-8", "replace"))
         head = handle.read(HEAD_BYTES).decode("utf-8", "replace")
-        handle.seek(size - TAIL_BYTES)
+        handle.seek(size - tail_bytes)
         tail = handle.read().decode("utf-8", "replace")
     if not tail.rstrip().endswith("}"):
         return None  # being written
@@ -121,17 +127,28 @@ def read(path, whole=False):
     found = _TOP_EPOCH.search(head)
     if found:
         try:
-            top["epoch"] = float(found.group(1))
+            epoch = float(found.group(1))
         except ValueError:
-            pass
+            epoch = None
+        if epoch is not None and math.isfinite(epoch):
+            top["epoch"] = epoch
     end = tail.find('\n  "logging_steps"')
-    entries = []
-    for match in _ENTRY.finditer(tail[:end] if end >= 0 else tail):
-        try:
-            entries.append(json.loads(match.group()))
-        except ValueError:
-            continue
+    entries = [untrusted.record(match.group(), ENTRY_MAX_BYTES) for match in _ENTRY.finditer(tail[:end] if end >= 0 else tail)]
     return _state(top, entries)
+
+
+def compact(state):
+    """A state as a module returns it (JSON: its entries as [step, epoch, loss] lists)."""
+    return None if state is None else dict(state, entries=[list(entry) for entry in state["entries"]])
+
+
+def from_result(value):
+    """The state of a module's result (compact), or None when it is none: entries of three numbers,
+    the rest as _state keeps them."""
+    if not isinstance(value, dict) or not isinstance(value.get("entries"), list):
+        return None
+    entries = [dict(step=e[0], epoch=e[1], loss=e[2]) for e in value["entries"] if isinstance(e, list) and len(e) == 3]
+    return _state(value, entries)
 
 
 def _tolerance(value):

@@ -36,6 +36,12 @@ options:
       - A file larger than this is not read; it is named in RV(errors).
     type: int
     default: 1048576
+  trainer_state_dir:
+    description:
+      - A directory of Hugging Face Trainer checkpoints (C(checkpoint-N/)) whose newest C(trainer_state.json)
+        is read into RV(trainer_state). The file holds every logged record of a run and grows with it, to
+        hundreds of MB: only its first 4 KiB and last 4 MiB are read, here, and what they hold returned.
+    type: path
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -49,7 +55,7 @@ EXAMPLES = r"""
 
 - name: Use one that may be missing
   ansible.builtin.debug:
-    msg: "{{ records.files['facts.json'] | default('{}') | from_json }}"
+    msg: "{{ records.files['facts.json'] | default('{}') | llmtrain.slurm.from_run_json({}, 'facts.json') }}"
 """
 
 RETURN = r"""
@@ -69,12 +75,22 @@ errors:
   returned: always
   type: dict
   sample: {"preflight.json": "permission denied"}
+trainer_state:
+  description:
+    - The Trainer's state of the newest checkpoint in O(trainer_state_dir) whose C(trainer_state.json) reads -
+      C(global_step), C(max_steps), C(logging_steps), C(epoch), and C(entries) (C([step, epoch, loss]) of the
+      training records of C(log_history) in the part read) - or null. What cannot be read is in RV(errors)
+      under C(trainer_state.json).
+  returned: when O(trainer_state_dir) is given
+  type: dict
+  sample: {"global_step": 30, "max_steps": 30, "logging_steps": 5, "epoch": 3.0, "entries": [[5, 0.5, 2.31]]}
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text, relative_name_error
 
 
@@ -84,6 +100,7 @@ def main():
             src=dict(type="path", required=True),
             names=dict(type="list", elements="str", required=True),
             max_bytes=dict(type="int", default=1048576),
+            trainer_state_dir=dict(type="path"),
         ),
         supports_check_mode=True,
     )
@@ -102,7 +119,13 @@ def main():
             errors[name] = why
         else:
             missing.append(name)
-    module.exit_json(changed=False, files=files, missing=missing, errors=errors)
+    result = dict(changed=False, files=files, missing=missing, errors=errors)
+    if p["trainer_state_dir"]:
+        state, unread = trainer_state.read_newest(p["trainer_state_dir"], tail_bytes=trainer_state.COLLECT_TAIL_BYTES)
+        result["trainer_state"] = trainer_state.compact(state)
+        if unread:
+            errors[trainer_state.NAME] = "; ".join(unread)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

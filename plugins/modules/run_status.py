@@ -18,8 +18,12 @@ description:
     names in C(checkpoints/). It allocates nothing and changes nothing."
   - "The states: V(queued) (pending, with Slurm's reason), V(requeued) (pending again after it started),
     V(running), V(stopping) (running, asked to stop by C(playbooks/stop.yml)), V(finished), V(failed),
-    V(stopped), V(not submitted) (the stages before pretrain ran only), V(untrusted) (a run directory that
-    others may write to: its files are not read)."
+    V(stopped), V(not submitted) (the stages before pretrain ran only), V(untrusted) (a run directory, or one of
+    its C(logs/), C(checkpoints/), C(hangs/), that others may write to, or any run of a workspace that every
+    other stage refuses because someone else can replace a directory on the way to it: its files are not read),
+    V(unreadable) (its files could not be read; the row says why, and the other runs are told as usual)."
+  - "What the run's files hold is untrusted: JSON is read bounded in size and depth, each field of its type
+    (a job id of digits, else it names no job), and the table and detail hold no control characters."
   - "How a job ended comes from its own end line in C(starts.jsonl) (the job script writes it: finished,
     failed, requeued, stopped, hang, preempted or killed, with the exit code), or from the done record,
     so that it is known after Slurm has forgotten the job; Slurm's state where the job left no line."
@@ -86,7 +90,9 @@ runs:
       description: The run's name.
       type: str
     state:
-      description: V(queued), V(requeued), V(running), V(stopping), V(finished), V(failed), V(stopped), V(not submitted) or V(untrusted).
+      description: >-
+        V(queued), V(requeued), V(running), V(stopping), V(finished), V(failed), V(stopped), V(not submitted),
+        V(untrusted) or V(unreadable).
       type: str
     why:
       description: Slurm's reason while it waits; how the last job ended when it failed.
@@ -184,9 +190,17 @@ def main():
         queue = [j for j in client.queue() if j["name"].startswith(p["job_prefix"])]
     except (SlurmError, ValueError) as err:
         module.fail_json(msg=str(err))
-    names = run_status.run_names(p["workspace"], os.getuid())
-    rows = [run_status.run_row(p["workspace"], name, [j for j in queue if j["name"] == p["job_prefix"] + name],
-                               p["job_prefix"], p["job_log"], patterns) for name in names]
+    uid = os.getuid()
+    names = run_status.run_names(p["workspace"], uid)
+    distrust = run_status.workspace_problem(p["workspace"], uid)
+    rows = []
+    for name in names:
+        try:
+            rows.append(run_status.run_row(p["workspace"], name, [j for j in queue if j["name"] == p["job_prefix"] + name],
+                                           p["job_prefix"], p["job_log"], patterns, uid, distrust))
+        except Exception as err:  # pylint: disable=broad-exception-caught  # one run's files never end the table
+            rows.append(dict(run_status.empty_row(p["workspace"], name), state="unreadable",
+                             why="its files could not be read (%s: %s)" % (type(err).__name__, err)))
     result = dict(changed=False, runs=rows, table=run_status.table(rows))
     if p["run"] is not None:
         row = next((r for r in rows if r["run"] == p["run"]), None)

@@ -51,6 +51,7 @@ import time
 
 from .exit_codes import code
 from .node_check import read_json, write_json
+from .untrusted import record as json_record
 from .record_patterns import DEFAULT_PATTERNS, ESCAPES, MAX_LINE_CHARS, UNTIMED_CHARS
 
 AUTO_FACTOR = 10
@@ -136,13 +137,8 @@ class Records(object):
 
     def __call__(self, line):
         line = line.strip()
-        if line.startswith("{\""):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if is_loss_record(record):
-                return True
+        if line.startswith("{\"") and is_loss_record(json_record(line, READ_MAX_BYTES, nonfinite=True)):
+            return True
         line = self.escapes.sub("", line[:MAX_LINE_CHARS]) if "\x1b" in line else line[:MAX_LINE_CHARS]
         if self.own:
             line = line[:UNTIMED_CHARS]
@@ -236,10 +232,7 @@ def last_step(path, size=8192):
     except OSError:
         return None
     for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+        record = json_record(line, READ_MAX_BYTES, nonfinite=True)
         if is_loss_record(record):
             return record["step"]
     return None
@@ -325,7 +318,12 @@ def read_dumps(out_dir, nodes):
     for node in nodes:
         record = read_json(os.path.join(out_dir, node + ".json"), {})
         if record:
-            records[node] = record
+            # as the dump step writes it, whatever the file holds: ranks with a state and frames of text
+            ranks = record.get("ranks") if isinstance(record.get("ranks"), list) else []
+            records[node] = dict(record, ranks=[
+                dict(rank, state=rank.get("state") if isinstance(rank.get("state"), str) else None,
+                     frames=[str(f) for f in rank["frames"]] if isinstance(rank.get("frames"), list) else [])
+                for rank in ranks if isinstance(rank, dict)])
     return records
 
 

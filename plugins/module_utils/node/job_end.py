@@ -19,6 +19,7 @@ import json
 import sys
 import time
 
+from . import untrusted
 from .atomic import replace_file
 
 # the record is a few hundred bytes; anything larger is not one
@@ -28,7 +29,8 @@ MAX_RECORD_BYTES = 65536
 def completed(record, job_id, now):
     """The record with the job marked COMPLETED (as Slurm says of a batch script that exits 0), or
     None when it does not name job_id."""
-    if not isinstance(record, dict) or str(record.get("job_id")) != str(job_id) or not record.get("fingerprint"):
+    if not isinstance(record, dict) or untrusted.field(record.get("job_id"), untrusted.JOB) != str(job_id) \
+            or not record.get("fingerprint"):
         return None
     return dict(record, state="COMPLETED", exit_code="0:0", end_time=now)
 
@@ -36,9 +38,7 @@ def completed(record, job_id, now):
 def mark(done_file, job_id, now=None):
     """Marks done_file COMPLETED for job_id; returns why not (a line for the job's log), or None."""
     try:
-        with open(done_file, "rb") as handle:
-            data = handle.read(MAX_RECORD_BYTES + 1)
-        record = json.loads(data.decode("utf-8")) if len(data) <= MAX_RECORD_BYTES else None
+        record = untrusted.read(done_file, MAX_RECORD_BYTES)
     except FileNotFoundError:
         return "no %s: the next run of the playbook asks Slurm whether job %s completed" % (done_file, job_id)
     except (OSError, ValueError) as err:

@@ -41,7 +41,7 @@ import socket
 import sys
 import tempfile
 
-from . import exit_codes, gpu, gpu_health, nccl
+from . import exit_codes, gpu, gpu_health, nccl, untrusted
 from .atomic import replace_file
 
 BAD_NODES_RC = exit_codes.BAD_NODES.code  # gather's verdict, to node_check.sh
@@ -299,9 +299,8 @@ def gather(args, now=None):
     records = []
     for node in args.nodes:
         try:
-            with open(os.path.join(args.dir, node + ".json")) as handle:
-                record = json.load(handle)
-            if record.get("token") != args.token:
+            record = untrusted.read(os.path.join(args.dir, node + ".json"), JSON_MAX_BYTES)
+            if not isinstance(record, dict) or record.get("token") != args.token:
                 raise ValueError("a record of another check")
         except (OSError, ValueError):
             record = no_answer(node, args.timeout, args.python)
@@ -328,10 +327,16 @@ def gather(args, now=None):
     return (BAD_NODES_RC if bad else 0), summary
 
 
+# the run's JSON records the node package reads: a record of 2,048 bad nodes is about 300 KB, a
+# node's hang dump (its ranks' stacks) tens of KB; a file larger than this is no such record
+JSON_MAX_BYTES = 16 * 1048576
+
+
 def read_json(path, default):
+    """The JSON value in path (bounded: untrusted.read), or default when it is missing, cannot be
+    read or is not of default's type."""
     try:
-        with open(path) as handle:
-            value = json.load(handle)
+        value = untrusted.read(path, JSON_MAX_BYTES)
     except (OSError, ValueError):
         return default
     return value if isinstance(value, type(default)) else default

@@ -26,12 +26,13 @@ Facts (every key optional):
     not_fetched {path: why} (the run's files the collect step left on the cluster)
 
 Every value from those files is untrusted text (a training script may write any record, and
-many facts come from files jobs wrote on the cluster): it reaches report.md only through md()
-(escaped inline text, or a number) or fenced() (a code block it cannot close).
+many facts come from files jobs wrote on the cluster): each file is read as the collection reads
+whatever a job wrote (plugins/module_utils/node/untrusted.py: bounded in size and depth, integers
+within 64 bits), and a value reaches report.md only through md() (escaped inline text, or a
+number) or fenced() (a code block it cannot close).
 """
 
 import argparse
-import json
 import math
 import os
 import re
@@ -52,12 +53,17 @@ NOT_RECORDED = "not recorded"
 # the watch's straggler rules (plugins/module_utils/stragglers.py), from the collection this file is in
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "..", "plugins", "module_utils"))
 from stragglers import add_record, node_times_table, totals_table  # noqa: E402  pylint: disable=wrong-import-position
+from node import untrusted  # noqa: E402  pylint: disable=wrong-import-position
 DEFAULT_STRAGGLER_THRESHOLD = 0.2
 # What of a loss record the report shows: the rest (per-node times, a script's own fields) is not kept,
 # so a week of records fits in a few hundred MB.
 LOSS_FIELDS = ("step", "loss", "val_loss", "total_steps", "tokens_seen", "tokens_per_s", "mfu", "elapsed_s")
 # Up to this many nodes the report lists each; beyond, the slow ones and a summary (all in nodes.md).
 NODE_ROWS_SHOWN = 32
+# a metrics record as the watch reads one (plugins/module_utils/metrics.py's MAX_RECORD_BYTES)
+RECORD_MAX_BYTES = 1048576
+# node_times.json and facts.json: O(nodes), a few hundred KB at thousands of nodes
+FILE_MAX_BYTES = 64 * 1048576
 
 
 def warn(message):
@@ -77,10 +83,7 @@ def read_metrics(path, threshold):
         for line in handle:
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
+            record = untrusted.record(line, RECORD_MAX_BYTES, nonfinite=True)
             if not isinstance(record, dict):
                 unreadable += 1
             elif "event" in record:
@@ -99,21 +102,19 @@ def read_node_times(path):
     if not os.path.exists(path):
         return None, None
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle), None
+        return untrusted.read(path, FILE_MAX_BYTES), None
     except ValueError as error:
-        warn("%s is not JSON (%s); the report's step times per node come from the metrics" % (path, error))
-        return None, "it is not JSON (%s)" % error
+        warn("%s cannot be read (%s); the report's step times per node come from the metrics" % (path, error))
+        return None, str(error)
 
 
 def read_facts(path):
     if not path or not os.path.exists(path):
         return {}
     try:
-        with open(path, encoding="utf-8") as handle:
-            facts = json.load(handle)
+        facts = untrusted.read(path, FILE_MAX_BYTES, nonfinite=True)  # the report shows an infinity as such
     except ValueError as error:
-        warn("%s is not JSON (%s); the report leaves its sections as not recorded" % (path, error))
+        warn("%s cannot be read (%s); the report leaves its sections as not recorded" % (path, error))
         return {}
     if not isinstance(facts, dict):
         warn("%s holds no JSON object; the report leaves its sections as not recorded" % path)
@@ -656,10 +657,7 @@ def read_starts(path):
     with open(path, "rb") as handle:
         handle.seek(max(0, os.path.getsize(path) - STARTS_MAX_BYTES))
         for line in handle.read().decode("utf-8", "replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
+            record = untrusted.record(line, RECORD_MAX_BYTES)
             # the job script's lines (the trainer's events there have no nodes)
             if isinstance(record, dict) and isinstance(record.get("start"), int) and isinstance(record.get("nodes"), str):
                 starts[(str(record.get("job_id")), record["start"])] = record
@@ -690,6 +688,8 @@ HANGS_DIR = "hangs"
 HANGS_SHOWN = 20
 HANG_NODES_SHOWN = 8
 HANG_FRAMES_SHOWN = 4
+# as the watch reads a hang's summary (plugins/module_utils/job_watch.py)
+HANG_SUMMARY_MAX_BYTES = 4 * 1048576
 
 
 def read_hangs(run_dir):
@@ -706,10 +706,9 @@ def read_hangs(run_dir):
         if not os.path.isfile(path):
             continue
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                summary = json.load(handle)
+            summary = untrusted.read(path, HANG_SUMMARY_MAX_BYTES)
         except ValueError as error:
-            warn("%s is not JSON (%s); the report leaves that hang out" % (path, error))
+            warn("%s cannot be read (%s); the report leaves that hang out" % (path, error))
             continue
         if isinstance(summary, dict):
             hangs.append((name, summary))

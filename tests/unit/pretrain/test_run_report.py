@@ -631,7 +631,7 @@ def test_step_times_per_node_from_node_times_json(tmp_path):
 
 def test_node_times_json_that_cannot_be_read_is_said_and_the_metrics_maps_serve(tmp_path):
     run_dir = make_run(tmp_path, metrics_records(), FACTS)
-    for content, why in [("{", "`node_times.json` was not read: it is not JSON (Expecting property name"),
+    for content, why in [("{", "`node_times.json` was not read: it is no JSON (Expecting property name"),
                          (json.dumps({"version": 7}), "`node_times.json` was not read: it is no version-1 "
                                                       "node_times.json (an object with version and nodes).")]:
         (run_dir / "node_times.json").write_text(content)
@@ -729,3 +729,20 @@ def test_hangs_name_the_node_its_first_frames_and_where_the_stacks_are(tmp_path)
                                              "job_id": "45", "start": 2, "discarded_records": 0}]))
     assert "| a hang in start 1 (see Hangs); stopped at step 42 with a checkpoint | 42 | step_42.pt | 0 | 0 | - |" \
         in report_of(run)
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "starts.jsonl", "node_times.json", "facts.json",
+                                  "hangs/45-1/summary.json"])
+def test_a_file_nested_too_deep_is_left_out_and_the_report_is_written(tmp_path, name):
+    """A line of 50,000 '[' raised RecursionError in the report's readers (rc 1, no report)."""
+    run_dir = make_run(tmp_path, metrics_records(), FACTS)
+    path = run_dir / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a" if name.endswith(".jsonl") else "w") as handle:  # a line more, or the whole file
+        handle.write("[" * 50000 + "\n")
+    report = report_of(run_dir)
+    assert "- Final train loss: 2.5000 (step 100)" in report
+    if name == "metrics.jsonl":
+        assert "1 line(s) of `metrics.jsonl` were not records and were skipped." in report
+    if name == "facts.json":
+        assert report.startswith("# Run gpt2-124m\n") and "Checkpoint: not recorded." in report

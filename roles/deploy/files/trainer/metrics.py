@@ -112,10 +112,11 @@ def lines_from_end(f, block=1 << 16):
 
 
 def parsed(line):
-    """The JSON value of a line of metrics.jsonl, or None where it is none."""
+    """The JSON value of a line of metrics.jsonl, or None where it is none (a line nested too deep
+    for the parser too: a script may write any line there)."""
     try:
         return json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

@@ -491,8 +491,8 @@ def recent_failures(path, job_id, start):
     for line in lines:
         try:
             record = json.loads(line)
-        except ValueError:
-            continue  # the first, cut by the seek, or a line still being written
+        except (ValueError, RecursionError):
+            continue  # the first, cut by the seek, a line still being written, or one nested too deep to parse
         if isinstance(record, dict) and record.get("job_id") == job_id and record.get("start") == start:
             found.append({key: record.get(key) for key in ("rank", "node", "step", "error")})
     return found[-FAILURES_NAMED:]

@@ -1,5 +1,7 @@
 """The llmtrain.slurm.default stdout callback: what a user sees for results as Ansible hands them over."""
 
+import re
+
 import pytest
 from ansible import constants as C
 from ansible.executor.task_result import CallbackTaskResult
@@ -40,7 +42,7 @@ class Screen:
 def stdout_callback(result_format="yaml"):
     callback = default.CallbackModule()
     callback._plugin_options = dict(OPTIONS, result_format=result_format)
-    callback._display = Screen()
+    callback._display = default.PrintableDisplay(Screen())
     return callback
 
 
@@ -159,3 +161,16 @@ def test_the_end_of_a_watch_prints_the_final_state_and_the_last_progress():
     other = stdout_callback()
     other.v2_runner_on_ok(task_result(dict(jobs=ended["jobs"], changed=False), name="Look for an active job of this run"))
     assert not any(line.startswith("[login] job 42") for line in other._display.lines)
+
+
+@pytest.mark.parametrize("result_format", ["json", "yaml"])
+def test_what_any_result_holds_prints_without_control_characters(result_format):
+    """OSC 52 (the clipboard), CSI (clear the screen), OSC 8 (a link), a bidirectional override and an
+    8-bit CSI in a debug message (the status table) and in a failure's result and message."""
+    evil = "\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2J\x1b]8;;https://evil.example/\x1b\\link\x1b]8;;\x1b\\\u202eexe.\x9b2J\rok"
+    callback = stdout_callback(result_format)
+    callback.v2_runner_on_ok(task_result(dict(changed=False, msg="run  state\nr" + evil + "  running"), name="Show"))
+    callback.v2_runner_on_failed(task_result(dict(changed=False, log_tail=["x" + evil], msg="Training job failed.\n" + evil)))
+    lines = callback._display.lines
+    assert len(lines) > 4 and not any(re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", line) for line in lines)
+    assert lines[-2:] == ["Training job failed.", "linkexe. ok"]

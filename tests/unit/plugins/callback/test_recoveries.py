@@ -50,7 +50,7 @@ def test_a_requeued_job_names_the_nodes_of_its_last_start_that_slurm_has_out_of_
     found = recovery.recovery(client, job("PENDING", 1), path, [])
     assert client.calls == [["/usr/bin/scontrol", "show", "node", "-o", "w[0-2]"]]
     assert found["requeued"] and found["start"] == 2 and found["nodes"] is None
-    assert found["previous"] == dict(job_id="45", start=1, nodes="w[0-2]")
+    assert found["previous"] == dict(job_id="45", start=1, nodes="w[0-2]", how=None)
     assert found["lost"] == {"slurm-worker-1": "down+not_responding: Not responding [slurm@2026-12-04T22:10:31]"}
     assert found["lost_count"] == 1
     seen = set()
@@ -58,6 +58,24 @@ def test_a_requeued_job_names_the_nodes_of_its_last_start_that_slurm_has_out_of_
     assert lines == ["[ctl] job 45: start 1 on w[0-2] ended and the job is requeued (start 2 next): lost slurm-worker-1 "
                      "(down+not_responding: Not responding [slurm@2026-12-04T22:10:31])"]
     assert event_lines("ctl", dict(recovery=found), seen) == []  # said once
+
+
+def test_the_requeue_line_names_the_start_that_ended_though_the_next_one_has_begun_before_the_watch_looks(tmp_path):
+    """Slurm said PENDING (requeued once), and by the time starts.jsonl was read the next start had
+    written its line: the line is built from the ended start's own lines, start 1 and its end."""
+    path = starts_file(tmp_path, start("45", 1, "w[0-2]"),
+                       dict(event="end", job_id="45", start=1, how="requeued", exit_code=0, time="E"),
+                       start("45", 2, "w[0,2-3]", left="w1"))
+    client = Client(DOWN)
+    found = recovery.recovery(client, job("PENDING", 1), path, [])
+    assert client.calls == [["/usr/bin/scontrol", "show", "node", "-o", "w[0-2]"]]
+    assert found["previous"] == dict(job_id="45", start=1, nodes="w[0-2]", how="requeued") and found["nodes"] is None
+    assert event_lines("ctl", dict(recovery=found), set()) == [
+        "[ctl] job 45: start 1 on w[0-2] ended (requeued) and the job is requeued (start 2 next): lost slurm-worker-1 "
+        "(down+not_responding: Not responding [slurm@2026-12-04T22:10:31])"]
+    # a start whose own line is not among those read is not named
+    path = starts_file(tmp_path, start("45", 2, "w[0,2-3]", left="w1"))
+    assert recovery.recovery(Client(DOWN), job("PENDING", 1), path, [])["previous"] is None
 
 
 def test_a_running_job_asks_slurm_nothing_and_its_next_start_names_the_nodes_it_lacks(tmp_path):
@@ -143,7 +161,7 @@ def test_slurm_that_does_not_say_leaves_the_lost_nodes_unnamed(tmp_path):
 def test_the_read_is_the_files_end_whatever_its_length(tmp_path):
     many = [start("%d" % (100 + i), 1, "w[0-2]") for i in range(5000)] + [start("45", 1, "w[0-2]")]
     found = recovery.recovery(Client(), job(), starts_file(tmp_path, *many), [])
-    assert found["previous"] == dict(job_id="5099", start=1, nodes="w[0-2]")
+    assert found["previous"] == dict(job_id="5099", start=1, nodes="w[0-2]", how=None)
 
 
 def test_a_node_list_that_is_no_host_list_is_not_handed_to_scontrol(tmp_path):

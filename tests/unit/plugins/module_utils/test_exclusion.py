@@ -60,7 +60,7 @@ def test_load_bad_nodes(tmp_path):
 
 
 @pytest.mark.parametrize("content, why", [
-    ("{not json", "not valid JSON: "),
+    ("{not json", "not valid JSON: it is no JSON ("),
     ("[\"n1\"]", "not a JSON object of nodes"),
     (b"{\"n\xff\": {}}", "not UTF-8 text"),
 ])

@@ -51,8 +51,8 @@ def test_lines_that_are_no_record_are_counted(tmp_path):
     records, unreadable = metrics.tail_records(str(path))
     assert [r["step"] for r in records] == [1, 2, 3, 1] and unreadable == 3
     message = metrics.unreadable_message(str(path), unreadable)
-    assert message.startswith("%s: 3 of its last lines hold no complete JSON object or are longer than 1024 KiB"
-                              % path)
+    assert message.startswith("%s: 3 of its last lines hold no complete JSON object, nest deeper than 32 levels, "
+                              "hold an integer beyond 64 bits or are longer than 1024 KiB" % path)
     assert "LLMTRAIN_METRICS_FILE" in message
 
 

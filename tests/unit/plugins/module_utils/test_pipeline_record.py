@@ -102,7 +102,8 @@ def test_a_stage_that_ran_since_or_a_record_that_cannot_be_read_is_not_finished(
 def test_no_record_a_bad_one_or_a_controller_without_the_run_is_not_finished():
     fingerprint, record = finished(**DONE)
     cases = [(read(**DONE), [], "no pipeline.json: the pipeline has not finished with these inputs"),
-             (read("{not json", **DONE), [], "pipeline.json is not JSON"),
+             (read("{not json", **DONE), [], "pipeline.json cannot be read (it is no JSON (Expecting property name "
+                                             "enclosed in double quotes: line 1 column 2 (char 1)))"),
              (read(OSError("a link, not followed"), **DONE), [], "pipeline.json cannot be read (a link, not followed)"),
              (read("[1]", **DONE), [], "the inputs differ from those of the finished pipeline"),
              (read(record, **DONE), ["runs/x/report.md"], "this controller lacks runs/x/report.md")]

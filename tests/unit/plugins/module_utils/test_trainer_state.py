@@ -56,7 +56,7 @@ def save_state(directory, step, logging_steps=10, evaluations=500):
 def test_the_watch_reads_the_files_ends_and_gets_what_the_whole_file_gives(tmp_path):
     path = save_state(tmp_path, 40000, logging_steps=1)
     assert path.stat().st_size > 50 * (trainer_state.HEAD_BYTES + trainer_state.TAIL_BYTES)
-    whole, ends = trainer_state.read(str(path), whole=True), trainer_state.read(str(path))
+    whole, ends = trainer_state.parse(path.read_text()), trainer_state.read(str(path))
     for key in ("global_step", "max_steps", "logging_steps", "epoch"):
         assert ends[key] == whole[key]
     assert (whole["global_step"], whole["max_steps"], whole["logging_steps"], whole["epoch"]) == (40000, 5000, 1, 40.0)
@@ -73,7 +73,7 @@ def test_a_run_that_crashed_and_resumed_gets_every_records_step(line, tmp_path):
     first start's 2010-2050 (losses the state does not hold) on from 2000."""
     lines = [line(step, 1) for step in range(10, 2051, 10)] + ["llmtrain: job 7 start"]
     lines += [line(step, 2) for step in range(2010, 3731, 10)]
-    state = trainer_state.read(str(save_state(tmp_path, 3500)), whole=True)
+    state = trainer_state.parse(save_state(tmp_path, 3500).read_text())
     found, _warnings = log_progress.records(lines, DEFAULT, state)
     assert [r["step"] for r in found] == list(range(10, 2051, 10)) + list(range(2010, 3731, 10))
     assert {r["total_steps"] for r in found} == {5000}
@@ -88,13 +88,13 @@ def test_a_start_that_resumed_past_every_entry_of_the_state_takes_its_steps_from
     """The state read is checkpoint-1000's; the log is a start that resumed from checkpoint-2000
     (saved since): its records match no entry and follow none, their epochs place them."""
     lines = [line_5x(step, 2) for step in range(2060, 2200, 10)]
-    state = trainer_state.read(str(save_state(tmp_path, 1000)), whole=True)
+    state = trainer_state.parse(save_state(tmp_path, 1000).read_text())
     found, _warnings = log_progress.records(lines, DEFAULT, state)
     assert [r["step"] for r in found] == list(range(2060, 2200, 10))
 
 
 def test_without_a_state_or_an_epoch_the_records_keep_their_places(tmp_path):
-    state = trainer_state.read(str(save_state(tmp_path, 100)), whole=True)
+    state = trainer_state.parse(save_state(tmp_path, 100).read_text())
     lines = ["{'loss': 3.0}", "{'loss': 2.5}"]
     assert [r["step"] for r in log_progress.records(lines, DEFAULT, state)[0]] == [1, 2]
     assert [r["step"] for r in log_progress.records([line_4x(10, 1), line_4x(20, 1)], DEFAULT, None)[0]] == [1, 2]

@@ -69,3 +69,33 @@ def test_a_running_jobs_log_is_read_from_its_end(monkeypatch, capsys, tmp_path):
     assert result["detail"][-3:] == ["Last 2 lines of %s:" % (running / "logs" / "llmtrain-r-9.out"),
                                      "  iter 199998: loss 2.5, time 1ms", "  iter 199999: loss 2.5, time 1ms"]
     assert result["job"]["state"] == "RUNNING" and result["job"]["job_id"] == "9"
+
+
+def test_one_run_whose_files_cannot_be_read_is_a_row_that_says_so(monkeypatch, capsys, tmp_path):
+    make_run(tmp_path, "a", "7")
+    make_run(tmp_path, "b", "8", dict(job_id="8", start=1, nodes="n1", left="", time="T"))
+    real = run_status.run_status.progress
+
+    def progress(run_dir, job_log, patterns):
+        if run_dir.endswith("/b"):
+            raise OverflowError("cannot convert float infinity to integer")  # what a record once raised
+        return real(run_dir, job_log, patterns)
+    monkeypatch.setattr(run_status.run_status, "progress", progress)
+    Slurm(monkeypatch, [(QUEUE, (0, squeue_rows(["8", "RUNNING", "llmtrain-b", "None", "1", "n1", "T"]), ""))])
+    result = run(run_status.main, dict(workspace=str(tmp_path)), capsys)
+    assert [r["run"] for r in result["runs"]] == ["a", "b"] and result["runs"][0]["state"] != "unreadable"
+    assert result["runs"][1]["state"] == "unreadable"
+    assert "OverflowError: cannot convert float infinity to integer" in result["runs"][1]["why"]
+    assert result["table"][3].split()[:2] == ["b", "unreadable"] and len(result["table"]) == 4
+
+
+def test_a_workspace_others_can_replace_runs_is_untrusted_and_nothing_is_read_or_collected(monkeypatch, capsys, tmp_path):
+    workspace = tmp_path / "shared"
+    make_run(workspace, "r", "9", dict(job_id="9", start=1, nodes="n1", left="", time="T"))
+    os.chmod(workspace, 0o777)
+    Slurm(monkeypatch, [(QUEUE, (0, squeue_rows(["9", "RUNNING", "llmtrain-r", "None", "1", "n1", "T"]), ""))])
+    result = run(run_status.main, dict(workspace=str(workspace), run="r", log_lines=5), capsys)
+    row = result["runs"][0]
+    assert (row["state"], row["job_id"], row["stdout_path"]) == ("untrusted", None, None)
+    assert "without the sticky bit" in row["why"] and "job" not in result  # so the status playbook collects nothing
+    assert result["detail"][0].startswith("Run r: untrusted (its files are not read: %s is writable" % workspace)

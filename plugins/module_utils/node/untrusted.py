@@ -1,0 +1,188 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the run's files hold is untrusted: jobs write them, a training script of the user's
+writes its records there, and a shared workspace may hold files others made. Everything the
+collection reads from them goes through this module.
+
+- JSON (loads): bounded in size and depth, numbers finite (unless asked) and integers within 64
+  bits, so that no record can raise RecursionError, OverflowError or a ValueError nobody expects
+  in the reader; what fails is Unreadable, which the callers count and say.
+- Fields (field, fields): each of the type it must have, or absent: a step of "5" is no step.
+- Text for a terminal (printable): control characters (C0, C1, DEL) and bidirectional controls
+  taken out, so that no escape sequence of a file reaches the user's terminal (OSC 52 writes the
+  clipboard, OSC 8 draws a link that lies about where it leads, CSI clears the screen).
+
+It imports nothing outside Python's standard library: it ships to the nodes in the llmtrain_node
+package (the hang watch reads the metrics file with it), and the run report imports it too."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+# no record of the collection, nor any trainer's, nests deeper (a metrics record is 2 or 3 deep)
+MAX_DEPTH = 32
+# JSON integers beyond 64 bits are no step, count or size: refused before Python builds them
+MAX_INT = 2 ** 63 - 1
+_INT_DIGITS = len(str(MAX_INT))
+# a Slurm job id as the run's files name it: JOBID, or ARRAYJOB_TASK
+JOB_ID = re.compile(r"\A\d{1,18}(?:_\d{1,18})?\Z")
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^][{}]+")
+_INNERMOST = re.compile(r"\[\]|\{\}")
+
+
+class Unreadable(ValueError):
+    """A text that is no JSON value the collection reads, and why."""
+
+
+def _too_deep(text, depth):
+    """Whether text nests more than depth brackets, or has brackets that do not pair (its strings
+    aside): either is no record. Linear passes of re, one per level, each taking the innermost
+    pairs off: no recursion, whatever the text."""
+    if text.count("[") + text.count("{") <= depth:
+        return False
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    for _level in range(depth):
+        brackets, taken = _INNERMOST.subn("", brackets)
+        if not brackets or not taken:
+            break
+    return bool(brackets)
+
+
+def _constant(nonfinite):
+    def parse(name):
+        if not nonfinite:
+            raise Unreadable("it holds %s, which is no number" % name)
+        return float(name)
+    return parse
+
+
+def _int(text):
+    if len(text.lstrip("-")) > _INT_DIGITS or abs(int(text)) > MAX_INT:
+        raise Unreadable("it holds an integer beyond 64 bits (%s...)" % text[:24])
+    return int(text)
+
+
+def _float(nonfinite):
+    def parse(text):
+        value = float(text)
+        if not nonfinite and not math.isfinite(value):
+            raise Unreadable("it holds %s, which is out of range" % text[:24])
+        return value
+    return parse
+
+
+def loads(data, max_bytes, depth=MAX_DEPTH, nonfinite=False):
+    """The JSON value of data (bytes or str) -> the value; raises Unreadable with why when data is
+    longer than max_bytes, not UTF-8, nests deeper than depth, holds NaN, an infinity or a number
+    beyond a float (unless nonfinite: a diverged run's loss is NaN, and says so) or an integer
+    beyond 64 bits, or is no JSON."""
+    if len(data) > max_bytes:
+        raise Unreadable("it is longer than %d bytes" % max_bytes)
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Unreadable("it is not UTF-8 text") from None
+    if _too_deep(data, depth):
+        raise Unreadable("it nests deeper than %d levels, or its brackets do not pair" % depth)
+    try:
+        return json.loads(data, parse_constant=_constant(nonfinite), parse_int=_int, parse_float=_float(nonfinite))
+    except Unreadable:
+        raise
+    except ValueError as err:
+        raise Unreadable("it is no JSON (%s)" % str(err)[:80]) from None
+
+
+def read(path, max_bytes, depth=MAX_DEPTH, nonfinite=False):
+    """The JSON value of the file at path (no more than max_bytes read) -> value; raises OSError
+    (FileNotFoundError where it is missing) or Unreadable."""
+    with open(path, "rb") as handle:
+        return loads(handle.read(max_bytes + 1), max_bytes, depth, nonfinite)
+
+
+def record(data, max_bytes, depth=MAX_DEPTH, nonfinite=False):
+    """The JSON object of data, or None (no object, or Unreadable)."""
+    try:
+        value = loads(data, max_bytes, depth, nonfinite)
+    except Unreadable:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# The types a field may have (field, fields).
+INT = "int"          # an integer (not a bool)
+COUNT = "count"      # an integer, 0 or more
+NUMBER = "number"    # an integer or a finite float
+REAL = "real"        # an integer or any float: a loss may be NaN or infinite, and is shown so
+TEXT = "text"        # a string
+JOB = "job"          # a Slurm job id (JOB_ID), as a string; an integer is taken as its text
+DICT = "dict"
+LIST = "list"
+
+
+def field(value, kind):
+    """value when it has the type kind says, else None."""
+    if isinstance(value, bool):
+        return None
+    if kind == INT:
+        return value if isinstance(value, int) else None
+    if kind == COUNT:
+        return value if isinstance(value, int) and value >= 0 else None
+    if kind == NUMBER:
+        return value if isinstance(value, int) or isinstance(value, float) and math.isfinite(value) else None
+    if kind == REAL:
+        return value if isinstance(value, (int, float)) else None
+    if kind == TEXT:
+        return value if isinstance(value, str) else None
+    if kind == JOB:
+        text = str(value) if isinstance(value, int) else value
+        return text if isinstance(text, str) and JOB_ID.match(text) else None
+    if kind == DICT:
+        return value if isinstance(value, dict) else None
+    if kind == LIST:
+        return value if isinstance(value, list) else None
+    raise ValueError("no field type %r" % kind)
+
+
+def fields(source, kinds):
+    """{name: value} of source's fields that kinds ({name: kind}) names and that have their type;
+    the others absent."""
+    found = {}
+    for name, kind in kinds.items():
+        value = field(source.get(name), kind)
+        if value is not None:
+            found[name] = value
+    return found
+
+
+# Control characters: C0 but tab and the line breaks, DEL, C1; the bidirectional controls (which
+# reorder what a terminal shows: "Trojan Source"); and line breaks, kept only in text of several lines.
+_CONTROLS = "\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_BREAKS = "\n\r\u2028\u2029\x85"
+_ESCAPE_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]"          # CSI: colours, cursor moves, clearing the screen
+    r"|(?:\x1b\]|\x9d)[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC: a title, the clipboard (52), a link (8)
+    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"           # DCS, SOS, PM, APC: strings up to their terminator
+    r"|\x1b[ -/]*[0-~]?")                      # any other escape (charset, keypad, ...), or a lone ESC
+_INTRODUCERS = ("\x1b", "\x9b", "\x9d")
+_ONE_LINE = re.compile("[%s%s]" % (_CONTROLS, _BREAKS))
+_LINES = re.compile("[%s]" % _CONTROLS)
+_LINE_BREAKS = re.compile("\r\n|[\u2028\u2029\x85]")
+
+
+def printable(text, lines=False):
+    """text made safe to show on a terminal: each escape sequence taken out whole (a coloured log
+    line reads as its words), then every other control character; a tab stays. A line break
+    stays where lines (the text is meant to have several: a log's tail, a traceback), else it
+    becomes a blank, as a lone carriage return always does (it would let a line overwrite another)."""
+    text = str(text)
+    if any(c in text for c in _INTRODUCERS):
+        text = _ESCAPE_SEQUENCE.sub("", text)
+    text = _LINE_BREAKS.sub("\n", text)
+    if lines:
+        return _LINES.sub("", text.replace("\r", " "))
+    return _ONE_LINE.sub(lambda m: " " if m.group() in _BREAKS else "", text)
