@@ -37,6 +37,17 @@ OWNED = {
 }
 # ch-run options that make the image writable: bind targets missing in it are then made
 CH_WRITABLE = ("-w", "--write")
+# the program that parses each runtime's options (slurm_container_args)
+PARSER = {"pyxis": "srun", "charliecloud": "ch-run"}
+# pyxis splits --container-mounts at "," and each mount at ":", ch-run splits -b at ":": a path with
+# either would mount something else. One rule for both runtimes, so that a path means the same in each.
+MOUNT_SEPARATORS = ",:"
+# ch-run's short options that take a value (-W an optional one): in a bundle such as -wb/etc the rest of
+# the word after one of them is that value, not more options. pyxis's owned options are long only.
+CH_VALUE_LETTERS = "bcgmsuW"
+# the runtime's own long options whose whole name starts an owned one: getopt_long takes a whole name as
+# itself before it looks at abbreviations (srun's --container is an OCI bundle, not pyxis's image)
+WHOLE_NAMES = {"pyxis": ("--container",), "charliecloud": ()}
 
 
 def settings(values):
@@ -75,6 +86,31 @@ def argv(cfg, workdir):
     return dict(step=[], task=[], batch=[])
 
 
+def owned_option(runtime, arg):
+    """The OWNED option of runtime that the word arg sets, as the runtime's parser reads it -> the
+    option's name in OWNED, or None.
+
+    srun (getopt_long) and ch-run (argp, on getopt_long) take a long option by any prefix of its name
+    that no other option shares, its value after = or in the next word (--container-im=X, --b X), and
+    a short option with its value attached (-b/etc:/x) or at the end of a bundle of flags (-wb/etc).
+    Every non-empty prefix of an owned long name counts as that option: a prefix another option shares
+    is ambiguous, which the runtime refuses anyway, so refusing it here turns nothing that works away.
+    The one exception is the whole name of another option (WHOLE_NAMES), which is that option."""
+    owned = OWNED[runtime]
+    if arg.startswith("--"):
+        name = arg.split("=", 1)[0]
+        if name == "--" or name in WHOLE_NAMES[runtime]:
+            return None
+        return next((option for option in owned if option.startswith(name)), None)
+    if arg.startswith("-"):
+        for letter in arg[1:]:
+            if "-" + letter in owned:
+                return "-" + letter
+            if letter in CH_VALUE_LETTERS:
+                break
+    return None
+
+
 def input_errors(values):
     """What the slurm_container_* variables say wrong on their own -> [message]."""
     runtime = values.get("slurm_container_runtime") or "none"
@@ -93,9 +129,17 @@ def input_errors(values):
             "an enroot image URI such as nvcr.io#nvidia/pytorch:25.01-py3, or the path of a SquashFS file on the "
             "shared filesystem" if runtime == "pyxis" else
             "the path of an image directory or SquashFS file on the shared filesystem (ch-convert makes one)")))
+    elif image.startswith("-"):
+        found.append("slurm_container_image=%r starts with -, like an option: give the image by a path or name "
+                     "that does not, such as its absolute path." % image)
     elif runtime == "pyxis" and ("," in image or " " in image):
         found.append("slurm_container_image=%r is not an enroot image: [USER@][REGISTRY#]IMAGE[:TAG] or a path, "
                      "without blanks or commas." % image)
+    workspace = str(values.get("slurm_workspace") or "")
+    if any(separator in workspace for separator in MOUNT_SEPARATORS):
+        found.append("slurm_workspace=%r is mounted in the container, and a mount's path may not contain , or : "
+                     "(pyxis splits its mounts at both, ch-run at :): pick a workspace path without them."
+                     % workspace)
     mounts = values.get("slurm_container_mounts") or []
     if not isinstance(mounts, list):
         found.append("slurm_container_mounts=%r must be a list of SOURCE[:TARGET] mounts, such as "
@@ -103,7 +147,8 @@ def input_errors(values):
         mounts = []
     for mount in mounts:
         parts = str(mount).split(":")
-        bad = (not isinstance(mount, str) or "," in mount or "\n" in mount or not 1 <= len(parts) <= 3
+        bad = (not isinstance(mount, str) or any(separator in part for part in parts for separator in MOUNT_SEPARATORS)
+               or "\n" in mount or not 1 <= len(parts) <= 3
                or not parts[0].startswith("/") or len(parts) > 1 and parts[1] and not parts[1].startswith("/"))
         if bad:
             found.append("slurm_container_mounts: %r is not a mount: SOURCE[:TARGET%s], both absolute paths, no "
@@ -114,14 +159,17 @@ def input_errors(values):
     args = values.get("slurm_container_args") or []
     if not isinstance(args, list) or not all(isinstance(a, str) and a and "\n" not in a for a in args):
         found.append("slurm_container_args=%r must be a list of %s options, one word per item." % (
-            args, "srun (pyxis)" if runtime == "pyxis" else "ch-run"))
+            args, PARSER[runtime]))
         args = []
     for arg in args:
-        name = arg.split("=", 1)[0]
-        owner = OWNED[runtime].get(name)
-        if owner and owner.startswith("the collection"):
+        option = owned_option(runtime, arg)
+        if not option:
+            continue
+        owner = OWNED[runtime][option]
+        name = option if arg.split("=", 1)[0] == option else "%s (%s takes it as %s)" % (arg, PARSER[runtime], option)
+        if owner.startswith("the collection"):
             found.append("slurm_container_args: %s is set by %s: leave it out." % (name, owner))
-        elif owner:
+        else:
             found.append("slurm_container_args: %s is what %s says: set that instead." % (name, owner))
     return found
 

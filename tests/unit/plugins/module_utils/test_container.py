@@ -63,6 +63,70 @@ def test_good_container_settings_pass():
     assert container.input_errors(dict(slurm_container_runtime="none", slurm_container_mounts=[])) == []
 
 
+@pytest.mark.parametrize("runtime", ["pyxis", "charliecloud"])
+@pytest.mark.parametrize("workspace", ["/shared/a,/home/bob:/shared/a", "/shared/ws:/etc", "/shared/a,b"])
+def test_a_workspace_the_runtime_would_split_is_refused(runtime, workspace):
+    """pyxis splits its mounts at , and each at :, so /shared/a,/home/bob:/shared/a would add a mount;
+    ch-run -b splits at :, so /shared/ws:/etc would mount the workspace on /etc."""
+    values = dict(slurm_container_runtime=runtime, slurm_container_image="/i", slurm_workspace=workspace)
+    message = "slurm_workspace=%r is mounted in the container, and a mount's path may not contain , or :" % workspace
+    assert any(m.startswith(message) for m in container.input_errors(values))
+    assert any(m.startswith(message) for m in validate(values))
+
+
+@pytest.mark.parametrize("runtime", ["pyxis", "charliecloud"])
+def test_an_image_that_reads_as_an_option_is_refused(runtime):
+    found = container.input_errors(dict(slurm_container_runtime=runtime, slurm_container_image="-w"))
+    assert found == ["slurm_container_image='-w' starts with -, like an option: give the image by a path or name "
+                     "that does not, such as its absolute path."]
+
+
+@pytest.mark.parametrize("runtime, arg, option, owner", [
+    # srun takes any unambiguous prefix of a long option, as getopt_long does
+    ("pyxis", "--container-im=evil", "--container-image", "is what slurm_container_image says"),
+    ("pyxis", "--container-wo=/", "--container-workdir", "is set by the collection (each job's working directory)"),
+    ("pyxis", "--container-n", "--container-name", "is set by the collection (one container per node and job)"),
+    # ch-run (argp): prefixes, a short option's value attached, and the last of a bundle of flags
+    ("charliecloud", "--b=/etc:/x", "--bind", "is what slurm_container_mounts says"),
+    ("charliecloud", "--bi", "--bind", "is what slurm_container_mounts says"),
+    ("charliecloud", "--c=/x", "--cd", "is set by the collection (each job's working directory)"),
+    ("charliecloud", "-b/etc:/x", "-b", "is what slurm_container_mounts says"),
+    ("charliecloud", "-bX", "-b", "is what slurm_container_mounts says"),
+    ("charliecloud", "-c/dir", "-c", "is set by the collection (each job's working directory)"),
+    ("charliecloud", "-wb/etc", "-b", "is what slurm_container_mounts says"),
+    ("charliecloud", "-jtc/x", "-c", "is set by the collection (each job's working directory)"),
+])
+def test_an_owned_option_is_refused_in_every_form_the_runtime_reads(runtime, arg, option, owner):
+    values = dict(slurm_container_runtime=runtime, slurm_container_image="/i", slurm_container_args=["-v", arg])
+    program = "srun" if runtime == "pyxis" else "ch-run"
+    message = "slurm_container_args: %s (%s takes it as %s) %s" % (arg, program, option, owner)
+    found = [m for m in container.input_errors(values) if m.startswith("slurm_container_args")]
+    assert len(found) == 1 and found[0].startswith(message), found  # -v is no owned option
+    assert any(m.startswith(message) for m in validate(values))
+
+
+# srun's own --container (an OCI bundle) is a whole name, not an abbreviation of pyxis's options
+PYXIS_ARGS = ["--container-env=NCCL_DEBUG", "--container-writable", "--no-container-mount-home",
+              "--container-mount-home", "--container-remap-root", "--container=/bundle"]
+# -u and -W take the rest of their word as its value: no -b or -c there
+CH_RUN_ARGS = ["-w", "--write", "--set-env=HOME=/x", "--set-env", "--unset-env=PYTHON*", "--unset-env", "X",
+               "-ub", "-Wc", "-jt", "--write-fake"]
+IMAGE = "/shared/images/torch"
+
+
+@pytest.mark.parametrize("runtime, args, words", [
+    ("pyxis", PYXIS_ARGS, dict(step=["--container-image=" + IMAGE, "--container-mounts=%s:%s" % (WS, WS),
+                                     "--container-workdir=%s/r" % WS, "--container-name=llmtrain"] + PYXIS_ARGS)),
+    ("charliecloud", CH_RUN_ARGS, dict(task=["ch-run", "-b", WS] + CH_RUN_ARGS + ["--cd", WS + "/r", IMAGE, "--"])),
+])
+def test_options_the_collection_does_not_set_pass_and_reach_the_runtime(runtime, args, words):
+    values = dict(slurm_container_runtime=runtime, slurm_container_image=IMAGE, slurm_workspace=WS,
+                  slurm_container_args=args)
+    assert container.input_errors(values) == []
+    got = container.argv(container.settings(values), WS + "/r")
+    assert {key: got[key] for key in words} == words
+
+
 def runner(answers):
     calls = []
 
