@@ -4,7 +4,8 @@ every other value comes from the roles' defaults, owned by the run role, nothing
 is writable by the user's group, and the runs after the first are not refused. With
 run_script set it gets past preflight too. Training again with --tags pretrain alone
 writes a report with the same sections, read from the run's artifacts rather than from facts
-of earlier plays."""
+of earlier plays. A misspelt or renamed variable, which the roles would ignore, is refused
+before anything is made or submitted."""
 
 import os
 import re
@@ -15,7 +16,7 @@ import uuid
 
 import pytest
 
-from cluster import ROOT, ansible_env, login_umask, node, writable_by_others
+from cluster import ROOT, ansible_env, job_ids, login_umask, node, writable_by_others
 
 RUN = "pretrain"  # the default run name
 
@@ -93,3 +94,33 @@ def test_a_minimal_inventory_with_its_own_script_gets_past_preflight(minimal):
     script.write_text("print('my own training script')\n")
     result = minimal("preflight.yml", "-e", "run_script=%s" % script)
     assert "failed=0" in result.stdout
+
+
+def test_a_misspelt_or_renamed_variable_is_refused_before_any_job(minimal):
+    """slurm_node would leave the run on slurm_nodes' value, pretrain_run_name (run_name since the
+    rename) train the default run, and a compute node's misspelt override give it the cluster's
+    value: each is refused by the first stage, naming the variable meant, and nothing is made."""
+    workspace = minimal.workspace + "-refused"
+    extra = minimal.home / "refused.yml"
+    extra.write_text("all:\n"
+                     "  children:\n"
+                     "    slurm_workers:\n"
+                     "      hosts:\n"
+                     "        %s:\n"
+                     "          nccl_env_socket_ifnam: eth1\n"
+                     "  vars:\n"
+                     "    slurm_workspace: %s\n"
+                     "    slurm_node: 3\n"
+                     "    pretrain_run_name: myrun\n" % (node(1), workspace))
+    before = job_ids()
+    result = minimal("pretrain.yml", "-i", str(extra), check=False)
+    assert result.returncode != 0 and "failed=1" in result.stdout, result.stdout[-6000:]
+    for message in ("slurm_node is not a variable of llmtrain.slurm: did you mean slurm_nodes?",
+                    "pretrain_run_name was renamed to run_name: set run_name instead.",
+                    "nccl_env_socket_ifnam is not a variable of llmtrain.slurm: did you mean nccl_env_socket_ifname? "
+                    "(host vars of %s)" % node(1)):
+        assert "\n" + message + "\n" in result.stdout, result.stdout[-6000:]
+    print(result.stdout[result.stdout.index("fatal:"):])  # what the user reads
+    # refused by the first stage's first check: no run directory (no job script, no data), no job
+    assert not os.path.exists(workspace)
+    assert job_ids() - before == set()

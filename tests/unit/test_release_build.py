@@ -160,9 +160,11 @@ def test_the_installed_preflight_playbook_rejects_missing_inputs_before_asking_s
                          "          ansible_connection: local\n")
     proc = run([os.path.join(BIN, "ansible-playbook"), "-i", str(inventory), "llmtrain.slurm.preflight",
                 "-e", "slurm_gpus_per_node=0", "-e", "slurm_procs_per_node=2", "-e", "slurm_python=python3",
-                "-e", "slurm_workspace=/shared/llmtrain"], work, env, check=False)
+                "-e", "slurm_workspace=/shared/llmtrain", "-e", "slurm_node=2"], work, env, check=False)
     assert proc.returncode == 2, proc.stdout
     assert "slurm_nodes is not set: add it to the inventory" in proc.stdout
+    # the installed roles' argument specs are what the variable names are checked against
+    assert "slurm_node is not a variable of llmtrain.slurm: did you mean slurm_nodes?" in proc.stdout
     assert "Ask Slurm" not in proc.stdout
 
 

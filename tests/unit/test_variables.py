@@ -7,7 +7,9 @@ collection reads.
 - every declared variable is read somewhere (a task, a template, a playbook, or the Python that
   checks the inputs), and every run variable read in a task, template or playbook is declared
   (by a spec, or as the role's own computed value in vars/main.yml, a set_fact, a register or a
-  task's vars).
+  task's vars);
+- what the roles compute, and every name the collection's own inventories, scenarios and tests
+  set, passes the check that refuses a name with a role's prefix that no role defines.
 """
 
 import glob
@@ -17,6 +19,8 @@ import re
 import pytest
 import yaml
 from jinja2 import Environment, nodes
+
+from ansible_collections.llmtrain.slurm.plugins.filter.variables import computed, prefixes, unknown_variables
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = sorted(os.path.basename(os.path.dirname(path)) for path in glob.glob(os.path.join(ROOT, "roles", "*", "meta")))
@@ -296,3 +300,87 @@ def test_every_spec_choice_list_is_accounted_for():
     only_in_spec = {"run_bad_node_policy", "local_cluster_state"}
     with_choices = set(name for options in SPECS.values() for name, spec in options.items() if spec.get("choices"))
     assert with_choices == set(CHOICE_COPIES) | only_in_spec
+
+
+def test_the_unknown_variable_check_knows_the_prefixes_and_every_name_the_roles_compute():
+    """llmtrain.slurm.unknown_variables refuses a name with a role's prefix that no argument spec
+    declares, unless the roles compute it (its list: the run role's _run_computed). A public name
+    that a role's vars, a set_fact or a register makes and that list lacks would be refused by the
+    next stage's check."""
+    assert sorted(prefixes()) == sorted(name + "_" for name in PUBLIC.pattern[2:].split(")")[0].split("|"))
+    spec_names = set(name for options in SPECS.values() for name in options)
+    made = set(name for name in jinja_reads()[1] if PUBLIC.match(name)) - spec_names
+    assert sorted(made - computed()) == [], "computed by a role but missing from roles/run/vars/main.yml _run_computed"
+
+
+def inventory_names(group):
+    """The variable names an inventory group sets: its vars, its hosts' and its children's."""
+    group = group or {}
+    names = set(group.get("vars") or {})
+    for host in (group.get("hosts") or {}).values():
+        names.update(host or {})
+    for child in (group.get("children") or {}).values():
+        names |= inventory_names(child)
+    return names
+
+
+# a setting in a YAML file, commented out as an example to take (an inventory's)
+COMMENTED = re.compile(r"^\s*#\s*([a-z][a-z0-9_]*):", re.M)
+# name=value: an extra variable (-e name=value, --extra-vars=name=value)
+EXTRA_VAR = re.compile(r"(?:^|--extra-vars=)([a-z][a-z0-9_]*)=")
+
+
+def names_set_in_python(path):
+    """What an integration test sets: keyword arguments and dict keys (its extra vars), -e
+    name=value strings, and the inventories it writes as YAML text."""
+    import ast
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg:
+            names.add(node.arg)
+        elif isinstance(node, ast.Dict):
+            names.update(key.value for key in node.keys if isinstance(key, ast.Constant) and isinstance(key.value, str))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.lstrip().startswith("all:"):  # its %s placeholders filled in
+                names |= inventory_names(yaml.safe_load(re.sub(r"%[sdr]", "x", node.value))["all"])
+            else:
+                names.update(EXTRA_VAR.findall(node.value))
+    return names
+
+
+def names_the_collection_sets():
+    """{name: [file]} of every variable the shipped inventories (commented examples included), the
+    molecule scenarios and the integration tests set."""
+    found = {}
+
+    def add(names, path):
+        for name in names:
+            found.setdefault(name, []).append(os.path.relpath(path, ROOT))
+    for path in glob.glob(os.path.join(ROOT, "inventories", "*", "hosts.yml")):
+        add(set().union(*(inventory_names(group) for group in load(path).values())), path)
+    for path in glob.glob(os.path.join(ROOT, "inventories", "*", "*_vars", "*.yml")):
+        with open(path, encoding="utf-8") as handle:
+            add(set(load(path) or {}) | set(COMMENTED.findall(handle.read())), path)
+    for path in glob.glob(os.path.join(ROOT, "extensions", "molecule", "*", "*.yml")):
+        declared = set()
+        walk(load(path), set(), declared)
+        with open(path, encoding="utf-8") as handle:
+            add(declared | set(EXTRA_VAR.findall(handle.read())), path)
+    for path in glob.glob(os.path.join(ROOT, "tests", "integration", "*.py")):
+        add(names_set_in_python(path), path)
+    return found
+
+
+# Set by tests/integration/test_minimal_inventory.py to be refused.
+REFUSED_ON_PURPOSE = {"slurm_node", "pretrain_run_name", "nccl_env_socket_ifnam"}
+
+
+def test_nothing_the_collection_itself_sets_is_refused():
+    found = names_the_collection_sets()
+    assert {"slurm_nodes", "local_cluster_state", "nccl_env_ib_hca", "pretrain_steps", "run_force"} <= set(found)
+    refused = dict((message.split()[0], message) for message in unknown_variables(sorted(found)))
+    assert set(refused) >= REFUSED_ON_PURPOSE, "the integration test of the refusal sets these: the scan missed them"
+    assert sorted(set(refused) - REFUSED_ON_PURPOSE) == [], "\n".join(
+        "%s (%s)" % (refused[name], ", ".join(sorted(set(found[name])))) for name in sorted(set(refused) - REFUSED_ON_PURPOSE))
