@@ -40,8 +40,10 @@ def from_run_json(text, default=None, name="a file of the run"):
     except untrusted.Unreadable as err:
         display.warning("%s cannot be read (%s): it is left out" % (untrusted.printable(name), err))
         return default
-    if default is not None and not isinstance(value, type(default)):
-        display.warning("%s holds no JSON %s: it is left out" % (untrusted.printable(name), type(default).__name__))
+    # the JSON type of default (Ansible hands a template's [] and {} over as subclasses of list and dict)
+    kind = next((k for k in (dict, list, str, bool, int, float) if isinstance(default, k)), None)
+    if kind is not None and not isinstance(value, kind):
+        display.warning("%s holds no JSON %s: it is left out" % (untrusted.printable(name), kind.__name__))
         return default
     return value
 

@@ -40,7 +40,7 @@ options:
     description:
       - A directory of Hugging Face Trainer checkpoints (C(checkpoint-N/)) whose newest C(trainer_state.json)
         is read into RV(trainer_state). The file holds every logged record of a run and grows with it, to
-        hundreds of MB: only its first 4 KiB and last 4 MiB are read, here, and what they hold returned.
+        hundreds of MB, so only its first 4 KiB and last 4 MiB are read, here, and what they hold returned.
     type: path
 notes:
   - Supports check mode (it changes nothing).

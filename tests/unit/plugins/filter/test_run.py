@@ -83,3 +83,14 @@ def test_gpu_options_ask_for_the_gpus_typed_or_not_by_gres_or_per_node():
     assert gpu_options(4, "a100", "gpus-per-node") == {"gpus-per-node": "a100:4"}
     with pytest.raises(AnsibleFilterError, match="slurm_gpu_request"):
         gpu_options(4, None, "gpus")
+
+
+def test_from_run_json_reads_a_runs_file_bounded_and_gives_the_default_for_what_it_cannot_read():
+    class TemplateList(list):
+        """What Ansible hands a filter for a template's []: a subclass of list."""
+    assert run.from_run_json('[{"prompt": "a", "completion": "b"}]', TemplateList(), "samples.json") == [
+        dict(prompt="a", completion="b")]
+    assert run.from_run_json('{"a": 1}', {}, "facts.json") == {"a": 1}
+    for text in ("[" * 50000, '{"n": %d}' % 10 ** 400, '{"x": NaN}', "{", '["a list"]'):
+        assert run.from_run_json(text, {}, "facts.json") == {}
+    assert run.from_run_json("null", None, "network_check/x.json") is None
