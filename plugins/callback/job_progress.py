@@ -150,19 +150,31 @@ def hang_lines(host, hang):
 
 def recovery_lines(host, found, seen):
     """The lines of a job's recoveries not said yet: its requeue (the lost nodes of the start that
-    ended), its next start (the nodes it lacks), where the trainer resumed."""
+    ended), its next start (the nodes it lacks), where the trainer resumed. A requeue the watch did
+    not see while the job waited (the next start began before it looked) is told with that start."""
     lines, job_id, start = [], found.get("job_id"), found.get("start")
     previous = found.get("previous") or {}
     lost = found.get("lost") if isinstance(found.get("lost"), dict) else {}
+    # how it ended, from its end line (killed, preempted, hang, ...): the requeue says itself
+    how = previous.get("how") if previous.get("how") not in (None, "requeued") else None
+    ended = "start %s on %s ended%s" % (previous.get("start"), previous.get("nodes"), " (%s)" % how if how else "")
     if found.get("requeued") and previous and _first_time(seen, "requeued", host, job_id, start, tuple(sorted(lost))):
+        _first_time(seen, "requeue told", host, job_id, start)
         more = (found.get("lost_count") or 0) - len(lost)
         what = ("lost %s%s" % (", ".join("%s (%s)" % kv for kv in sorted(lost.items())),
                                " and %d more" % more if more > 0 else "")
                 if lost else "none of its nodes is out of service")
-        how = " (%s)" % previous["how"] if previous.get("how") else ""
-        lines.append("[%s] job %s: start %s on %s ended%s and the job is requeued (start %s next): %s"
-                     % (host, job_id, previous.get("start"), previous.get("nodes"), how, start, what))
-    if found.get("nodes") and previous and _first_time(seen, "started", host, job_id, start):
+        lines.append("[%s] job %s: %s and the job is requeued (start %s next): %s" % (host, job_id, ended, start, what))
+    if not found.get("nodes") or not previous:
+        pass
+    elif str(previous.get("job_id")) == str(job_id) and previous.get("start") == (start or 0) - 1 \
+            and _first_time(seen, "requeue told", host, job_id, start):
+        _first_time(seen, "started", host, job_id, start)
+        lines.append("[%s] job %s: %s and the job was requeued; start %s began on %s before the watch looked: %s" % (
+            host, job_id, ended, start, found["nodes"],
+            "without %s, which start %s had" % (found["left"], previous.get("start")) if found.get("left")
+            else "every node start %s had" % previous.get("start")))
+    elif _first_time(seen, "started", host, job_id, start):
         which = ("start %s" % previous.get("start") if str(previous.get("job_id")) == str(job_id)
                  else "start %s of job %s" % (previous.get("start"), previous.get("job_id")))
         lines.append("[%s] job %s start %s on %s: %s" % (

@@ -70,12 +70,13 @@ METRIC_KEYS = tuple(METRIC_FIELDS)
 
 
 def progress_of(records):
-    """Progress from the tail of a metrics file: the metrics of the last loss record, and the
-    last record's `event` (e.g. checkpoint, preempted, done) with its step; each field of the type
-    METRIC_FIELDS gives it, or None."""
+    """Progress from the tail of a metrics file: the metrics of the last loss record (one whose loss
+    is a number), and the last record's `event` (e.g. checkpoint, preempted, done) with its step;
+    each field of the type METRIC_FIELDS gives it, or None."""
     if not records:
         return None
-    metrics = next((r for r in reversed(records) if "loss" in r), records[-1])
+    metrics = next((r for r in reversed(records) if untrusted.field(r.get("loss"), untrusted.REAL) is not None),
+                   records[-1])
     typed = untrusted.fields(metrics, METRIC_FIELDS)
     progress = {k: typed.get(k) for k in METRIC_KEYS}
     if progress["step"] is not None and progress["total_steps"]:

@@ -358,6 +358,7 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     killed_at, at_kill = time.monotonic(), training_step(run)
     result = play.wait(300)
     noticed_s = time.monotonic() - killed_at
+    recorded = training_step(run)  # the job waits requeued: the last step start 1 recorded (one may follow the kill)
     assert result.rc != 0
     # the controller's SlurmdTimeout (30 s on the local cluster) bounds it
     assert noticed_s < 120, noticed_s
@@ -365,8 +366,8 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     assert re.search(r"Out of service in partition debug: " + re.escape(node(1)) + r" \(down[^)]*Not responding", result.output), \
         result.output[-4000:]
     # the watch said it as it happened: the start that ended, the node it lost and Slurm's reason
-    assert re.search(r"job %s: start 1 on \S+ ended and the job is requeued \(start 2 next\): lost %s \(down[^)]*"
-                     r"Not responding" % (job_id, re.escape(node(1))), result.output), result.output[-4000:]
+    assert re.search(r"job %s: start 1 on \S+ ended(?: \(\w+\))? and the job is requeued \(start 2 next\): lost %s "
+                     r"\(down[^)]*Not responding" % (job_id, re.escape(node(1))), result.output), result.output[-4000:]
     assert job_state(job_id) == "PENDING"  # requeued: it resumes by itself once the node is back
     last_good = checkpoints(run)[-1]
     assert last_good <= at_kill and load_checkpoint(run, last_good) == last_good
@@ -400,15 +401,48 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     if not later and len(resumes) == 1:
         assert resumed[0] == (job_id, "2", str(last_good), str(last_good)), resumed
     for job, start, _step, _checkpoint in resumed:
+        # the rerun found the start running: the requeue it did not see is told with it
         before = "start %d" % (int(start) - 1) if int(start) > 1 else r"start \d+ of job \d+"
-        assert re.search(r"job %s start %s on \S+: (every node|without \S+, which) %s had" % (job, start, before),
-                         again.output), again.output[-6000:]
+        assert re.search(r"job %s(?: start %s on \S+|: start %d on \S+ ended.* and the job was requeued; start %s began "
+                         r"on \S+ before the watch looked): (every node|without \S+, which) %s had"
+                         % (job, start, int(start) - 1, start, before), again.output), again.output[-6000:]
     report = open(os.path.join(RUNS, run, "report.md")).read()
     row = re.search(r"\| 2 \| crash, hang or lost node \| %d \| step_0*%d\.pt \| (\d+) \| \d+ \| slurm\S+ \|"
                     % (last_good, last_good), report)
-    assert row and int(row.group(1)) == at_kill - last_good, report  # the steps recorded past it, redone
+    assert row and int(row.group(1)) == recorded - last_good, report  # the steps recorded past it, redone
     assert checkpoints(run)[-1] == 60
     assert_every_step_once(run, 60)
+
+
+def test_a_node_lost_with_a_spare_free_is_told_by_the_start_that_ended_and_the_run_finishes(local_cluster):
+    """A 2-node run on the 3-node partition: one node of it dies, the job is requeued and starts again
+    on the spare within the same play. The watch looks once a minute, so the next start has begun
+    (and written its line) when it looks: the requeue is told from the ended start's own lines."""
+    run = fresh("node-loss-spare")
+    play = Playbook(run_vars(run, steps=40, slurm_nodes=2, pretrain_poll_interval=60))
+    wait_for(lambda: training_step(run) >= 12, 180, "training to pass step 12", play)
+    job_id = only_job(run)
+    first_nodes = slurm("squeue", "--noheader", "--jobs", job_id, "--format=%N").strip()
+    lost = slurm("scontrol", "show", "hostnames", first_nodes).split()[-1]  # not the batch node
+    try:
+        for pid in netns_pids(lost):
+            os.kill(pid, signal.SIGKILL)
+        at_kill = training_step(run)
+        result = play.wait(600)
+    finally:
+        run_playbook_local_cluster()
+    assert result.rc == 0, result.output[-6000:]
+    print("\n".join(re.findall(r".*job \d+:? start \d+ .*", result.output)))
+    # start 1, on its own nodes, and the node it lost: whether the watch saw the job wait or not
+    told = re.search(r"job %s: start 1 on %s ended(?: \(\w+\))? and the job (?:is requeued \(start 2 next\): lost %s "
+                     r"\(down|was requeued; start 2 began on \S+ before the watch looked: without %s, which start 1 had)"
+                     % (job_id, re.escape(first_nodes), re.escape(lost), re.escape(lost)), result.output)
+    assert told, result.output[-6000:]
+    assert not re.search(r"start [2-9] on \S+ ended", result.output), result.output[-6000:]
+    resumed = events(run, "resume")[0]
+    observe("node-loss-spare", killed_at_step=at_kill, resumed_at=resumed["step"], line=told.group(0))
+    assert resumed["step"] <= at_kill and resumed["step"] % 10 == 0  # its last checkpoint before the loss
+    assert_every_step_once(run, 40)
 
 
 def rank_pids(name, job_id):

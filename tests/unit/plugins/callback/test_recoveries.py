@@ -71,7 +71,7 @@ def test_the_requeue_line_names_the_start_that_ended_though_the_next_one_has_beg
     assert client.calls == [["/usr/bin/scontrol", "show", "node", "-o", "w[0-2]"]]
     assert found["previous"] == dict(job_id="45", start=1, nodes="w[0-2]", how="requeued") and found["nodes"] is None
     assert event_lines("ctl", dict(recovery=found), set()) == [
-        "[ctl] job 45: start 1 on w[0-2] ended (requeued) and the job is requeued (start 2 next): lost slurm-worker-1 "
+        "[ctl] job 45: start 1 on w[0-2] ended and the job is requeued (start 2 next): lost slurm-worker-1 "
         "(down+not_responding: Not responding [slurm@2026-12-04T22:10:31])"]
     # a start whose own line is not among those read is not named
     path = starts_file(tmp_path, start("45", 2, "w[0,2-3]", left="w1"))
@@ -87,9 +87,19 @@ def test_a_running_job_asks_slurm_nothing_and_its_next_start_names_the_nodes_it_
     assert client.calls == [] and not found["requeued"] and found["lost"] == {}
     assert found["start"] == 2 and found["nodes"] == "w[0,2-3]" and found["left"] == "w1"
     assert found["resumed"]["step"] == 40 and found["resumed"]["discarded_records"] == 2
-    assert event_lines("ctl", dict(recovery=found), set()) == [
-        "[ctl] job 45 start 2 on w[0,2-3]: without w1, which start 1 had",
-        "[ctl] job 45 start 2 resumed at step 40 from step_000040.pt (steps 41 to 42, recorded past it, train again)"]
+    resumed = "[ctl] job 45 start 2 resumed at step 40 from step_000040.pt (steps 41 to 42, recorded past it, train again)"
+    # the watch saw the job wait requeued and said so: now the start that followed
+    seen = set()
+    event_lines("ctl", dict(recovery=recovery.recovery(Client(DOWN), job("PENDING", 1), starts_file(
+        tmp_path, start("45", 1, "w[0-2]")), [])), seen)
+    assert event_lines("ctl", dict(recovery=found), seen) == [
+        "[ctl] job 45 start 2 on w[0,2-3]: without w1, which start 1 had", resumed]
+    # it did not (start 2 began before it looked): the requeue is told with the start, once
+    seen = set()
+    assert event_lines("ctl", dict(recovery=found), seen) == [
+        "[ctl] job 45: start 1 on w[0-2] ended and the job was requeued; start 2 began on w[0,2-3] before the watch "
+        "looked: without w1, which start 1 had", resumed]
+    assert event_lines("ctl", dict(recovery=found), seen) == []
 
 
 def test_where_a_start_resumed_is_found_in_the_starts_file_long_after_the_metrics_tail_passed_it(tmp_path):
@@ -104,7 +114,8 @@ def test_where_a_start_resumed_is_found_in_the_starts_file_long_after_the_metric
     found = recovery.recovery(Client(), job("RUNNING", 1), path, [{"step": 4000, "loss": 2.0}] * 16)
     assert found["unreadable_starts"] == 0 and found["previous"]["start"] == 1
     assert event_lines("ctl", dict(recovery=found), set()) == [
-        "[ctl] job 45 start 2 on w[0-2]: every node start 1 had",
+        "[ctl] job 45: start 1 on w[0-2] ended and the job was requeued; start 2 began on w[0-2] before the watch "
+        "looked: every node start 1 had",
         "[ctl] job 45 start 2 resumed at step 40 from step_000040.pt"]
 
 

@@ -90,6 +90,8 @@ def test_the_metrics_tail_counts_crafted_lines_unreadable_and_progress_has_numbe
     assert (progress["step"], progress["loss"], progress["eta_s"], progress["tokens_per_s"], progress["event"]) == (
         None, 1, None, None, None)
     assert "percent" not in progress
+    # the last loss record is the last whose loss is a number
+    assert metrics.progress_of([good, {"step": 41, "loss": "1.0\x1b[2J"}])["step"] == 40
 
 
 def test_starts_lines_with_deep_nesting_bad_types_or_a_job_id_that_is_a_path_are_no_start(tmp_path):
