@@ -207,3 +207,35 @@ def test_a_script_that_ignores_sigusr2_is_stopped_at_its_time_limit_and_the_play
     last = max(int(i) for i in re.findall(r"^iter (\d+): loss", log, flags=re.M))
     print("own-script: time-limit: last_logged_iter=%d, checkpoint_iter=%d" % (last, checkpoint_iter(checkpoint_of(run))))
     assert last >= 100 and 0 < checkpoint_iter(checkpoint_of(run)) <= last + 20, log[-3000:]
+
+
+# a control character, C0 (but tab and line feed), DEL, C1, or a bidirectional control
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_records_log_lines_and_an_exception_with_escape_sequences_reach_the_play_as_text(local_cluster):
+    """Escape sequences in every field of a script's metrics records, in a node's name, in its log
+    lines and in its exception: the watch's progress and straggler lines, the failure message with
+    the traceback and the log's tail, and the report hold none, nor any other control character."""
+    run = "escapes"
+    for base in (WORKSPACE, RUNS):
+        shutil.rmtree(os.path.join(base, run), ignore_errors=True)
+    settings = dict(run_name=run, run_script=os.path.join(ROOT, "tests", "integration", "files", "escapes", "train.py"),
+                    slurm_nodes=1, pretrain_poll_interval=2)
+    result = run_playbook("pretrain.yml", "-e", json.dumps(settings), check=False)
+    assert result.rc != 0
+    found = CONTROL.search(result.output)
+    assert found is None, repr(result.output[max(0, found.start() - 300):found.start() + 300])
+    job = newest_job(run)
+    # the watch's lines: progress from the records with numbers, the straggler by its name as text
+    assert re.search(r"job %d RUNNING on \S+: step \d+/12, loss 3\.\d+, 1000 tokens/s" % job, result.output), \
+        result.output[-6000:]
+    assert "straggler: nodelinkexe. took 5.0x the median work per step" in result.output
+    # the failure message: the rank's traceback and the log's last lines, as text
+    assert "Training job %d (llmtrain-%s) ended FAILED" % (job, run) in result.output
+    assert "RuntimeError: the data ran out linkexe." in result.output
+    # what the play read held them: the job's log and the metrics file
+    log = open(os.path.join(WORKSPACE, run, "logs", "llmtrain-%s-%d.out" % (run, job))).read()
+    assert "\x1b[32mstep 12\x1b[0m \x1b]52;c;" in log and "RuntimeError: the data ran out \x1b]52" in log
+    report = open(os.path.join(RUNS, run, "report.md")).read()
+    assert "- Final train loss: 2.8000 (step 12)" in report and not CONTROL.search(report)
