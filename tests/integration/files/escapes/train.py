@@ -26,8 +26,8 @@ if RANK == 0:
         for step in range(1, STEPS + 1):
             out.write(json.dumps(record(step)) + "\n")
             # a record with escapes in every field the watch reads
-            out.write(json.dumps({key: "7" + EVIL for key in ("step", "total_steps", "loss", "val_loss", "lr",
-                                                               "tokens_per_s", "elapsed_s", "eta_s", "event")}) + "\n")
+            fields = ("step", "total_steps", "loss", "val_loss", "lr", "tokens_per_s", "elapsed_s", "eta_s", "event")
+            out.write(json.dumps({key: "7" + EVIL for key in fields}) + "\n")
             out.flush()
             print("\x1b[32mstep %d\x1b[0m %s" % (step, EVIL), flush=True)
             time.sleep(1)
