@@ -93,9 +93,9 @@ def test_a_hugging_face_trainer_script_trains_reports_its_steps_and_checkpoints_
             in report), report
     others = re.search(r"Other entries there, not checkpoints: (.*)", report).group(1)
     assert "config.json" in others and "model.safetensors" in others
-    samples = open(os.path.join(RUNS, run, "samples.txt")).read().splitlines()
-    assert samples[0] == "checkpoint checkpoint-30" and samples[1].startswith("def ") \
-        and samples[2].startswith("class "), samples
+    # its output as it printed it: a sample of a model this small may hold line breaks of its own
+    samples = open(os.path.join(RUNS, run, "samples.txt")).read()
+    assert samples.startswith("checkpoint checkpoint-30\ndef ") and "\nclass " in samples, samples
 
     # a finished run is done
     again = run_playbook("pretrain.yml", "-e", json.dumps(settings))

@@ -358,7 +358,7 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     killed_at, at_kill = time.monotonic(), training_step(run)
     result = play.wait(300)
     noticed_s = time.monotonic() - killed_at
-    recorded = training_step(run)  # the job waits requeued: the last step start 1 recorded (one may follow the kill)
+    last_recorded = training_step(run)  # the job waits requeued: the last step start 1 recorded (one may follow the kill)
     assert result.rc != 0
     # the controller's SlurmdTimeout (30 s on the local cluster) bounds it
     assert noticed_s < 120, noticed_s
@@ -409,7 +409,7 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     report = open(os.path.join(RUNS, run, "report.md")).read()
     row = re.search(r"\| 2 \| crash, hang or lost node \| %d \| step_0*%d\.pt \| (\d+) \| \d+ \| slurm\S+ \|"
                     % (last_good, last_good), report)
-    assert row and int(row.group(1)) == recorded - last_good, report  # the steps recorded past it, redone
+    assert row and int(row.group(1)) == last_recorded - last_good, report  # the steps recorded past it, redone
     assert checkpoints(run)[-1] == 60
     assert_every_step_once(run, 60)
 
