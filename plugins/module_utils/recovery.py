@@ -35,6 +35,18 @@ START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT)
 EVENT_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, step=COUNT, checkpoint=TEXT, restart_in_job=COUNT,
                     failed_ranks=LIST, discarded_records=COUNT, steps_lost=COUNT)
 END_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, how=TEXT, exit_code=INT, time=TEXT)
+# a rank named in a restart's event (the trainer names 8 at most)
+FAILED_RANK_FIELDS = dict(rank=COUNT, node=TEXT, step=COUNT, error=TEXT)
+FAILED_RANKS_NAMED = 8
+
+
+def event_fields(record):
+    """A trainer's start or resume event, its fields of their types (EVENT_FIELDS), each failed rank's too."""
+    typed = fields(record, EVENT_FIELDS)
+    if "failed_ranks" in typed:
+        typed["failed_ranks"] = [fields(f, FAILED_RANK_FIELDS) for f in typed["failed_ranks"][:FAILED_RANKS_NAMED]
+                                 if isinstance(f, dict)]
+    return typed
 
 
 def run_starts(path, count=STARTS_READ):
@@ -49,8 +61,8 @@ def run_starts(path, count=STARTS_READ):
     starts, events, ends = [], [], []
     for record in records:
         kind = record.get("event")
-        typed = fields(record, EVENT_FIELDS if kind in ("start", "resume") else END_FIELDS if kind == "end"
-                       else START_FIELDS)
+        typed = (event_fields(record) if kind in ("start", "resume") else
+                 fields(record, END_FIELDS if kind == "end" else START_FIELDS))
         if "job_id" not in typed:
             unreadable += 1
         elif kind in ("start", "resume"):
@@ -87,7 +99,7 @@ def resumed_event(records, job_id, start):
     (its fields of the types EVENT_FIELDS gives them), or None (a script of your own writes none)."""
     for record in reversed(records):
         if record.get("event") in ("start", "resume"):
-            typed = fields(record, EVENT_FIELDS)
+            typed = event_fields(record)
             if typed.get("job_id") == str(job_id) and typed.get("start") == start:
                 return typed
     return None

@@ -6,7 +6,8 @@ collection reads from them goes through this module.
 
 - JSON (loads): bounded in size and depth, numbers finite (unless asked) and integers within 64
   bits, so that no record can raise RecursionError, OverflowError or a ValueError nobody expects
-  in the reader; what fails is Unreadable, which the callers count and say.
+  in the reader, nor hand a reader a value its code would recurse into without end; what fails is
+  Unreadable, which the callers count and say.
 - Fields (field, fields): each of the type it must have, or absent: a step of "5" is no step.
 - Text for a terminal (printable): control characters (C0, C1, DEL) and bidirectional controls
   taken out, so that no escape sequence of a file reaches the user's terminal (OSC 52 writes the
@@ -20,59 +21,65 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 
 # no record of the collection, nor any trainer's, nests deeper (a metrics record is 2 or 3 deep)
 MAX_DEPTH = 32
-# JSON integers beyond 64 bits are no step, count or size: refused before Python builds them
+# JSON integers beyond 64 bits are no step, count or size
 MAX_INT = 2 ** 63 - 1
-_INT_DIGITS = len(str(MAX_INT))
 # a Slurm job id as the run's files name it: JOBID, or ARRAYJOB_TASK
 JOB_ID = re.compile(r"\A\d{1,18}(?:_\d{1,18})?\Z")
-
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-_NOT_BRACKET = re.compile(r"[^][{}]+")
-_INNERMOST = re.compile(r"\[\]|\{\}")
 
 
 class Unreadable(ValueError):
     """A text that is no JSON value the collection reads, and why."""
 
 
-def _too_deep(text, depth):
-    """Whether text nests more than depth brackets, or has brackets that do not pair (its strings
-    aside): either is no record. Linear passes of re, one per level, each taking the innermost
-    pairs off: no recursion, whatever the text."""
-    if text.count("[") + text.count("{") <= depth:
-        return False
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    for _level in range(depth):
-        brackets, taken = _INNERMOST.subn("", brackets)
-        if not brackets or not taken:
-            break
-    return bool(brackets)
-
-
-def _constant(nonfinite):
-    def parse(name):
-        if not nonfinite:
-            raise Unreadable("it holds %s, which is no number" % name)
-        return float(name)
-    return parse
+def _constant(name):
+    """NaN, Infinity and -Infinity as json reads them: floats, which _check then judges."""
+    return float(name)
 
 
 def _int(text):
-    if len(text.lstrip("-")) > _INT_DIGITS or abs(int(text)) > MAX_INT:
-        raise Unreadable("it holds an integer beyond 64 bits (%s...)" % text[:24])
+    """An integer of the text, refused past 64 bits before Python converts it (which takes time
+    quadratic in its digits where the interpreter has no limit of its own on them)."""
+    if len(text.lstrip("-")) > len(str(MAX_INT)):
+        raise Unreadable(BIG_INT % text[:24])
     return int(text)
 
 
-def _float(nonfinite):
-    def parse(text):
-        value = float(text)
-        if not nonfinite and not math.isfinite(value):
-            raise Unreadable("it holds %s, which is out of range" % text[:24])
-        return value
-    return parse
+# Interpreters since the fix of CVE-2020-10735 (3.11, and 3.8.14, 3.9.14, 3.10.7) refuse to convert
+# more than 4,300 digits themselves: json then builds every integer in C, and _check judges it.
+PARSE_INT = None if hasattr(sys, "get_int_max_str_digits") else _int
+BIG_INT = "it holds an integer beyond 64 bits (%s...)"
+
+
+def _check(value, depth, nonfinite):
+    """Raises Unreadable where a parsed value nests more than depth lists and objects, holds an
+    integer beyond 64 bits, or (unless nonfinite) a float that is NaN or infinite. One walk, no
+    recursion; what json builds in C is judged here rather than in a Python hook per number."""
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    _number(value, nonfinite)
+    while stack:
+        item, level = stack.pop()
+        for child in (item.values() if isinstance(item, dict) else item):
+            kind = type(child)
+            if kind is str:
+                continue
+            if kind is dict or kind is list:
+                if level >= depth:
+                    raise Unreadable("it nests deeper than %d levels" % depth)
+                stack.append((child, level + 1))
+            else:
+                _number(child, nonfinite)
+
+
+def _number(value, nonfinite):
+    kind = type(value)
+    if kind is int and not -MAX_INT <= value <= MAX_INT:
+        raise Unreadable(BIG_INT % str(value)[:24])
+    if kind is float and not nonfinite and not math.isfinite(value):
+        raise Unreadable("it holds %r (NaN, an infinity or a number beyond a float), which is no number" % value)
 
 
 def loads(data, max_bytes, depth=MAX_DEPTH, nonfinite=False):
@@ -87,14 +94,18 @@ def loads(data, max_bytes, depth=MAX_DEPTH, nonfinite=False):
             data = data.decode("utf-8")
         except UnicodeDecodeError:
             raise Unreadable("it is not UTF-8 text") from None
-    if _too_deep(data, depth):
-        raise Unreadable("it nests deeper than %d levels, or its brackets do not pair" % depth)
     try:
-        return json.loads(data, parse_constant=_constant(nonfinite), parse_int=_int, parse_float=_float(nonfinite))
+        value = json.loads(data, parse_constant=_constant, parse_int=PARSE_INT)
+    except RecursionError:  # json's parser stops itself at the interpreter's recursion limit
+        raise Unreadable("it nests deeper than %d levels" % depth) from None
     except Unreadable:
         raise
     except ValueError as err:
+        if "integer string conversion" in str(err):  # the interpreter's limit of 4,300 digits
+            raise Unreadable(BIG_INT % "") from None
         raise Unreadable("it is no JSON (%s)" % str(err)[:80]) from None
+    _check(value, depth, nonfinite)
+    return value
 
 
 def read(path, max_bytes, depth=MAX_DEPTH, nonfinite=False):

@@ -27,10 +27,11 @@ ESCAPES = "7\x1b]52;c;aGVsbG8=\x07\x1b[2J\x1b]8;;https://evil.example/\x1b\\\u20
     ('{"a": ' + "[" * 33 + "]" * 33 + "}", "nests deeper than 32 levels"),
     ('{"max_steps": ' + "9" * 5000 + "}", "an integer beyond 64 bits"),
     ('{"global_step": %d}' % 10 ** 400, "an integer beyond 64 bits"),
-    ('{"epoch": 1e999}', "1e999, which is out of range"),
-    ('{"eta_s": Infinity}', "Infinity, which is no number"),
-    ('{"loss": NaN}', "NaN, which is no number"),
+    ('{"epoch": 1e999}', "inf .NaN, an infinity or a number beyond a float., which is no number"),
+    ('{"eta_s": Infinity}', "inf .NaN, an infinity or a number beyond a float., which is no number"),
+    ('{"loss": NaN}', "nan .NaN, an infinity or a number beyond a float., which is no number"),
     ('{"step": 1', "is no JSON"),
+    ("[" * 40 + '"' + '\\"' * 200000, "is no JSON"),  # a string that never ends, full of escaped quotes
     (b'{"n\xff": 1}', "not UTF-8"),
     ('{"a": "%s"}' % ("x" * 100), "longer than 64 bytes"),
 ])
@@ -39,6 +40,15 @@ def test_what_no_reader_can_take_is_unreadable_and_says_why(text, why):
     with pytest.raises(untrusted.Unreadable, match=why):
         untrusted.loads(text, limit)
     assert untrusted.record(text, limit) is None
+
+
+def test_an_interpreter_without_a_limit_on_digits_refuses_a_long_integer_before_converting_it(monkeypatch):
+    """Python converts a string of n digits in time quadratic in n where nothing limits them (before
+    the fix of CVE-2020-10735): the hook refuses it by its length."""
+    monkeypatch.setattr(untrusted, "PARSE_INT", untrusted._int)
+    with pytest.raises(untrusted.Unreadable, match="an integer beyond 64 bits"):
+        untrusted.loads('{"step": %s}' % ("9" * 1000000), 10 ** 7)
+    assert untrusted.loads('{"step": -9223372036854775807}', 100) == {"step": -(2 ** 63 - 1)}
 
 
 def test_what_records_hold_is_read_as_it_is():
@@ -95,12 +105,16 @@ def test_the_metrics_tail_counts_crafted_lines_unreadable_and_progress_has_numbe
 
 
 def test_starts_lines_with_deep_nesting_bad_types_or_a_job_id_that_is_a_path_are_no_start(tmp_path):
-    lines = [DEEP, json.dumps(dict(job_id="999_/../../../../secret", start=1, nodes="n1")),
+    resume = dict(event="resume", job_id="7", start=2, step=10, restart_in_job=1,
+                  failed_ranks=[dict(rank=3, node="n1", step=12, error="E", extra=[[[1]]]), [[["x"]]], "y"])
+    lines = [json.dumps(resume), DEEP, json.dumps(dict(job_id="999_/../../../../secret", start=1, nodes="n1")),
              json.dumps(dict(job_id=7, start="1", nodes="n1")), json.dumps(dict(event="end", job_id="x", start=1)),
              json.dumps(dict(job_id="7", start=1, nodes="n[1-2]", left=["x"], time="T"))]
     starts, events, ends, unreadable = recovery.run_starts(write(tmp_path / "starts.jsonl", "\n".join(lines) + "\n"))
     assert starts == [dict(job_id="7", start=1, nodes="n[1-2]", left="", time="T")]
-    assert events == [] and ends == [] and unreadable == 4
+    assert events == [dict(event="resume", job_id="7", start=2, step=10, restart_in_job=1,
+                           failed_ranks=[dict(rank=3, node="n1", step=12, error="E")])]
+    assert ends == [] and unreadable == 4
 
 
 def make_run(workspace, name, files):
