@@ -88,7 +88,7 @@ def progress_line(host, result):
     elif job.get("reason") and job["state"] == "PENDING":
         head += " (%s)" % job["reason"]
     parts = []
-    progress = fields(result.get("progress") or {}, METRIC_FIELDS) if isinstance(result.get("progress"), dict) else {}
+    progress = fields(result["progress"], METRIC_FIELDS) if isinstance(result.get("progress"), dict) else {}
     if progress.get("step") is not None:
         parts.append("step %s/%s" % (progress["step"], progress.get("total_steps") or "?"))
     if progress.get("loss") is not None:
@@ -165,21 +165,16 @@ def recovery_lines(host, found, seen):
                                " and %d more" % more if more > 0 else "")
                 if lost else "none of its nodes is out of service")
         lines.append("[%s] job %s: %s and the job is requeued (start %s next): %s" % (host, job_id, ended, start, what))
-    if not found.get("nodes") or not previous:
-        pass
-    elif str(previous.get("job_id")) == str(job_id) and previous.get("start") == (start or 0) - 1 \
-            and _first_time(seen, "requeue told", host, job_id, start):
-        _first_time(seen, "started", host, job_id, start)
-        lines.append("[%s] job %s: %s and the job was requeued; start %s began on %s before the watch looked: %s" % (
-            host, job_id, ended, start, found["nodes"],
-            "without %s, which start %s had" % (found["left"], previous.get("start")) if found.get("left")
-            else "every node start %s had" % previous.get("start")))
-    elif _first_time(seen, "started", host, job_id, start):
-        which = ("start %s" % previous.get("start") if str(previous.get("job_id")) == str(job_id)
-                 else "start %s of job %s" % (previous.get("start"), previous.get("job_id")))
-        lines.append("[%s] job %s start %s on %s: %s" % (
-            host, job_id, start, found["nodes"],
-            "without %s, which %s had" % (found["left"], which) if found.get("left") else "every node %s had" % which))
+    if found.get("nodes") and previous and _first_time(seen, "started", host, job_id, start):
+        same_job = str(previous.get("job_id")) == str(job_id)
+        which = "start %s" % previous.get("start") if same_job else "start %s of job %s" % (
+            previous.get("start"), previous.get("job_id"))
+        nodes = "without %s, which %s had" % (found["left"], which) if found.get("left") else "every node %s had" % which
+        if same_job and previous.get("start") == (start or 0) - 1 and _first_time(seen, "requeue told", host, job_id, start):
+            lines.append("[%s] job %s: %s and the job was requeued; start %s began on %s before the watch looked: %s"
+                         % (host, job_id, ended, start, found["nodes"], nodes))
+        else:
+            lines.append("[%s] job %s start %s on %s: %s" % (host, job_id, start, found["nodes"], nodes))
     resumed = found.get("resumed") if isinstance(found.get("resumed"), dict) else None
     if resumed and (resumed.get("restart_in_job") or resumed.get("event") == "resume" or start != 1) and _first_time(
             seen, "resumed", host, job_id, start, resumed.get("restart_in_job")):

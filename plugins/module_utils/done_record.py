@@ -12,8 +12,6 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrust
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
 
 RECORD_FIELDS = ("fingerprint", "name", "job_id", "state", "exit_code", "end_time", "stdout_path")
-# a record is a few hundred bytes; a file larger than this is none
-MAX_BYTES = 65536
 
 
 def read(path, fp):
@@ -21,7 +19,7 @@ def read(path, fp):
     readable record (its job id must be a Slurm job id: it is passed to scontrol and sacct);
     (None, None) when it is missing or records another job."""
     try:
-        record = untrusted.read(path, MAX_BYTES)
+        record = untrusted.read(path, untrusted.DONE_RECORD_MAX_BYTES)
     except FileNotFoundError:
         return None, None
     except (IOError, OSError, ValueError) as err:

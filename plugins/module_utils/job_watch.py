@@ -159,7 +159,6 @@ def trainer_state_of(module, p):
 
 # a hang's summary names at most this many nodes (each with its first frames); the others are counted
 HANG_NODES_SHOWN = 8
-HANG_SUMMARY_MAX_BYTES = 4 * 1048576
 # a frame of a hang's summary is one line of py-spy's, cut to this length
 FRAME_CHARS = 300
 # the fields of a hang's summary (node/hang.py's summarize) that are shown, of their types
@@ -184,8 +183,9 @@ def newest_hang(hang_dir, job_id):
         if job == str(job_id) and start.isdigit():
             starts.append(int(start))
     for start in sorted(starts, reverse=True):
-        text, _why = read_text(os.path.join(hang_dir, "%s-%d" % (job_id, start), "summary.json"), HANG_SUMMARY_MAX_BYTES)
-        record = untrusted.record(text, HANG_SUMMARY_MAX_BYTES) if text is not None else None
+        path = os.path.join(hang_dir, "%s-%d" % (job_id, start), "summary.json")
+        text, _why = read_text(path, untrusted.HANG_SUMMARY_MAX_BYTES)
+        record = untrusted.record(text, untrusted.HANG_SUMMARY_MAX_BYTES) if text is not None else None
         if isinstance(record, dict) and isinstance(record.get("suspects"), dict):
             suspects = sorted(record["suspects"].items())[:HANG_NODES_SHOWN]
             frames = record.get("frames") if isinstance(record.get("frames"), dict) else {}

@@ -7,9 +7,8 @@ from __future__ import annotations
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import read_back
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 
-# A record is read whole up to this size (the reference trainer's are under 1 KB, a script of
-# one's own may write more); a longer line is counted as unreadable, never cut into garbage.
-MAX_RECORD_BYTES = 1024 * 1024
+# A record is read whole up to untrusted.METRICS_RECORD_MAX_BYTES; a longer line is counted as unreadable.
+MAX_RECORD_BYTES = untrusted.METRICS_RECORD_MAX_BYTES
 # What one poll reads at most from the end of the file: a few records of the largest size.
 MAX_TAIL_BYTES = 4 * MAX_RECORD_BYTES
 

@@ -45,7 +45,6 @@ METRICS_FILE = "metrics.jsonl"
 BAD_NODES_FILE = "bad_nodes.json"
 # the tail of starts.jsonl read: each start adds its line, the trainer's event and its end line
 STARTS_READ = 32
-RECORD_MAX_BYTES = 65536
 # the done record's fields the status reads, of their types
 DONE_FIELDS = dict(job_id=untrusted.JOB, state=untrusted.TEXT)
 # the run's directories whose files the status reads besides its own
@@ -89,25 +88,21 @@ def workspace_problem(workspace, uid):
 
 def distrust(run_dir, uid):
     """Why the run directory's files are not to be believed, or None: it, or a directory of it the
-    status reads, is not the user's alone (trusted_dirs.own_problem)."""
+    status reads (where there is one), is not the user's alone (trusted_dirs.own_problem)."""
     for path in [run_dir] + [os.path.join(run_dir, name) for name in READ_DIRS]:
         info = trusted_dirs.lstat(path)
-        problem = own_problem(path, info, uid) if info is not None or path == run_dir else None
+        if info is None and path == run_dir:
+            return "%s is gone" % path
+        problem = info and trusted_dirs.own_problem(path, info, uid, "slurm_workspace")
         if problem:
             return problem
     return None
 
 
-def own_problem(path, info, uid):
-    if info is None:
-        return "%s is gone" % path
-    return trusted_dirs.own_problem(path, info, uid, "slurm_workspace")
-
-
-def _record(path):
-    """The JSON object in path (bounded), or None."""
-    text, _why = read_text(path, RECORD_MAX_BYTES)
-    return untrusted.record(text, RECORD_MAX_BYTES) if text is not None else None
+def _done_record(path):
+    """The done record's JSON object (bounded), or None."""
+    text, _why = read_text(path, untrusted.DONE_RECORD_MAX_BYTES)
+    return untrusted.record(text, untrusted.DONE_RECORD_MAX_BYTES) if text is not None else None
 
 
 def starts_and_ends(path):
@@ -238,7 +233,7 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
     if why:
         row.update(state="untrusted", why="its files are not read: %s" % why)
         return row
-    done = untrusted.fields(_record(os.path.join(run_dir, DONE_FILE)) or {}, DONE_FIELDS)
+    done = untrusted.fields(_done_record(os.path.join(run_dir, DONE_FILE)) or {}, DONE_FIELDS)
     starts, ends = starts_and_ends(os.path.join(run_dir, STARTS_FILE))
     job_id = last_job_id(queued, done, starts)
     row["bad_nodes"] = bad_nodes(os.path.join(run_dir, BAD_NODES_FILE))

@@ -50,7 +50,7 @@ import time
 
 from .exit_codes import code
 from .node_check import read_json, write_json
-from .untrusted import record as json_record
+from .untrusted import METRICS_RECORD_MAX_BYTES, record as json_record
 from .record_patterns import DEFAULT_PATTERNS, ESCAPES, MAX_LINE_CHARS, UNTIMED_CHARS
 
 AUTO_FACTOR = 10
@@ -136,7 +136,7 @@ class Records(object):
 
     def __call__(self, line):
         line = line.strip()
-        if line.startswith("{\"") and is_loss_record(json_record(line, READ_MAX_BYTES, nonfinite=True)):
+        if line.startswith("{\"") and is_loss_record(json_record(line, METRICS_RECORD_MAX_BYTES, nonfinite=True)):
             return True
         line = self.escapes.sub("", line[:MAX_LINE_CHARS]) if "\x1b" in line else line[:MAX_LINE_CHARS]
         if self.own:
@@ -231,7 +231,7 @@ def last_step(path, size=8192):
     except OSError:
         return None
     for line in reversed(lines):
-        record = json_record(line, READ_MAX_BYTES, nonfinite=True)
+        record = json_record(line, METRICS_RECORD_MAX_BYTES, nonfinite=True)
         if is_loss_record(record):
             return record["step"]
     return None

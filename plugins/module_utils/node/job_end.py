@@ -22,9 +22,6 @@ import time
 from . import untrusted
 from .atomic import replace_file
 
-# the record is a few hundred bytes; anything larger is not one
-MAX_RECORD_BYTES = 65536
-
 
 def completed(record, job_id, now):
     """The record with the job marked COMPLETED (as Slurm says of a batch script that exits 0), or
@@ -38,7 +35,7 @@ def completed(record, job_id, now):
 def mark(done_file, job_id, now=None):
     """Marks done_file COMPLETED for job_id; returns why not (a line for the job's log), or None."""
     try:
-        record = untrusted.read(done_file, MAX_RECORD_BYTES)
+        record = untrusted.read(done_file, untrusted.DONE_RECORD_MAX_BYTES)
     except FileNotFoundError:
         return "no %s: the next run of the playbook asks Slurm whether job %s completed" % (done_file, job_id)
     except (OSError, ValueError) as err:

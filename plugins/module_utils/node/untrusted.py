@@ -29,6 +29,14 @@ MAX_DEPTH = 32
 MAX_INT = 2 ** 63 - 1
 # a Slurm job id as the run's files name it: JOBID, or ARRAYJOB_TASK
 JOB_ID = re.compile(r"\A\d{1,18}(?:_\d{1,18})?\Z")
+# What a file of the run holds at most, for every reader of it; a larger one is none of them.
+# A line of metrics.jsonl: the reference trainer's records are under 1 KB, a script of one's own
+# may write more; a longer line is counted as unreadable, never cut into garbage.
+METRICS_RECORD_MAX_BYTES = 1048576
+# a done record (train.done.json, ...): a few hundred bytes
+DONE_RECORD_MAX_BYTES = 65536
+# a hang's summary (hangs/<job>-<start>/summary.json): its suspects and their first frames
+HANG_SUMMARY_MAX_BYTES = 4 * 1048576
 
 
 class Unreadable(ValueError):
@@ -131,7 +139,6 @@ NUMBER = "number"    # an integer or a finite float
 REAL = "real"        # an integer or any float: a loss may be NaN or infinite, and is shown so
 TEXT = "text"        # a string
 JOB = "job"          # a Slurm job id (JOB_ID), as a string; an integer is taken as its text
-DICT = "dict"
 LIST = "list"
 
 
@@ -152,8 +159,6 @@ def field(value, kind):
     if kind == JOB:
         text = str(value) if isinstance(value, int) else value
         return text if isinstance(text, str) and JOB_ID.match(text) else None
-    if kind == DICT:
-        return value if isinstance(value, dict) else None
     if kind == LIST:
         return value if isinstance(value, list) else None
     raise ValueError("no field type %r" % kind)

@@ -60,8 +60,6 @@ DEFAULT_STRAGGLER_THRESHOLD = 0.2
 LOSS_FIELDS = ("step", "loss", "val_loss", "total_steps", "tokens_seen", "tokens_per_s", "mfu", "elapsed_s")
 # Up to this many nodes the report lists each; beyond, the slow ones and a summary (all in nodes.md).
 NODE_ROWS_SHOWN = 32
-# a metrics record as the watch reads one (plugins/module_utils/metrics.py's MAX_RECORD_BYTES)
-RECORD_MAX_BYTES = 1048576
 # node_times.json and facts.json: O(nodes), a few hundred KB at thousands of nodes
 FILE_MAX_BYTES = 64 * 1048576
 
@@ -83,7 +81,7 @@ def read_metrics(path, threshold):
         for line in handle:
             if not line.strip():
                 continue
-            record = untrusted.record(line, RECORD_MAX_BYTES, nonfinite=True)
+            record = untrusted.record(line, untrusted.METRICS_RECORD_MAX_BYTES, nonfinite=True)
             if not isinstance(record, dict):
                 unreadable += 1
             elif "event" in record:
@@ -657,7 +655,7 @@ def read_starts(path):
     with open(path, "rb") as handle:
         handle.seek(max(0, os.path.getsize(path) - STARTS_MAX_BYTES))
         for line in handle.read().decode("utf-8", "replace").splitlines():
-            record = untrusted.record(line, RECORD_MAX_BYTES)
+            record = untrusted.record(line, untrusted.METRICS_RECORD_MAX_BYTES)
             # the job script's lines (the trainer's events there have no nodes)
             if isinstance(record, dict) and isinstance(record.get("start"), int) and isinstance(record.get("nodes"), str):
                 starts[(str(record.get("job_id")), record["start"])] = record
@@ -688,8 +686,6 @@ HANGS_DIR = "hangs"
 HANGS_SHOWN = 20
 HANG_NODES_SHOWN = 8
 HANG_FRAMES_SHOWN = 4
-# as the watch reads a hang's summary (plugins/module_utils/job_watch.py)
-HANG_SUMMARY_MAX_BYTES = 4 * 1048576
 
 
 def read_hangs(run_dir):
@@ -706,7 +702,7 @@ def read_hangs(run_dir):
         if not os.path.isfile(path):
             continue
         try:
-            summary = untrusted.read(path, HANG_SUMMARY_MAX_BYTES)
+            summary = untrusted.read(path, untrusted.HANG_SUMMARY_MAX_BYTES)
         except ValueError as error:
             warn("%s cannot be read (%s); the report leaves that hang out" % (path, error))
             continue
