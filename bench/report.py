@@ -26,6 +26,8 @@ BENCHMARKS = [
     ("Trainer overhead on CPU", [sys.executable, "bench/trainer_bench.py", "--format", "markdown"]),
     ("FSDP against DDP on CPU (memory per rank, tokens/s)", [sys.executable, "bench/fsdp_bench.py", "--format", "markdown"]),
     ("Trainer on GPU (GPT-2 124M, bf16, compile)", [sys.executable, "bench/trainer_gpu.py", "--format", "markdown"]),
+    ("TensorBoard event files: a poll against the file's size",
+     [sys.executable, "bench/event_files_bench.py", "--format", "markdown"]),
     ("Scale: the collection's code at up to 8,192 nodes, on generated inputs",
      [sys.executable, "bench/scale_bench.py", "--format", "markdown"]),
 ]
