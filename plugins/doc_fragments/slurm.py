@@ -119,6 +119,34 @@ options:
         C(max_steps).
     type: path
     version_added: 0.1.0
+  event_dirs:
+    description:
+      - Directories whose TensorBoard event files (C(events.out.tfevents.*)) and Lightning C(metrics.csv)
+        files (in a C(version_*) directory) give RV(llmtrain.slurm.slurm_job_info#module:progress) when
+        O(metrics_file) holds no records, before the log lines of O(progress_from_log). They are looked for
+        4 levels down, among at most 20,000 entries; the newest 4 files owned by this user are read, at
+        most 1 MiB of each per look.
+      - The loss is the scalar of O(progress_tag), or else of the first tag found of C(train_loss),
+        C(train_loss_step), C(train/loss), C(loss_metrics/global_avg_loss), C(lm loss), C(loss/train),
+        C(training_loss), C(loss); the validation loss, learning rate and tokens/s
+        come from tags of their own (docs/own-script.md lists them).
+    type: list
+    elements: path
+    default: []
+    version_added: 0.2.0
+  progress_tag:
+    description:
+      - The tag of the loss's scalar in the event files or the column of C(metrics.csv) in
+        O(event_dirs) (C(pretrain_progress_tag)); unset, the first of the known loss tags found.
+    type: str
+    version_added: 0.2.0
+  total_steps:
+    description:
+      - The steps the script trains, where its records do not say (event files never do)
+        (C(pretrain_progress_total_steps)); RV(llmtrain.slurm.slurm_job_info#module:progress) then has a
+        percentage and, from the records' times, an ETA.
+    type: int
+    version_added: 0.2.0
   hang_dir:
     description:
       - Where the training job's hang watch records each hang, in C(<job>-<start>/summary.json); the

@@ -5,6 +5,7 @@
   text | llmtrain.slurm.env_file_values -> {NAME: value} of an env file the nccl_env role wrote
   text | llmtrain.slurm.from_run_json(default, name) -> the JSON value of a file of the run, read bounded
   log text | llmtrain.slurm.log_metrics(patterns, state) -> metrics JSONL from your script's progress lines
+  local paths | llmtrain.slurm.event_metrics(tag, total_steps) -> metrics from TensorBoard event files / metrics.csv
   run values | llmtrain.slurm.pipeline_fingerprint(workers, source digest) -> what the run is made from
   read_files result | llmtrain.slurm.pipeline_verdict(fingerprint, missing) -> may a rerun stop here
   read_files result | llmtrain.slurm.pipeline_record(fingerprint) -> the text of <run>/pipeline.json
@@ -19,7 +20,8 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils import (
+    container, event_files, log_progress, pipeline_record, trainer_state)
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check, untrusted
 
 display = Display()
@@ -61,6 +63,18 @@ def log_metrics(text, patterns=None, state=None):
     for message in warnings.values():
         display.warning(message)
     return "".join(json.dumps(dict(r, source="log"), sort_keys=True) + "\n" for r in records)
+
+
+def event_metrics(paths, tag=None, total_steps=None):
+    """{text (metrics JSON lines), records (how many), source, tag, files, tags, unreadable} of the
+    TensorBoard event files (else Lightning metrics.csv files) at paths, on this controller
+    (event_files.metrics_of)."""
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
+        raise AnsibleFilterError("event_metrics: give a list of file paths, not %r" % (paths,))
+    found = event_files.metrics_of(list(paths), tag or None, int(total_steps) if total_steps else None)
+    text = "".join(json.dumps(record, sort_keys=True) + "\n" for record in found.pop("records"))
+    found.update(text=text, records=text.count("\n"))
+    return found
 
 
 def pipeline_fingerprint(values, workers=None, source_digest=None, facts=None):
@@ -119,5 +133,6 @@ def container_argv(settings, workdir):
 class FilterModule(object):
     def filters(self):
         return {"env_file_values": env_file_values, "from_run_json": from_run_json, "log_metrics": log_metrics,
+                "event_metrics": event_metrics,
                 "pipeline_fingerprint": pipeline_fingerprint, "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text,
                 "gpu_options": gpu_options, "container_argv": container_argv}

@@ -6,15 +6,17 @@ records one that finished. A few KB per look, whatever the job's size."""
 
 from __future__ import annotations
 
+import json
 import os
+import time
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils import event_files, trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.check_summary import network_check_summary, node_check_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import atomic, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import recovery, unreadable_starts_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_count
@@ -28,6 +30,9 @@ ARGUMENT_SPEC = dict(
     network_check_file=dict(type="path"),
     progress_from_log=dict(type="bool", default=False),
     progress_regex=dict(type="list", elements="str", default=[]),
+    event_dirs=dict(type="list", elements="path", default=[]),
+    progress_tag=dict(type="str"),
+    total_steps=dict(type="int"),
     checkpoint_dir=dict(type="path"),
     hang_dir=dict(type="path"),
     starts_file=dict(type="path"),
@@ -93,7 +98,7 @@ def describe(module, p, jobs, ended, patterns, result, client=None):
                 result["log"] = log_summary(jobs[-1]["stdout_path"], tail=p["log_lines"])
             except (IOError, OSError) as err:
                 module.warn("cannot read %s: %s" % (jobs[-1]["stdout_path"], err))
-    if p["metrics_file"] or patterns:
+    if p["metrics_file"] or patterns or p["event_dirs"]:
         records, source, unreadable = [], "metrics", 0
         if p["metrics_file"] and os.path.exists(p["metrics_file"]):
             try:
@@ -106,6 +111,14 @@ def describe(module, p, jobs, ended, patterns, result, client=None):
             # Ansible shows a retried task's warnings only at its end: the callback prints this
             # while the watch goes on (once per file)
             result["progress_warnings"] = {p["metrics_file"]: message}
+        if not records and p["event_dirs"]:
+            record, warnings = events_progress(p, started(jobs[-1]) if jobs else None)
+            for message in warnings:
+                module.warn(message)
+                result.setdefault("progress_warnings", {})[message.split(":", 1)[0]] = message
+            if record is not None:
+                records, source = [record], record.pop("source")
+                result["progress_from"] = dict(tag=record.pop("tag"), file=record.pop("file"))
         if not records and patterns and jobs and jobs[-1]["stdout_path"] and os.path.exists(jobs[-1]["stdout_path"]):
             try:
                 record, warnings = last_record(jobs[-1]["stdout_path"], patterns, trainer_state_of(module, p))
@@ -122,6 +135,14 @@ def describe(module, p, jobs, ended, patterns, result, client=None):
                                               p["straggler_intervals"])
         if result["progress"] is not None:
             result["progress"]["source"] = source
+            total = p["total_steps"]
+            if total is None and source in ("events", "csv"):
+                # a Hugging Face Trainer's max_steps, from its newest checkpoint (not one of an earlier, shorter run)
+                state = trainer_state_of(module, p)
+                total = state["max_steps"] if state and (state.get("max_steps") or 0) >= records[0]["step"] else None
+            if result["progress"]["total_steps"] is None and total and result["progress"]["step"] is not None:
+                result["progress"].update(total_steps=total,
+                                          percent=round(100.0 * result["progress"]["step"] / total, 1))
     if p["starts_file"] and jobs:
         try:
             found = recovery(client, jobs[-1], p["starts_file"], records)
@@ -143,6 +164,52 @@ def describe(module, p, jobs, ended, patterns, result, client=None):
     if p["network_check_file"] and os.path.exists(p["network_check_file"]):
         result["network_check"] = read_record(module, p["network_check_file"], network_check_summary)
     return result
+
+
+# the reader's place in the event files, kept between looks: a few KB
+EVENT_STATE_MAX_BYTES = 262144
+
+
+def started(job):
+    """The time the job (its current start) began, in seconds since the epoch, or None."""
+    try:
+        return time.mktime(time.strptime(job.get("start_time") or "", "%Y-%m-%dT%H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+
+
+def events_progress(p, since=None):
+    """(a metrics record of the newest TensorBoard event file or Lightning metrics.csv under
+    p["event_dirs"] that holds a loss, with its source, tag and file; or None, and warnings). With
+    p["event_state_file"] a look reads only what the files got since the last (event_files.poll);
+    without, the last MiB of each. since: the job's start; a file older is not its progress."""
+    state_file = p.get("event_state_file")
+    state = {}
+    if state_file:
+        text, _why = read_text(state_file, EVENT_STATE_MAX_BYTES)
+        try:
+            state = untrusted.loads(text, EVENT_STATE_MAX_BYTES) if text else {}
+        except untrusted.Unreadable:
+            state = {}
+    progress, state, warnings = event_files.poll(p["event_dirs"], state, p["progress_tag"], since=since)
+    if state_file:
+        try:
+            atomic.replace_file(state_file, json.dumps(state).encode(), mode=0o600)
+        except (IOError, OSError):
+            pass  # the next look reads the files' ends again
+    if progress is None:
+        seen = event_files.tags_seen(state)
+        if seen:
+            warnings.append("%s: the event files found there hold the scalars %s, none of which is a loss tag known "
+                            "here: set pretrain_progress_tag to the tag of your loss"
+                            % (", ".join(p["event_dirs"]), ", ".join(repr(t) for t in seen[:12])))
+        return None, warnings
+    eta = None
+    if p["total_steps"] and progress.get("seconds_per_step"):
+        eta = max(p["total_steps"] - progress["step"], 0) * progress["seconds_per_step"]
+    record = dict((k, progress[k]) for k in ("step", "loss", "val_loss", "lr", "tokens_per_s", "source", "tag", "file"))
+    record["eta_s"] = eta
+    return record, warnings
 
 
 def trainer_state_of(module, p):

@@ -29,6 +29,7 @@ import stat
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_watch import newest_hang
+from ansible_collections.llmtrain.slurm.plugins.module_utils import event_files
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
@@ -185,14 +186,22 @@ def state_of(job_id, slurm_job, done, end, stop_requested, started):
     return "failed", "no end line, and Slurm forgot the job (cancelled, or its batch node lost)"
 
 
-def progress(run_dir, job_log, patterns):
-    """The run's progress (metrics.progress_of) from the tail of its metrics file, else from its
-    job's log lines (your script's, with the patterns), else None."""
+# what the status table reads at most of each event file of a run: the end, where its last loss is
+STATUS_EVENT_BYTES = 65536
+
+
+def progress(run_dir, job_log, patterns, tag=None):
+    """The run's progress (metrics.progress_of) from the tail of its metrics file, else from the
+    end of its newest TensorBoard event files or Lightning metrics.csv (the loss of tag, or of a
+    known loss tag), else from its job's log lines (your script's, with the patterns), else None."""
     metrics = os.path.join(run_dir, METRICS_FILE)
     if os.path.isfile(metrics) and not os.path.islink(metrics):
         records, _unreadable = tail_records(metrics)
         if records:
             return progress_of(records)
+    found, _state, _warnings = event_files.poll([run_dir], {}, tag, max_bytes=STATUS_EVENT_BYTES)
+    if found is not None:
+        return progress_of([dict((k, found[k]) for k in ("step", "loss", "val_loss", "lr", "tokens_per_s"))])
     if job_log and patterns and os.path.isfile(job_log):
         state, _errors = trainer_state.read_newest(os.path.join(run_dir, "checkpoints"))
         record, _warnings = last_record(job_log, patterns, state)
@@ -223,7 +232,7 @@ def empty_row(workspace, name):
                 exit_code=None, how=None)
 
 
-def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, workspace_distrust=None):
+def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, workspace_distrust=None, tag=None):
     """The status of run `name`: the state, its last job, progress and what the table shows.
     queued: Slurm's rows of the user's jobs named job_prefix + name; workspace_distrust: why no run
     of the workspace is believed (workspace_problem), or None."""
@@ -255,7 +264,7 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
         row.update(nodes=slurm_job["nodelist"], num_nodes=slurm_job.get("num_nodes"))
     elif start:
         row["nodes"] = start["nodes"]
-    prog = progress(run_dir, row["stdout_path"], patterns)
+    prog = progress(run_dir, row["stdout_path"], patterns, tag)
     if prog:
         row.update({key: prog.get(key) for key in ("step", "total_steps", "loss", "tokens_per_s", "eta_s")})
     if state not in ("running", "stopping"):

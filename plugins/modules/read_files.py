@@ -42,6 +42,16 @@ options:
         is read into RV(trainer_state). The file holds every logged record of a run and grows with it, to
         hundreds of MB, so only its first 4 KiB and last 4 MiB are read, here, and what they hold returned.
     type: path
+  event_dirs:
+    description:
+      - Directories whose TensorBoard event files (C(events.out.tfevents.*)) and Lightning C(metrics.csv)
+        files (in a C(version_*) directory) are listed in RV(event_files) - this user's regular files, looked
+        for 4 levels down among at most 20,000 entries, checkpoint directories not entered. Only their
+        names are returned; the collect step fetches them and turns their scalars into metrics.
+    type: list
+    elements: path
+    default: []
+    version_added: 0.2.0
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -84,13 +94,26 @@ trainer_state:
   returned: when O(trainer_state_dir) is given
   type: dict
   sample: {"global_step": 30, "max_steps": 30, "logging_steps": 5, "epoch": 3.0, "entries": [[5, 0.5, 2.31]]}
+event_files:
+  description:
+    - The files found under O(event_dirs) that lie in O(src), relative to it, oldest first.
+  returned: always
+  type: list
+  elements: str
+  sample: [src/lightning_logs/version_4242/events.out.tfevents.1765000000.node1.77.0]
+event_files_outside:
+  description: The files found under O(event_dirs) that lie outside O(src) (absolute), oldest first.
+  returned: always
+  type: list
+  elements: str
+  sample: []
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils import event_files, trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text, relative_name_error
 
 
@@ -101,6 +124,7 @@ def main():
             names=dict(type="list", elements="str", required=True),
             max_bytes=dict(type="int", default=1048576),
             trainer_state_dir=dict(type="path"),
+            event_dirs=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -125,6 +149,15 @@ def main():
         result["trainer_state"] = trainer_state.compact(state)
         if unread:
             errors[trainer_state.NAME] = "; ".join(unread)
+    inside, outside = [], []
+    real_src = os.path.realpath(p["src"]).rstrip("/") + "/"
+    for _mtime, path in reversed(event_files.find(p["event_dirs"])):
+        real = os.path.realpath(path)
+        if real.startswith(real_src):
+            inside.append(real[len(real_src):])
+        else:
+            outside.append(path)
+    result.update(event_files=inside, event_files_outside=outside)
     module.exit_json(**result)
 
 

@@ -14,7 +14,7 @@ description:
     with each run's state, its last job, nodes, step and total, loss, tokens/s, ETA, last event and bad nodes.
   - "What it reads: one C(squeue) query for the user's jobs (any state the controller still knows) and,
     per run, files of a bounded size: the done record, the tails of C(starts.jsonl) and C(metrics.jsonl)
-    (or of the job's log, for a script of your own that writes no metrics file), C(bad_nodes.json), the
+    (or of the newest TensorBoard event files or the job's log, for a script of your own that writes no metrics file), C(bad_nodes.json), the
     names in C(checkpoints/). It allocates nothing and changes nothing."
   - "The states: V(queued) (pending, with Slurm's reason), V(requeued) (pending again after it started),
     V(running), V(stopping) (running, asked to stop by C(playbooks/stop.yml)), V(finished), V(failed),
@@ -62,6 +62,14 @@ options:
     type: list
     elements: str
     default: []
+  progress_tag:
+    description:
+      - For runs that write no C(metrics.jsonl), the tag of the loss in the TensorBoard event files or
+        the column of Lightning's C(metrics.csv) found in the run directory (the end of its newest files
+        is read, 64 KiB of each); unset, the first of the known loss tags (C(pretrain_progress_tag)).
+        Read before the log lines.
+    type: str
+    version_added: 0.2.0
 notes:
   - Supports check mode (it only reads).
 """
@@ -175,6 +183,7 @@ def main():
             job_prefix=dict(type="str", default="llmtrain-"),
             job_log=dict(type="str", default="logs/%x-%j.out"),
             progress_regex=dict(type="list", elements="str", default=[]),
+            progress_tag=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -197,7 +206,8 @@ def main():
     for name in names:
         try:
             rows.append(run_status.run_row(p["workspace"], name, [j for j in queue if j["name"] == p["job_prefix"] + name],
-                                           p["job_prefix"], p["job_log"], patterns, uid, distrust))
+                                           p["job_prefix"], p["job_log"], patterns, uid, distrust,
+                                           p["progress_tag"]))
         except Exception as err:  # pylint: disable=broad-exception-caught  # one run's files never end the table
             rows.append(dict(run_status.empty_row(p["workspace"], name), state="unreadable",
                              why="its files could not be read (%s: %s)" % (type(err).__name__, err)))

@@ -162,6 +162,14 @@ options:
       - Writing it counts as a change. Nothing is written in check mode.
     type: path
     version_added: 0.1.0
+  event_state_file:
+    description:
+      - With O(state=watched) and O(event_dirs), where the watch keeps its place in the event files
+        between looks (a few KB of JSON, replaced atomically, mode C(0600)), so that each look reads only
+        what they got since the last one. Without it, each look reads the last MiB of each file.
+      - Written in check mode too (it is the watch's own bookkeeping, not a change).
+    type: path
+    version_added: 0.2.0
   wait:
     description: Wait until the job has left the active states.
     type: bool
@@ -428,6 +436,7 @@ def main():
             unreachable_timeout=dict(type="float", default=0),
             cancel_on_timeout=dict(type="bool", default=True),
             log_tail_lines=dict(type="int", default=30),
+            event_state_file=dict(type="path"),
             **job_watch.ARGUMENT_SPEC
         ),
         mutually_exclusive=[("script", "content")],

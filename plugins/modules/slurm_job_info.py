@@ -244,13 +244,22 @@ progress:
     - The metrics of the last loss record of O(metrics_file) (the keys listed there, null when
       absent), C(percent) when step and total_steps are known, and C(event)/C(event_step) of the
       file's last record (such as C(checkpoint), C(preempted) or C(done); null for a loss record).
-    - From the job's output instead with O(progress_from_log) when the metrics file holds no
-      record; C(source) says which (C(metrics) or C(log)).
-  returned: when metrics_file is given or progress_from_log is true
+    - Where the metrics file holds no record, from the newest TensorBoard event file or Lightning
+      C(metrics.csv) under O(event_dirs) that holds a loss, else from the job's output with
+      O(progress_from_log); C(source) says which (C(metrics), C(events), C(csv) or C(log)).
+    - C(total_steps) is O(total_steps) where the records do not say; C(eta_s) of event files comes
+      from the times of the last two loss records.
+  returned: when metrics_file is given, event_dirs are or progress_from_log is true
   type: dict
   sample:
     {step: 120, total_steps: 1000, loss: 3.21, val_loss: null, lr: 0.0003, tokens_per_s: 5230.0,
      elapsed_s: 61.2, eta_s: 449.0, percent: 12.0, event: null, event_step: null}
+progress_from:
+  description:
+    - With RV(progress) of C(source) C(events) or C(csv), the loss's tag and the file it was read from.
+  returned: when progress comes from an event file or metrics.csv
+  type: dict
+  sample: {tag: train_loss, file: /shared/ws/tiny/src/lightning_logs/version_4242/events.out.tfevents.1765000000.node1.77.0}
 unreadable_records:
   description:
     - How many of the last lines of O(metrics_file) hold no complete JSON object or are longer

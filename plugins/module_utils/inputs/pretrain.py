@@ -94,6 +94,14 @@ def errors(values):
                 log_progress.compile_patterns(patterns)
             except ValueError as err:
                 found.append("%s." % err)
+    tag = values.get("pretrain_progress_tag")
+    if tag is not None and (not isinstance(tag, str) or not tag.strip() or len(tag) > 200):
+        found.append("pretrain_progress_tag=%r must be the tag of your loss's scalar in your TensorBoard event files "
+                     "(such as 'train_loss'), or null for the known ones." % (tag,))
+    total = values.get("pretrain_progress_total_steps")
+    if total is not None and (int_or_none(total) is None or int_or_none(total) < 1):
+        found.append("pretrain_progress_total_steps=%r must be the number of steps your script trains (1 or more), or "
+                     "null where its records say." % (total,))
     return found
 
 

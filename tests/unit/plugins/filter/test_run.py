@@ -1,4 +1,6 @@
 import json
+import os
+import shutil
 
 from ansible_collections.llmtrain.slurm.plugins.filter import deploy, run
 from ansible_collections.llmtrain.slurm.plugins.module_utils import pipeline_record
@@ -94,3 +96,17 @@ def test_from_run_json_reads_a_runs_file_bounded_and_gives_the_default_for_what_
     for text in ("[" * 50000, '{"n": %d}' % 10 ** 400, '{"x": NaN}', "{", '["a list"]'):
         assert run.from_run_json(text, {}, "facts.json") == {}
     assert run.from_run_json("null", None, "network_check/x.json") is None
+
+
+def test_event_metrics_turns_event_files_into_a_metrics_file(tmp_path):
+    """The Hugging Face Trainer 5.25.0's own event file (tests/unit/fixtures/trainers)."""
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers", "hf_trainer_5.25.0.tfevents")
+    path = str(tmp_path / "events.out.tfevents.1796466046.vm.1.0")
+    shutil.copy(fixture, path)
+    found = run.event_metrics([path], None, "10")
+    records = [json.loads(line) for line in found["text"].splitlines()]
+    assert [(r["step"], r["total_steps"], r["source"]) for r in records] == [(5, 10, "events"), (10, 10, "events")]
+    assert found["records"] == 2 and found["tag"] == "train/loss" and found["files"] == [path]
+    assert all("val_loss" in r and "lr" in r for r in records)
+    empty = run.event_metrics([path], "no/such/tag")
+    assert empty["records"] == 0 and empty["text"] == "" and "train/loss" in empty["tags"]

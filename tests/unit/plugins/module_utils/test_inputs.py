@@ -273,6 +273,16 @@ def test_your_progress_patterns_are_checked_before_anything_runs():
         "pretrain_progress_regex='iter' must be a list of regular expressions")
 
 
+def test_the_loss_tag_and_total_of_event_files_are_checked_before_anything_runs():
+    assert inputs.validate(dict(GOOD, pretrain_progress_tag="lm loss", pretrain_progress_total_steps=60)) == []
+    assert inputs.validate(dict(GOOD, pretrain_progress_tag=" ")) == [
+        "pretrain_progress_tag=' ' must be the tag of your loss's scalar in your TensorBoard event files (such as "
+        "'train_loss'), or null for the known ones."]
+    assert inputs.validate(dict(GOOD, pretrain_progress_total_steps=0)) == [
+        "pretrain_progress_total_steps=0 must be the number of steps your script trains (1 or more), or null where "
+        "its records say."]
+
+
 @pytest.mark.parametrize("values, words", [
     (dict(inference_script="sample.py"), "inference_script=sample.py is for a run of your own training script"),
     (dict(run_script="/home/me/train.py", inference_script="/home/me/sample.py"),

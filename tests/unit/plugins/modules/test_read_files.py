@@ -47,3 +47,20 @@ def test_a_link_is_not_followed(tmp_path, capsys):
     os.symlink(str(outside), str(tmp_path / "run" / "samples.txt"))
     result = run(read_files.main, dict(src=str(tmp_path / "run"), names=["samples.txt"]), capsys)
     assert result["files"] == {} and result["errors"] == {"samples.txt": "a link, not followed"}
+
+
+def test_the_event_files_where_the_script_runs_and_in_the_run_directory_are_listed(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    inside = run_dir / "src" / "lightning_logs" / "version_7"
+    outside = tmp_path / "elsewhere" / "runs" / "Dec05_host"
+    for directory in (inside, outside):
+        directory.mkdir(parents=True)
+        (directory / "events.out.tfevents.1.host.1.0").write_bytes(b"")
+    (inside / "metrics.csv").write_text("step,train_loss\n")
+    os.utime(str(inside / "metrics.csv"), (1000, 1000))
+    dirs = [str(tmp_path / "elsewhere"), str(run_dir)]
+    result = run(read_files.main, dict(src=str(run_dir), names=[], event_dirs=dirs), capsys)
+    assert result["event_files"] == ["src/lightning_logs/version_7/metrics.csv",
+                                     "src/lightning_logs/version_7/events.out.tfevents.1.host.1.0"]
+    assert result["event_files_outside"] == [str(outside / "events.out.tfevents.1.host.1.0")]
+    assert run(read_files.main, dict(src=str(run_dir), names=[]), capsys)["event_files"] == []

@@ -76,10 +76,10 @@ def test_one_run_whose_files_cannot_be_read_is_a_row_that_says_so(monkeypatch, c
     make_run(tmp_path, "b", "8", dict(job_id="8", start=1, nodes="n1", left="", time="T"))
     real = run_status.run_status.progress
 
-    def progress(run_dir, job_log, patterns):
+    def progress(run_dir, job_log, patterns, tag=None):
         if run_dir.endswith("/b"):
             raise OverflowError("cannot convert float infinity to integer")  # what a record once raised
-        return real(run_dir, job_log, patterns)
+        return real(run_dir, job_log, patterns, tag)
     monkeypatch.setattr(run_status.run_status, "progress", progress)
     Slurm(monkeypatch, [(QUEUE, (0, squeue_rows(["8", "RUNNING", "llmtrain-b", "None", "1", "n1", "T"]), ""))])
     result = run(run_status.main, dict(workspace=str(tmp_path)), capsys)

@@ -475,3 +475,30 @@ def test_lines_of_the_metrics_file_that_are_no_record_are_counted_and_said(monke
     s = Slurm(monkeypatch, [(scontrol_job(18), (0, fixture("scontrol_job_running.txt"), ""))])
     result = run(slurm_job_info.main, dict(job_id=["18"], metrics_file=str(metrics)), capsys)
     assert result["unreadable_records"] == 0 and "progress_warnings" not in result and len(warned) == 1
+
+
+def test_your_scripts_progress_comes_from_its_event_files_before_its_log(monkeypatch, capsys, tmp_path):
+    """Lightning 2.6.6's own event file (tests/unit/fixtures/trainers) in lightning_logs/version_<job>/
+    under the script's working directory: its step and loss, before any log line; a total of your own."""
+    log = tmp_path / "llmtrain-mine-18.out"
+    log.write_text("iter 0: loss 5.68, time 1ms\n")
+    running = re.sub(r"StdOut=\S+", "StdOut=%s" % log, fixture("scontrol_job_running.txt"))
+    events = tmp_path / "src" / "lightning_logs" / "version_18"
+    events.mkdir(parents=True)
+    fixtures = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers")
+    with open(os.path.join(fixtures, "lightning_2.6.6.tfevents"), "rb") as handle:
+        (events / "events.out.tfevents.1796465968.vm.23609.0").write_bytes(handle.read())
+    args = dict(job_id=["18"], metrics_file=str(tmp_path / "metrics.jsonl"), progress_from_log=True,
+                event_dirs=[str(tmp_path / "src"), str(tmp_path)], total_steps=30)
+    Slurm(monkeypatch, [(scontrol_job(18), (0, running, ""))])
+    result = run(slurm_job_info.main, args, capsys)
+    progress = result["progress"]
+    assert (progress["step"], progress["total_steps"], progress["percent"], progress["source"]) == (29, 30, 96.7, "events")
+    assert progress["lr"] == 0.1 and progress["loss"] > 0
+    assert result["progress_from"] == dict(tag="train_loss", file=str(events / "events.out.tfevents.1796465968.vm.23609.0"))
+    # a tag that is not in them: the log lines, and a warning that names the scalars they hold
+    Slurm(monkeypatch, [(scontrol_job(18), (0, running, ""))])
+    result = run(slurm_job_info.main, dict(args, progress_tag="loss/objective"), capsys)
+    assert (result["progress"]["step"], result["progress"]["source"]) == (0, "log")
+    warning = [w for w in result["progress_warnings"].values() if "pretrain_progress_tag" in w]
+    assert warning and "'train_loss'" in warning[0] and "'val_loss'" in warning[0]
