@@ -285,16 +285,95 @@ def summarize(losses, events):
     }
 
 
-def summary_lines(metrics, summary, events):
+# where the loss records came from (facts' progress.source, the collect step's)
+SOURCES = {
+    "metrics": "the metrics file the trainer wrote (LLMTRAIN_METRICS_FILE)",
+    "events": "your script's TensorBoard event files",
+    "csv": "your script's Lightning `metrics.csv`",
+    "log": "your script's progress lines in its job log",
+}
+
+
+def source_line(facts):
+    """The line that says where the loss records came from, or None when the facts do not say."""
+    progress = facts.get("progress") if isinstance(facts.get("progress"), dict) else {}
+    source = progress.get("source")
+    if source not in SOURCES:
+        return None
+    line = "- Loss records from: %s" % SOURCES[source]
+    if source in ("events", "csv"):
+        files = progress.get("files") if isinstance(progress.get("files"), list) else []
+        shown, left = some([f for f in files if isinstance(f, str)], 4)
+        line += ", %s %s, in %s%s" % ("tag" if source == "events" else "column", md(progress.get("tag")),
+                                      ", ".join(md(f) for f in shown), "" if not left else " and %d more" % left)
+        if is_number(progress.get("unreadable")) and progress["unreadable"] > 0:
+            line += " (%s record(s) did not check and were skipped)" % fmt_int(progress["unreadable"])
+    return line
+
+
+def known_steps(facts):
+    """(what shows that training took steps though no loss record was found: [text], the newest
+    checkpoint's step or None)."""
+    known, step = [], None
+    script = facts.get("script") if isinstance(facts.get("script"), dict) else None
+    if script is not None:
+        names = script.get("checkpoints") if isinstance(script.get("checkpoints"), list) else []
+        checkpoints, _other = trainer_checkpoints(names)
+        stepped = [c for c in checkpoints if c[0] is not None]
+        if stepped:
+            step = stepped[-1][0]
+            known.append("the newest checkpoint, %s, is of step %d" % (md(stepped[-1][1]), step))
+        elif checkpoints:
+            known.append("your script left the checkpoint %s" % md(checkpoints[-1][1]))
+    elif isinstance(facts.get("checkpoint"), dict) and is_number(facts["checkpoint"].get("step")):
+        step = facts["checkpoint"]["step"]
+        known.append("the newest checkpoint is of step %s" % md(step))
+    jobs = [j for j in facts.get("jobs") or [] if isinstance(j, dict)] if isinstance(facts.get("jobs"), list) else []
+    if jobs and jobs[-1].get("state") == "COMPLETED":
+        known.append("training job %s COMPLETED" % md(jobs[-1].get("job_id")))
+    return known, step
+
+
+def no_loss_lines(metrics, facts):
+    """What the summary says when no loss record was found: what is known of the steps taken, and
+    where to point the collection; "did not reach its first logged step" only when nothing says it did."""
+    progress = facts.get("progress") if isinstance(facts.get("progress"), dict) else {}
+    known, _step = known_steps(facts)
     if metrics is None:
-        return ["No metrics: `%s` was not fetched, so the trainer recorded nothing this report can "
-                "show (see the jobs and their logs)." % METRICS_FILE]
-    if summary is None:
-        return ["No loss records in `%s`: training did not reach its first logged step (see the jobs "
-                "and their logs)." % METRICS_FILE]
+        found = "No metrics: `%s` was not fetched" % METRICS_FILE
+    else:
+        found = "No loss records in `%s`" % METRICS_FILE
+    if not known:
+        return ["%s: training did not reach its first logged step (see the jobs and their logs)." % found]
+    lines = ["%s, yet training took steps: %s." % (found, "; ".join(known))]
+    if isinstance(facts.get("script"), dict):
+        tags = [t for t in progress.get("tags") or [] if isinstance(t, str)] if isinstance(progress.get("tags"), list) else []
+        if tags:
+            where = ("Its TensorBoard event files hold the scalars %s, none of which is a loss tag known here: set "
+                     "`pretrain_progress_tag` to your loss's." % ", ".join(md(t) for t in tags[:12]))
+        elif is_number(progress.get("event_files")) and progress["event_files"] > 0:
+            where = ("Event files were found but none could be fetched (see what was not fetched above); "
+                     "`pretrain_progress_tag` names the loss's tag.")
+        else:
+            where = ("No TensorBoard event file was found where it runs or in the run directory, and no line of its "
+                     "log matched: let your trainer write event files (docs/own-script.md says how, per trainer) "
+                     "and set `pretrain_progress_tag` if its loss's tag is not a known one, or give "
+                     "`pretrain_progress_regex` a pattern of its progress lines, or write LLMTRAIN_METRICS_FILE.")
+        lines.append(where)
+    return lines
+
+
+def summary_lines(metrics, summary, events, facts=None):
+    facts = facts or {}
+    if metrics is None or summary is None:
+        return no_loss_lines(metrics, facts)
     first, last = summary["first"], summary["last"]
     total = summary["total_steps"]
-    if summary["finished"]:
+    jobs = [j for j in facts.get("jobs") or [] if isinstance(j, dict)] if isinstance(facts.get("jobs"), list) else []
+    # your script ended by itself with exit code 0: finished, though its last logged step may be the
+    # total less one (Lightning counts from 0)
+    completed = isinstance(facts.get("script"), dict) and bool(jobs) and jobs[-1].get("state") == "COMPLETED"
+    if summary["finished"] or completed:
         status = "finished"
     else:
         preempted = [e for e in events if e.get("event") == "preempted"]
@@ -302,7 +381,7 @@ def summary_lines(metrics, summary, events):
                   if preempted and preempted[-1] is events[-1] else "stopped before the end")
     trend = "fell" if last["loss"] < first["loss"] else "went"
     # a loss record's step is an int and its loss a number (read_metrics keeps no other): %d and fmt_loss print digits
-    lines = [
+    lines = [line for line in [source_line(facts)] if line] + [
         "- Status: %s" % status,
         "- Steps: %s of %s" % (fmt_int(summary["steps_done"]), fmt_int(total)),
         "- Final train loss: %s (step %d)" % (fmt_loss(last["loss"]), last["step"]),
@@ -783,7 +862,7 @@ def recovery_lines(events, starts=None, hung=()):
 def render(run_name, metrics, summary, facts, samples, plot_note, times, starts=None, hangs=()):
     events = metrics[1] if metrics else []
     out = ["# Run %s" % md(run_name), "", "## Summary", ""]
-    out += fetch_lines(facts) + summary_lines(metrics, summary, events)
+    out += fetch_lines(facts) + summary_lines(metrics, summary, events, facts)
     if metrics and metrics[2]:
         out += ["", "%d line(s) of `%s` were not records and were skipped." % (metrics[2], METRICS_FILE)]
     out += ["", "## Loss", ""]
@@ -864,7 +943,7 @@ def main(argv=None):
     if not losses:
         warn("no loss records in %s; report.md says so and no plot is drawn"
              % os.path.join(run_dir, METRICS_FILE))
-        plot_note = "No plot: there are no loss records."
+        plot_note = "No plot: there are no loss records (see the summary)."
     else:
         try:
             plot(losses, events, run_name, plot_path)

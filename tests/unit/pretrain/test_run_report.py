@@ -301,7 +301,7 @@ def test_no_metrics_still_writes_a_report(tmp_path, capsys):
     (run_dir / "loss.png").write_bytes(PNG_MAGIC)  # from an earlier attempt
     report = report_of(run_dir)
     assert "No metrics: `metrics.jsonl` was not fetched" in report
-    assert "No plot: there are no loss records." in report
+    assert "No plot: there are no loss records (see the summary)." in report
     assert "| 102 | train | COMPLETED |" in report
     assert not (run_dir / "loss.png").exists()
     assert "no loss records" in capsys.readouterr().err
@@ -746,3 +746,44 @@ def test_a_file_nested_too_deep_is_left_out_and_the_report_is_written(tmp_path, 
         assert "1 line(s) of `metrics.jsonl` were not records and were skipped." in report
     if name == "facts.json":
         assert report.startswith("# Run gpt2-124m\n") and "Checkpoint: not recorded." in report
+
+
+SCRIPT_FACTS = dict(FACTS, model=None, jobs=[{"kind": "train", "job_id": "59", "state": "COMPLETED", "exit_code": "0:0"}],
+                    script={"path": "/ws/lightning/src/train.py", "args": [], "checkpoints": [
+                        "epoch=0-step=20.ckpt", "epoch=0-step=40.ckpt", "epoch=0-step=60.ckpt"]})
+
+
+def test_a_script_s_run_with_checkpoints_but_no_loss_found_is_never_said_to_have_not_trained(tmp_path):
+    """A Lightning run whose loss the collection did not find: the report says what is known (its
+    newest checkpoint's step, the job that completed) and how to point the collection at the loss."""
+    facts = dict(SCRIPT_FACTS, progress={"source": None, "tags": [], "event_files": 0})
+    report = report_of(make_run(tmp_path, [], facts))
+    assert "did not reach its first logged step" not in report
+    assert ("No loss records in `metrics.jsonl`, yet training took steps: the newest checkpoint, epoch=0-step=60.ckpt, "
+            "is of step 60; training job 59 COMPLETED.") in report, report
+    assert "`pretrain_progress_tag`" in report and "`pretrain_progress_regex`" in report
+    assert "No plot: there are no loss records (see the summary)." in report
+    # event files whose scalars hold no known loss tag: they are named
+    facts = dict(SCRIPT_FACTS, progress={"source": None, "tags": ["objective", "acc`|x"], "event_files": 1})
+    report = report_of(make_run(tmp_path / "b", None, facts))
+    assert ("Its TensorBoard event files hold the scalars objective, acc\\`\\|x, none of which is a loss tag known "
+            "here: set `pretrain_progress_tag` to your loss's.") in report, report
+    # nothing says it trained: then it did not reach its first logged step
+    facts = dict(SCRIPT_FACTS, jobs=[{"kind": "train", "job_id": "59", "state": "FAILED"}],
+                 script=dict(SCRIPT_FACTS["script"], checkpoints=[]))
+    report = report_of(make_run(tmp_path / "c", [], facts))
+    assert "No loss records in `metrics.jsonl`: training did not reach its first logged step" in report
+
+
+def test_the_report_says_where_its_loss_records_came_from(tmp_path):
+    records = [dict(step=step, loss=2.0 - step / 100, total_steps=60, source="events") for step in range(4, 60, 5)]
+    facts = dict(SCRIPT_FACTS, progress={"source": "events", "tag": "train_loss", "unreadable": 2, "files": [
+        "events/src/lightning_logs/version_59/events.out.tfevents.1765000000.n1.7.0"]})
+    report = report_of(make_run(tmp_path, records, facts))
+    assert ("- Loss records from: your script's TensorBoard event files, tag train_loss, in "
+            "events/src/lightning_logs/version_59/events.out.tfevents.1765000000.n1.7.0 (2 record(s) did not "
+            "check and were skipped)") in report, report
+    # Lightning's last logged step of 60 is 59: its job completed, so it finished
+    assert "- Status: finished" in report and "- Steps: 59 of 60" in report
+    report = report_of(make_run(tmp_path / "m", metrics_records(), dict(FACTS, progress={"source": "metrics"})))
+    assert "- Loss records from: the metrics file the trainer wrote (LLMTRAIN_METRICS_FILE)" in report
