@@ -4,6 +4,7 @@ import os
 import re
 import fcntl
 import json
+import shutil
 import signal
 import stat
 import subprocess
@@ -233,3 +234,20 @@ def module(name, args, tmp_path, check=False):
     result["_output"] = proc.stdout
     result["failed"] = proc.returncode != 0
     return result
+
+
+def pinned_packages(name, requirements):
+    """The packages of requirements (pinned, with what they import) installed with --no-deps into
+    tests/output/<name>, kept between test runs: a trainer's library for the nodes (PYTHONPATH), whose
+    torch and numpy are the venv's own, never a second copy from PyPI."""
+    target = os.path.join(ROOT, "tests", "output", name)
+    done = os.path.join(target, ".installed")
+    if not os.path.exists(done) or open(done).read() != open(requirements).read():
+        shutil.rmtree(target, ignore_errors=True)
+        installed = subprocess.run([os.path.join(BIN, "python"), "-m", "pip", "install", "--quiet", "--no-deps",
+                                    "--no-compile", "--target", target, "-r", requirements],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                   timeout=900, check=False)
+        assert installed.returncode == 0, installed.stdout[-3000:]
+        shutil.copy(requirements, done)
+    return target

@@ -1,7 +1,8 @@
 """A real Hugging Face Trainer script (transformers 5.25.0 from PyPI, in a directory of its own;
 a tiny GPT-2 from a config, a tokenizer trained offline; nothing fetched from a hub) through the
-pipeline on the local cluster, two nodes: the watch shows its loss, the report plots its records
-(with the val losses of its evaluations) and lists its checkpoint-N/ directories with their
+pipeline on the local cluster, two nodes: the watch shows its loss from its TensorBoard event file,
+the report plots its records, the same steps as its trainer_state.json (with the val losses of its
+evaluations) and lists its checkpoint-N/ directories with their
 steps, its sampling script samples from the newest, a rerun submits nothing. Stopped by the
 job's notice (SIGUSR2), the script's StopOnSignal callback (docs/own-script.md) saves, the job
 requeues and the Trainer resumes."""
@@ -11,11 +12,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
 
 import pytest
 
-from cluster import BIN, ROOT, RUNS, WORKSPACE, BackgroundPlaybook, run_playbook, slurm, wait_for
+from cluster import ROOT, RUNS, WORKSPACE, BackgroundPlaybook, pinned_packages, run_playbook, slurm, wait_for
 
 FILES = os.path.join(ROOT, "tests", "integration", "files", "hf_trainer")
 # the reference trainer's sources: a corpus of about 130 KB of Python
@@ -24,20 +24,8 @@ CORPUS = sorted(glob.glob(os.path.join(ROOT, "roles", "deploy", "files", "traine
 
 @pytest.fixture(scope="module")
 def transformers_dir():
-    """transformers and what it imports, pinned (requirements.txt), in a directory of their own;
-    kept between test runs in tests/output."""
-    target = os.path.join(ROOT, "tests", "output", "hf-transformers-5.25.0")
-    requirements = os.path.join(FILES, "requirements.txt")
-    done = os.path.join(target, ".installed")
-    if not os.path.exists(done) or open(done).read() != open(requirements).read():
-        shutil.rmtree(target, ignore_errors=True)
-        installed = subprocess.run([os.path.join(BIN, "python"), "-m", "pip", "install", "--quiet", "--no-deps",
-                                    "--no-compile", "--target", target, "-r", requirements],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
-                                   timeout=900, check=False)
-        assert installed.returncode == 0, installed.stdout[-3000:]
-        shutil.copy(requirements, done)
-    return target
+    """transformers and what it imports, pinned (requirements.txt), kept in tests/output."""
+    return pinned_packages("hf-transformers-5.25.0", os.path.join(FILES, "requirements.txt"))
 
 
 def newest_job(run, kind=""):
@@ -72,11 +60,11 @@ def test_a_hugging_face_trainer_script_trains_reports_its_steps_and_checkpoints_
     trained = newest_job(run)
     log = open(os.path.join(WORKSPACE, run, "logs", "llmtrain-%s-%d.out" % (run, trained))).read()
     assert "'loss': '" in log, log[-3000:]  # 5.x quotes its values
-    # the watch showed its loss (under srun, tqdm's bar reaches the log after the lines it belongs to:
-    # a line's step comes from the newest checkpoint's trainer_state.json, once there is one)
-    assert re.search(r"job \d+ \w+ on [^:]+: (step \d+/30, )?loss \d", result.output), result.output[-3000:]
-    # metrics.jsonl from its log lines, in order, each with the step the Trainer logged it at (its
-    # trainer_state.json), each evaluation's loss with the record of its step
+    # the watch showed its loss and step from its TensorBoard event file (report_to=["tensorboard"]), the
+    # total from its trainer_state.json once a checkpoint holds one
+    assert re.search(r"job \d+ \w+ on [^:]+: step \d+/(30|\?), loss \d", result.output), result.output[-3000:]
+    # metrics.jsonl from its event file, in order: the steps and losses its trainer_state.json has,
+    # each evaluation's loss with the record of its step
     metrics = [json.loads(line) for line in open(os.path.join(RUNS, run, "metrics.jsonl"))]
     state = json.load(open(os.path.join(WORKSPACE, run, "checkpoints", "checkpoint-30", "trainer_state.json")))
     logged = [e["loss"] for e in state["log_history"] if "loss" in e]
@@ -86,8 +74,10 @@ def test_a_hugging_face_trainer_script_trains_reports_its_steps_and_checkpoints_
     assert [(m["step"], m["total_steps"]) for m in metrics] == [(e["step"], 30) for e in state["log_history"]
                                                                 if "loss" in e] == [(s, 30) for s in range(5, 31, 5)]
     assert [m["step"] for m in metrics if "val_loss" in m] == [10, 20, 30]
-    assert all(m["source"] == "log" for m in metrics)
+    assert all(m["source"] == "events" for m in metrics)
     report = open(os.path.join(RUNS, run, "report.md")).read()
+    assert "- Loss records from: your script's TensorBoard event files, tag train/loss, in events/checkpoints/runs/" \
+        in report, report
     assert "![loss](loss.png)" in report and "- Status: finished" in report and "- Steps: 30 of 30" in report, report
     assert ("(LLMTRAIN_CHECKPOINT_DIR): checkpoint-10 (step 10), checkpoint-20 (step 20), checkpoint-30 (step 30)"
             in report), report

@@ -71,7 +71,7 @@ def main():
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_positions=block, n_embd=32, n_layer=2, n_head=2))
     args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=4, logging_steps=5,
-                             save_steps=10, eval_strategy="steps", eval_steps=10, learning_rate=1e-3, report_to=[],
+                             save_steps=10, eval_strategy="steps", eval_steps=10, learning_rate=1e-3, report_to=["tensorboard"],
                              use_cpu=not torch.cuda.is_available(), seed=0,
                              ddp_backend=("nccl" if torch.cuda.is_available() else "gloo") if "RANK" in os.environ else None)
     stop = StopOnSignal()
