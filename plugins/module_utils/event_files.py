@@ -73,6 +73,8 @@ SEARCH_MAX_ENTRIES = 20000
 SKIPPED_DIRS = (".", "__pycache__", "checkpoint-", "step_", "step-", "global_step", "iter_", "epoch=")
 # the newest files that one poll reads
 FILES_READ = 4
+# the newest files the collect step fetches and reads whole (one a start of the job, as a rule)
+FILES_COLLECTED = 64
 # tags remembered per file beyond the wanted ones, to name them when none is a loss tag known here
 OTHER_TAGS_KEPT = 24
 # a state's files are looked for again after this many seconds

@@ -46,8 +46,8 @@ options:
     description:
       - Directories whose TensorBoard event files (C(events.out.tfevents.*)) and Lightning C(metrics.csv)
         files (in a C(version_*) directory) are listed in RV(event_files) - this user's regular files, looked
-        for 4 levels down among at most 20,000 entries, checkpoint directories not entered. Only their
-        names are returned; the collect step fetches them and turns their scalars into metrics.
+        for 4 levels down among at most 20,000 entries, checkpoint directories not entered; the newest 64.
+        Only their names are returned; the collect step fetches them and turns their scalars into metrics.
     type: list
     elements: path
     default: []
@@ -151,7 +151,7 @@ def main():
             errors[trainer_state.NAME] = "; ".join(unread)
     inside, outside = [], []
     real_src = os.path.realpath(p["src"]).rstrip("/") + "/"
-    for _mtime, path in reversed(event_files.find(p["event_dirs"])):
+    for _mtime, path in reversed(event_files.find(p["event_dirs"])[:event_files.FILES_COLLECTED]):
         real = os.path.realpath(path)
         if real.startswith(real_src):
             inside.append(real[len(real_src):])

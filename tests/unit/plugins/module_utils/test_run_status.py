@@ -119,6 +119,24 @@ def test_your_scripts_progress_comes_from_its_log(tmp_path):
     assert (found["step"], found["loss"], found["stdout_path"]) == (20, 2.5, str(run / "logs" / "llmtrain-own-7.out"))
 
 
+def test_your_scripts_event_files_come_before_its_log(tmp_path):
+    """Lightning 2.6.6's own event file in the run's lightning_logs/version_7/ (its deployed source)."""
+    run = make_run(tmp_path, "own", "7", starts=[("7", 1)])
+    (run / "logs").mkdir()
+    (run / "logs" / "llmtrain-own-7.out").write_text("iter 10: loss 3.02, time 1ms\n")
+    events = run / "src" / "lightning_logs" / "version_7"
+    events.mkdir(parents=True)
+    fixture = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers", "lightning_2.6.6.tfevents")
+    with open(fixture, "rb") as handle:
+        (events / "events.out.tfevents.1796465968.vm.23609.0").write_bytes(handle.read())
+    found = row(tmp_path, "own", [job("7", "RUNNING", "llmtrain-own")])
+    assert found["step"] == 29 and found["loss"] > 0
+    # a tag that none of its scalars has: its log lines
+    found = run_status.run_row(str(tmp_path), "own", [job("7", "RUNNING", "llmtrain-own")], "llmtrain-",
+                               "logs/%x-%j.out", PATTERNS, tag="loss/objective")
+    assert (found["step"], found["loss"]) == (10, 3.02)
+
+
 def test_the_table_and_the_detail_say_what_a_user_checks(tmp_path):
     make_run(tmp_path, "a", "13", starts=[("13", 1)],
              metrics=[dict(step=40, total_steps=100, loss=2.51234, tokens_per_s=1234.4, eta_s=3700)],
