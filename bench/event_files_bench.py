@@ -6,7 +6,7 @@ collect step's whole read of one costs.
 
 Each file is a run's scalars as the Hugging Face Trainer writes them (five tags a logged step, one
 record each) up to the size named: a week of a run logging every step is about 100 MB. Measured
-with the collection's own reader (plugins/module_utils/event_files.py): the first poll of a file
+with the collection's own reader (plugins/module_utils/node/event_files.py): the first poll of a file
 (no state: its last MiB, where the first record is found by its CRCs), a poll after the trainer
 logged 20 more steps (the state the watch keeps: only those records are read), and the collect
 step's read of the whole file.
@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "roles", "deploy", "files"))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 from trainer.events import event, tf_record  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.llmtrain.slurm.plugins.module_utils import event_files  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files  # noqa: E402  pylint: disable=wrong-import-position
 
 TAGS = ("train/loss", "train/grad_norm", "train/learning_rate", "train/epoch", "train/train_tokens_per_second")
 
@@ -65,11 +65,11 @@ def whole(path):
     """The collect step's read of the whole file (event_files.metrics_of), in a Python of its own:
     {whole_s, whole_mb_s, whole_mb_peak (its peak memory), records}."""
     code = ("import json, resource, sys, time; sys.path[:0] = %r\n"
-            "from ansible_collections.llmtrain.slurm.plugins.module_utils import event_files\n"
+            "from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files\n"
             "start = time.perf_counter(); found = event_files.metrics_of([%r])\n"
             "print(json.dumps(dict(s=time.perf_counter() - start, records=len(found['records']),\n"
             "    unreadable=found['unreadable'], rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)))"
-            % (sys.path[:2], path))
+            % ([os.path.join(ROOT, ".collections"), os.path.join(ROOT, "roles", "deploy", "files")], path))
     measured = json.loads(subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, check=True,
                                          universal_newlines=True).stdout)
     assert measured["unreadable"] == 0 and measured["records"] > 0, measured
@@ -124,7 +124,7 @@ def main(argv=None):
                           r["whole_s"], r["whole_mb_s"], r["records"], r["whole_mb_peak"]) if r["whole_s"] else "-"])
     if args.format == "markdown":
         print("The watch's poll of a TensorBoard event file, by the collection's own reader "
-              "(`plugins/module_utils/event_files.py`), against the file's size: the Hugging Face Trainer's five "
+              "(`plugins/module_utils/node/event_files.py`), against the file's size: the Hugging Face Trainer's five "
               "scalars a logged step. Best of 5. Target: a poll's cost flat in the file's size.\n")
         print("| %s |" % " | ".join(header))
         print("|%s" % ("---|" * len(header)))

@@ -20,9 +20,8 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import (
-    container, event_files, log_progress, pipeline_record, trainer_state)
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check, untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, node_check, untrusted
 
 display = Display()
 # what read_files reads at most of a file (its max_bytes default)

@@ -9,12 +9,12 @@ import inspect
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import node
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import (
-    atomic, exit_codes, gpu, gpu_health, hang, job_end, link_speed, nccl, network_check, node_check, record_patterns,
-    untrusted)
+    atomic, event_files, exit_codes, gpu, gpu_health, hang, job_end, link_speed, nccl, network_check, node_check,
+    record_patterns, untrusted)
 
 NAME = "llmtrain_node"
-MODULES = (node, atomic, exit_codes, gpu, gpu_health, hang, job_end, link_speed, nccl, network_check, node_check, record_patterns,
-           untrusted)
+MODULES = (node, atomic, event_files, exit_codes, gpu, gpu_health, hang, job_end, link_speed, nccl, network_check,
+           node_check, record_patterns, untrusted)
 
 
 def files(prefix=""):

@@ -29,10 +29,9 @@ import stat
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_watch import newest_hang
-from ansible_collections.llmtrain.slurm.plugins.module_utils import event_files
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import run_starts

@@ -113,7 +113,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import event_files, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text, relative_name_error
 
 

@@ -3,7 +3,8 @@ as the Hugging Face test installs transformers) through the pipeline on the loca
 x 2 ranks, with a minimal inventory and the one setting its records cannot say (the total): it
 prints no progress line, so the watch reads Lightning's default logger, its TensorBoard event file
 in lightning_logs/version_<job>/, and shows the step and loss while it runs; the report plots the
-steps from that file, says where they came from, and lists its checkpoints with their steps."""
+steps from that file, says where they came from, and lists its checkpoints with their steps; the
+job's hang watch takes its loss records as progress."""
 
 import json
 import os
@@ -40,6 +41,9 @@ def test_a_lightning_script_shows_its_steps_and_loss_from_its_event_file_and_its
               .group(1))
     log = open(os.path.join(WORKSPACE, run, "logs", "llmtrain-%s-%d.out" % (run, job))).read()
     assert "`Trainer.fit` stopped: `max_steps=60` reached." in log, log[-3000:]
+    # its log is silent while it trains: the job's hang watch armed at the event file's first loss record
+    assert re.search(r"^llmtrain: hang: the first training record of this start came after \d+ s: the hang watch is on",
+                     log, flags=re.M), log[-3000:]
     # Lightning's default logger, versioned by the Slurm job
     events = os.path.join(WORKSPACE, run, "src", "lightning_logs", "version_%d" % job)
     assert any(name.startswith("events.out.tfevents.") for name in os.listdir(events))

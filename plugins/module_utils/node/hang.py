@@ -6,13 +6,16 @@ waiting in its collective, silent, until the process group's timeout (10 minutes
 Gloo) or the time limit. The training job script starts a watcher beside its training step:
 
     python -m llmtrain_node.hang watch --pid SRUN_PID --progress FILE [--progress FILE ...]
-        --timeout auto|SECONDS --policy requeue|fail|warn --out-dir DIR [--bad-nodes-file FILE]
+        [--event-dir DIR ...] [--progress-tag TAG] --timeout auto|SECONDS --policy requeue|fail|warn --out-dir DIR [--bad-nodes-file FILE]
         [--requeue-max N] [--restarts-in-job N] [--record-pattern REGEX ...] [--poll S] [--python P]
         [-- WORDS BEFORE THE DUMP'S COMMAND]
 
-Progress is a change of any --progress file (the metrics file, the job's log). The clock starts
-at this start's first training record (a metrics record with a step and a loss, or a log line
-that a --record-pattern, pretrain_progress_regex, or else a known trainer's pattern matches): the
+Progress is a change of any --progress file (the metrics file, the job's log), or a new loss
+record in the newest TensorBoard event file under an --event-dir (a script's own, written since
+this start began; --progress-tag, pretrain_progress_tag, names the loss). The clock starts
+at this start's first training record (a metrics record with a step and a loss, a log line
+that a --record-pattern, pretrain_progress_regex, or else a known trainer's pattern matches, or
+such a loss record): the
 start-up, however long and whatever it prints, is never a hang; nor is a restart inside the job
 (--restarts-in-job N: a silence over the timeout is a hang only when the batch node's ranks are
 still the same processes RESTART_GRACE_S later; where torch.distributed.run replaced them, the
@@ -48,6 +51,7 @@ import subprocess
 import sys
 import time
 
+from . import event_files
 from .exit_codes import code
 from .node_check import read_json, write_json
 from .untrusted import METRICS_RECORD_MAX_BYTES, record as json_record
@@ -144,6 +148,36 @@ class Records(object):
         return any(regex.search(line) for regex in self.compiled)
 
 
+class EventFiles(object):
+    """Progress in a script's TensorBoard event files (or Lightning metrics.csv) under dirs: a new
+    loss record of the newest one written since this start began (event_files.poll, which reads
+    only what they got since the last look). A new loss record is a training record too."""
+
+    def __init__(self, dirs, tag=None, wall=time.time):
+        self.dirs, self.tag, self.wall = dirs, tag, wall
+        self.state, self.key, self.step = {}, None, None
+        self.since = wall()
+
+    def changed(self):
+        """True when the newest loss record differs from the one seen last."""
+        try:
+            progress, self.state, _warnings = event_files.poll(self.dirs, self.state, self.tag, now=self.wall(),
+                                                               since=self.since)
+        except (OSError, ValueError):
+            return False
+        if progress is None:
+            return False
+        key = (progress["file"], progress["step"], progress["wall"])
+        if key == self.key:
+            return False
+        self.key, self.step = key, progress["step"]
+        return True
+
+    def rearm(self):
+        """The ranks started again: only a file written from now on is their progress."""
+        self.since, self.key = self.wall(), None
+
+
 class Silence(object):
     """Progress seen in files: changes of (size, mtime) of each, and how long since the last.
     The clock starts at the first training record of this start of the job (is_record, on the
@@ -151,11 +185,13 @@ class Silence(object):
     rendezvous, loading a checkpoint, compiling) may be as long and as quiet as it takes, and
     the lines it prints are no progress. From then on any change of any file is progress."""
 
-    def __init__(self, paths, timeout, clock=time.monotonic, is_record=None):
+    def __init__(self, paths, timeout, clock=time.monotonic, is_record=None, events=None):
         self.paths, self.timeout, self.clock = paths, timeout, clock
         self.is_record = is_record or Records()
+        self.events = events  # EventFiles, or None
         self.seen = {path: self._stat(path) for path in paths}
         self.unread = {path: NewLines(path) for path in paths}  # until the first record
+        self.waiting = True  # for this start's first training record
         self.began = clock()
         self.last = None  # no progress yet: this start has logged no training record
         self.intervals = []
@@ -177,15 +213,16 @@ class Silence(object):
             if state != self.seen[path]:
                 self.seen[path] = state
                 changed.append(path)
-        if not changed:
+        events = self.events is not None and self.events.changed()
+        if not changed and not events:
             return False
-        if self.unread:
-            found = False
+        if self.waiting:
+            found = events
             for path in changed:
                 found = any(self.is_record(line) for line in self.unread[path].read()) or found
             if not found:
                 return False
-            self.unread = {}
+            self.unread, self.waiting = {}, False
         at = self.clock()
         if self.last is not None:
             self.intervals = (self.intervals + [at - self.last])[-INTERVALS:]
@@ -197,17 +234,21 @@ class Silence(object):
         follows is a start-up again, so the clock waits for their first training record."""
         self.unread = {path: NewLines(path) for path in self.paths}
         self.seen = {path: self._stat(path) for path in self.paths}
-        self.began, self.last = self.clock(), None
+        self.began, self.last, self.waiting = self.clock(), None, True
+        if self.events is not None:
+            self.events.rearm()
 
     def waiting_s(self):
         """Seconds the watch has waited for this start's first training record; None after it."""
-        return self.clock() - self.began if self.unread else None
+        return self.clock() - self.began if self.waiting else None
 
     def rebase(self):
         """What the files hold now is no progress (the watch's own lines in the job's log)."""
         self.seen = {path: self._stat(path) for path in self.paths}
         for reader in self.unread.values():
             reader.read()
+        if self.events is not None:
+            self.events.changed()  # what they hold now is seen
 
     def limit(self):
         """The silence that is a hang, in seconds."""
@@ -438,7 +479,8 @@ def end_training(job, pid):
 
 def watch(args):
     metrics = args.progress[0] if args.progress else None
-    silence = Silence(args.progress, args.timeout, is_record=Records(args.record_pattern))
+    events = EventFiles(args.event_dir, args.progress_tag) if args.event_dir else None
+    silence = Silence(args.progress, args.timeout, is_record=Records(args.record_pattern), events=events)
     reported = waited = False
     grace = RestartGrace(RESTART_GRACE_S) if args.restarts_in_job > 0 else None
     while alive(args.pid):
@@ -457,8 +499,9 @@ def watch(args):
         if not waited and waiting is not None and waiting > 2 * max(limit, AUTO_FLOOR_S):
             waited = True
             say("no training record yet after %d s (a record with a step and a loss in %s, or a line of the job's log "
-                "that pretrain_progress_regex or a known trainer's pattern matches): the hang watch starts at the first"
-                % (waiting, metrics))
+                "that pretrain_progress_regex or a known trainer's pattern matches%s): the hang watch starts at the first"
+                % (waiting, metrics, ", or a loss in the TensorBoard event files under %s" % ", ".join(args.event_dir)
+                   if args.event_dir else ""))
             silence.rebase()
         if silent is None or silent <= limit or reported:
             continue
@@ -474,6 +517,7 @@ def watch(args):
                 continue
         reported = True
         step = last_step(metrics) if metrics else None
+        step = events.step if step is None and events is not None else step
         start = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1
         out_dir = os.path.join(args.out_dir, "%s-%d" % (os.environ.get("SLURM_JOB_ID", "job"), start))
         os.makedirs(out_dir, exist_ok=True)
@@ -608,6 +652,8 @@ def parser():
     w.add_argument("--pid", type=int, required=True)
     w.add_argument("--progress", action="append", default=[])
     w.add_argument("--record-pattern", action="append", default=[])
+    w.add_argument("--event-dir", action="append", default=[])
+    w.add_argument("--progress-tag")
     w.add_argument("--timeout", type=timeout_value, default="auto")
     w.add_argument("--policy", choices=("requeue", "fail", "warn"), default="requeue")
     w.add_argument("--out-dir", required=True)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import event_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers")
 

@@ -76,6 +76,42 @@ def test_silence_counts_from_this_starts_first_training_record_and_auto_scales_w
     assert hang.Silence([str(metrics)], 20.0, clock).limit() == 20.0
 
 
+def test_a_script_that_logs_only_to_tensorboard_has_its_loss_records_as_progress(tmp_path):
+    """Lightning's log is silent while it trains (its progress bar is drawn at the end): its
+    default logger's event file is its progress, a file an earlier start wrote is not."""
+    from torch.utils.tensorboard import SummaryWriter
+    metrics, log = tmp_path / "metrics.jsonl", tmp_path / "job.out"
+    metrics.write_text("")
+    log.write_text("")
+    wall = Clock()
+    wall.now = time.time() - 100  # this start began then (the files' times are real ones)
+    logs = tmp_path / "src" / "lightning_logs" / "version_7"
+    earlier = SummaryWriter(str(logs))  # the job's start before this one
+    earlier.add_scalar("train_loss", 3.0, 4)
+    earlier.close()
+    os.utime(str(logs / os.listdir(str(logs))[0]), (wall.now - 60, wall.now - 60))
+    events = hang.EventFiles([str(tmp_path / "src"), str(tmp_path)], wall=wall)
+    clock = Clock()
+    silence = hang.Silence([str(metrics), str(log)], 30.0, clock, events=events)
+    clock.now = 10.0
+    append(log, "GPU available: False, used: False\n")
+    assert not silence.look() and silence.waiting_s() == 10.0
+    wall.now += 20  # a search again is due
+    clock.now = 40.0
+    assert not silence.look() and silence.silent_for() is None  # the earlier start's file
+    writer = SummaryWriter(str(tmp_path / "src" / "lightning_logs" / "version_8"))
+    for step in (4, 9):
+        writer.add_scalar("train_loss", 2.0 / (step + 1), step)
+        writer.flush()
+        wall.now += 20
+        clock.now += 20
+        assert silence.look() and silence.silent_for() == 0 and silence.waiting_s() is None and events.step == step
+    clock.now += 20
+    wall.now += 20
+    assert not silence.look() and silence.silent_for() == 20  # nothing new: silence
+    writer.close()
+
+
 def test_after_the_ranks_started_again_the_clock_waits_for_their_first_record_again(tmp_path):
     """torch.distributed.run restarted the ranks inside the job: their start-up (a checkpoint to load,
     a model to compile) is as quiet as the first start's, and no hang."""

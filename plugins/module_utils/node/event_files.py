@@ -77,8 +77,9 @@ FILES_READ = 4
 FILES_COLLECTED = 64
 # tags remembered per file beyond the wanted ones, to name them when none is a loss tag known here
 OTHER_TAGS_KEPT = 24
-# a state's files are looked for again after this many seconds
+# a state's files are looked for again after this many seconds, or after this many when they hold no progress
 SEARCH_INTERVAL_S = 60
+SEARCH_AGAIN_S = 10
 # bytes of a tag kept (a longer one is no tag of ours)
 TAG_MAX = 200
 
@@ -477,15 +478,16 @@ def poll(dirs, state, tag=None, now=None, max_bytes=POLL_MAX_BYTES, since=None):
     now = time.time() if now is None else now
     state = state if isinstance(state, dict) else {}
     files = state.get("files") if isinstance(state.get("files"), list) else None
-    # the files are looked for again every SEARCH_INTERVAL_S, and whenever those known show no
-    # progress (none yet, or a new start of the job writes a new file)
-    due = files is None or not isinstance(state.get("found_at"), (int, float)) or now - state["found_at"] > SEARCH_INTERVAL_S
+    # the files are looked for again every SEARCH_INTERVAL_S, and, at most every SEARCH_AGAIN_S,
+    # whenever those known show no progress (none yet, or a new start of the job writes a new file)
+    found_at = state.get("found_at") if isinstance(state.get("found_at"), (int, float)) else None
+    due = files is None or found_at is None or not 0 <= now - found_at <= SEARCH_INTERVAL_S
     while True:
         if due:
             state = dict(state, files=[path for _mtime, path in find(dirs)[:FILES_READ]], found_at=now)
         state, warnings = _read(state, tag, max_bytes)
         progress = progress_from(state, tag, since)
-        if progress is not None or due:
+        if progress is not None or due or now - found_at < SEARCH_AGAIN_S:
             return progress, state, warnings
         due = True
 
@@ -586,9 +588,9 @@ def progress_from(state, tag=None, since=None):
         loss = _value(last[name], 1, finite=False)
         if not isinstance(step, int) or step < 0 or loss is None:
             continue
-        progress = dict(step=step, loss=loss, source="csv" if known.get("csv") else "events", tag=name, file=path,
-                        seconds_per_step=None)
         wall, before, before_wall = (_value(last[name], i) for i in (2, 3, 4))
+        progress = dict(step=step, loss=loss, source="csv" if known.get("csv") else "events", tag=name, file=path,
+                        seconds_per_step=None, wall=wall)
         if isinstance(before, int) and 0 <= before < step and wall is not None and before_wall is not None:
             progress["seconds_per_step"] = max(wall - before_wall, 0.0) / (step - before)
         for field in FIELD_TAGS:
