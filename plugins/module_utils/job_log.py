@@ -134,7 +134,13 @@ def output_tail(job, count):
 
 RANK_PREFIX = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?(.*)$")
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)\b.*$|^[A-Za-z_][\w.]*: .*$")
-ERROR_LINE = re.compile(r"(^|: )(error|Error|ERROR)[: ]|^Traceback|Error: ")
+# an error line; Slurm 26.05 writes its own in a job's log as "[2026-12-05T06:19:51.002] error: ...",
+# where 22.05 and 24.11 write "slurmstepd: error: ..."
+ERROR_LINE = re.compile(r"(^|: |^\[[^\]]{1,40}\] )(error|Error|ERROR)[: ]|^Traceback|Error: ")
+# Slurm's own lines of why the job or a step ended (a node failure, a time limit, a signal): kept
+# among the error lines even when the ranks' lost-peer errors fill the first ones
+SLURM_END_LINE = re.compile(r"error: \*\*\* |^srun: error: Node failure on ")
+SLURM_END_LINES = 8
 # What the other ranks report when one rank died: consequences, not the cause (Gloo's and
 # NCCL's lost peers, NCCL's watchdog, the launcher's ChildFailedError).
 SECONDARY_ERRORS = ("Connection closed by peer", "Connection reset by peer", "remote worker crash", "Broken pipe",
@@ -265,7 +271,8 @@ class _Tracebacks:
 
 def log_summary(path, tail=30, errors=8):
     """What a failed job's log says, for a person, from the line its last start began with
-    (the whole log when it has none): its last `tail` lines, the first `errors` error lines,
+    (the whole log when it has none): its last `tail` lines, the first `errors` error lines (and
+    after them Slurm's own lines of why the job or a step ended, SLURM_END_LINES at most),
     the traceback of the rank that failed first, and that rank's node where the log says it.
     The log is read once, forwards, in bounded memory.
 
@@ -283,6 +290,8 @@ def log_summary(path, tail=30, errors=8):
                     start = line if START.match(line) else ""
                 last.append(line)
                 if len(found) < errors and ERROR_LINE.search(line):
+                    found.append(line)
+                elif SLURM_END_LINE.search(line) and len(found) < errors + SLURM_END_LINES and ERROR_LINE.search(line):
                     found.append(line)
                 tracebacks.feed(line)
             if not data:

@@ -263,3 +263,21 @@ def test_log_summary_reads_the_same_lines_in_any_pieces(tmp_path, monkeypatch, p
                              "end"]
     monkeypatch.setattr(job_log, "READ_BYTES", piece)
     assert job_log.log_summary(str(path), tail=20) == whole
+
+
+def test_slurm_s_own_lines_of_why_the_job_ended_are_error_lines_in_every_release_and_never_crowded_out(tmp_path):
+    """A lost node: the surviving ranks' lost-peer errors come first, Slurm's node-failure lines
+    after them. 22.05 and 24.11 write Slurm's lines as "slurmstepd: error: ***", 26.05 begins them
+    with a timestamp instead (its prefix as 26.05.5 wrote it here; the rest of each line as 22.05
+    writes it)."""
+    peers = ["[rank%d]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+             "[10.77.0.2]:4000" % rank for rank in range(12)]
+    slurm = ["srun: error: Node failure on slurm-worker-1",
+             "slurmstepd: error: *** JOB 21 ON slurm-worker-0 CANCELLED AT 2026-12-05T06:19:51 DUE TO NODE FAILURE, "
+             "SEE SLURMCTLD LOG FOR DETAILS ***",
+             "[2026-12-05T06:19:51.002] error: *** JOB 23 ON snpn0 CANCELLED AT 2026-12-05T06:19:51 DUE TO NODE FAILURE, "
+             "SEE SLURMCTLD LOG FOR DETAILS ***",
+             "[2026-12-05T06:21:07.113] error: *** REASON: RaisedSignal:12(User defined signal 2) ***"]
+    summary = job_log.log_summary(write_log(tmp_path, peers + slurm + ["srun: error: n1: task 3: Killed"]))
+    assert summary["errors"] == peers[:8] + slurm
+    assert job_log.ERROR_LINE.search(slurm[3]) and not job_log.ERROR_LINE.search("[rank0]: step 10 error rate 0.1")
