@@ -365,6 +365,9 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     assert re.search(r"Training job %s \(llmtrain-%s\) lost a node and was requeued" % (job_id, run), result.output)
     assert re.search(r"Out of service in partition debug: " + re.escape(node(1)) + r" \(down[^)]*Not responding", result.output), \
         result.output[-4000:]
+    # Slurm's own node-failure line, though the surviving ranks' lost-peer errors come before it in the log
+    assert re.search(r"From the log: .*(Node failure on %s|DUE TO NODE FAILURE)" % re.escape(node(1)), result.output), \
+        result.output[-4000:]
     # the watch said it as it happened: the start that ended, the node it lost and Slurm's reason
     assert re.search(r"job %s: start 1 on \S+ ended(?: \(\w+\))? and the job is requeued \(start 2 next\): lost %s "
                      r"\(down[^)]*Not responding" % (job_id, re.escape(node(1))), result.output), result.output[-4000:]
