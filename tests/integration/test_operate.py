@@ -92,7 +92,8 @@ def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resum
     run_b, run_c = fresh("b"), fresh("c")
     # a: 2 nodes, 60 steps of about 0.3 s, stopped midway; b: a script of your own that fails; c: finishes
     # (with restarts inside the job: its launchers must not restart the ranks that stopped on the notice)
-    values_a = run_vars(run_a, steps=60, pause=0.3, interval=0, slurm_nodes=2, pretrain_signal_lead=60,
+    # 0.6 s a step: from step 10 the status and stop plays have 30 s to stop it, under a loaded machine too
+    values_a = run_vars(run_a, steps=60, pause=0.6, interval=0, slurm_nodes=2, pretrain_signal_lead=60,
                         pretrain_restarts_in_job=1, pretrain_watch=False)
     values_b = run_vars(run_b, steps=5, pause=0, slurm_nodes=1, run_script=FAILING_SCRIPT, pretrain_watch=False)
     values_c = run_vars(run_c, steps=20, pause=0, slurm_nodes=1, pretrain_watch=False)

@@ -86,6 +86,10 @@ def main():
                 marker.write("step %d\n" % trainer.state.global_step)
     else:
         trainer.save_model(out)  # the final model beside the checkpoints, as run_clm.py does
+    # The Trainer leaves the process group to the interpreter's exit, where gloo's threads can end a
+    # rank with "terminate called without an active exception" (SIGABRT) after training finished.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
