@@ -207,7 +207,7 @@ def events_progress(p, since=None):
     eta = None
     if p["total_steps"] and progress.get("seconds_per_step"):
         eta = max(p["total_steps"] - progress["step"], 0) * progress["seconds_per_step"]
-    record = dict((k, progress[k]) for k in ("step", "loss", "val_loss", "lr", "tokens_per_s", "source", "tag", "file"))
+    record = dict((k, progress[k]) for k in event_files.PROGRESS_FIELDS + ("source", "tag", "file"))
     record["eta_s"] = eta
     return record, warnings
 

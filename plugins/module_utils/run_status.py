@@ -200,7 +200,7 @@ def progress(run_dir, job_log, patterns, tag=None):
             return progress_of(records)
     found, _state, _warnings = event_files.poll([run_dir], {}, tag, max_bytes=STATUS_EVENT_BYTES)
     if found is not None:
-        return progress_of([dict((k, found[k]) for k in ("step", "loss", "val_loss", "lr", "tokens_per_s"))])
+        return progress_of([dict((k, found[k]) for k in event_files.PROGRESS_FIELDS)])
     if job_log and patterns and os.path.isfile(job_log):
         state, _errors = trainer_state.read_newest(os.path.join(run_dir, "checkpoints"))
         record, _warnings = last_record(job_log, patterns, state)

@@ -341,14 +341,20 @@ def read_records(handle, start, size, max_bytes, synced=True, sink=None, keep=No
 
 def records(path, max_bytes=FILE_MAX_BYTES, sink=None, keep=None):
     """(events, or None with a sink; unreadable) of a whole event file (at most max_bytes of it)."""
-    with open(path, "rb") as handle:
-        size = min(os.fstat(handle.fileno()).st_size, max_bytes)
+    handle, info = open_regular(path)
+    with handle:
+        size = min(info.st_size, max_bytes)
         events, _offset, unreadable, _synced = read_records(handle, 0, size, size, sink=sink, keep=keep)
     return events, unreadable
 
 
+def shown(name, tag=None):
+    """Whether the scalar of a tag is one progress may show (a loss, val loss, lr or tokens/s tag, or tag)."""
+    return name == tag or name in WANTED or name.startswith(LR_PREFIXES)
+
+
 def wanted(tag=None):
-    """keep for read_records: data that names a tag progress may show (or tag), found in C."""
+    """keep for read_records: data that names a tag progress may show (or tag; shown()), found in C."""
     needles = [t.encode("utf-8") for t in sorted(WANTED | ({tag} if tag else set()))]
     needles += [prefix.encode() for prefix in LR_PREFIXES]
 
@@ -396,19 +402,27 @@ def csv_rows(text):
     return rows
 
 
+def open_regular(path):
+    """The file at path opened for reading, and its stat: never through a link at its last part,
+    never waiting on a FIFO (another user's or a job's file may be planted where one was found);
+    OSError when it is no regular file."""
+    handle = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb")
+    info = os.fstat(handle.fileno())
+    if not stat.S_ISREG(info.st_mode):
+        handle.close()
+        raise OSError("%s is not a regular file" % path)
+    return handle, info
+
+
 def read_csv(path, tail=CSV_TAIL_BYTES):
-    """The rows of a metrics.csv's header and its last `tail` bytes (whole lines): a poll's read."""
-    with open(path, "rb") as handle:
-        head = handle.read(CSV_HEADER_MAX_BYTES).split(b"\n", 1)[0]
-        size = os.fstat(handle.fileno()).st_size
-        if size <= CSV_HEADER_MAX_BYTES:
-            handle.seek(0)
-            body = handle.read(size).split(b"\n", 1)[1:]
-            body = body[0] if body else b""
-        else:
-            handle.seek(max(size - tail, 0))
-            body = handle.read(tail).split(b"\n", 1)[-1]
-    return csv_rows((head + b"\n" + body).decode("utf-8", "replace"))
+    """(the rows of a metrics.csv's header and its last `tail` bytes (whole lines), its stat): a poll's read."""
+    handle, info = open_regular(path)
+    with handle:
+        head = handle.read(CSV_HEADER_MAX_BYTES)
+        if info.st_size > len(head):
+            handle.seek(max(info.st_size - tail, 0))
+            head = head.split(b"\n", 1)[0] + b"\n" + handle.read(tail).split(b"\n", 1)[-1]
+    return csv_rows(head.decode("utf-8", "replace")), info
 
 
 def find(dirs, uid=None, depth=SEARCH_DEPTH, max_entries=SEARCH_MAX_ENTRIES):
@@ -463,7 +477,7 @@ def _update(last, tag, step, value, wall_time):
 
 def _keep(last, others, tag, step, value, wall_time, wanted=None):
     """Keeps the value of a tag progress may show (or wanted); names a few others."""
-    if tag == wanted or tag in WANTED or tag.startswith(LR_PREFIXES):
+    if shown(tag, wanted):
         _update(last, tag, step, value, wall_time)
     elif tag not in others and len(others) < OTHER_TAGS_KEPT:
         others.append(tag)
@@ -515,17 +529,14 @@ def _poll_file(path, known, tag, max_bytes):
     others = [t for t in known.get("others", []) if isinstance(t, str)] if isinstance(known.get("others"), list) else []
     bad = known.get("bad") if isinstance(known.get("bad"), int) else 0
     if os.path.basename(path) == CSV_FILE:
-        rows = read_csv(path)
+        rows, info = read_csv(path)
         last, others = {}, []
         for step, values in rows:
             for name, value in values.items():
                 _keep(last, others, name, step, value, None, tag)
-        return dict(last=last, others=others, bad=0, csv=True, mtime=os.stat(path).st_mtime)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError("not a regular file")
+        return dict(last=last, others=others, bad=0, csv=True, mtime=info.st_mtime)
+    handle, info = open_regular(path)
+    with handle:
         offset = known.get("offset")
         if (known.get("ino") == info.st_ino and isinstance(offset, int) and 0 <= offset <= info.st_size
                 and info.st_size - offset <= max_bytes):
@@ -568,6 +579,10 @@ def _value(item, index, finite=True):
     if finite and isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+# the metrics fields of progress_from's progress (with source, tag, file, seconds_per_step and wall)
+PROGRESS_FIELDS = ("step", "loss", "val_loss", "lr", "tokens_per_s")
 
 
 def progress_from(state, tag=None, since=None):
@@ -649,7 +664,8 @@ def metrics_of(paths, tag=None, total_steps=None, max_bytes=FILE_MAX_BYTES):
     for path in tables:
         series = {}
         try:
-            with open(path, "rb") as handle:
+            handle, _info = open_regular(path)
+            with handle:
                 rows = csv_rows(handle.read(max_bytes).decode("utf-8", "replace"))
         except OSError:
             unreadable += 1
@@ -700,7 +716,7 @@ def _sink(series, tag):
 
 def _append(series, name, step, value, tag):
     """Adds (step, value) to the arrays of name, a tag progress may show (or tag)."""
-    if name == tag or name in WANTED or name.startswith(LR_PREFIXES):
+    if shown(name, tag):
         if name not in series:
             series[name] = (array.array("q"), array.array("d"))
         series[name][0].append(step)

@@ -328,10 +328,16 @@ def known_steps(facts):
     elif isinstance(facts.get("checkpoint"), dict) and is_number(facts["checkpoint"].get("step")):
         step = facts["checkpoint"]["step"]
         known.append("the newest checkpoint is of step %s" % md(step))
-    jobs = [j for j in facts.get("jobs") or [] if isinstance(j, dict)] if isinstance(facts.get("jobs"), list) else []
-    if jobs and jobs[-1].get("state") == "COMPLETED":
-        known.append("training job %s COMPLETED" % md(jobs[-1].get("job_id")))
+    job = completed_job(facts)
+    if job is not None:
+        known.append("training job %s COMPLETED" % md(job.get("job_id")))
     return known, step
+
+
+def completed_job(facts):
+    """The run's last job when it COMPLETED (the script ended by itself, exit code 0), else None."""
+    jobs = [j for j in facts.get("jobs") or [] if isinstance(j, dict)] if isinstance(facts.get("jobs"), list) else []
+    return jobs[-1] if jobs and jobs[-1].get("state") == "COMPLETED" else None
 
 
 def no_loss_lines(metrics, facts):
@@ -369,10 +375,9 @@ def summary_lines(metrics, summary, events, facts=None):
         return no_loss_lines(metrics, facts)
     first, last = summary["first"], summary["last"]
     total = summary["total_steps"]
-    jobs = [j for j in facts.get("jobs") or [] if isinstance(j, dict)] if isinstance(facts.get("jobs"), list) else []
     # your script ended by itself with exit code 0: finished, though its last logged step may be the
     # total less one (Lightning counts from 0)
-    completed = isinstance(facts.get("script"), dict) and bool(jobs) and jobs[-1].get("state") == "COMPLETED"
+    completed = isinstance(facts.get("script"), dict) and completed_job(facts) is not None
     if summary["finished"] or completed:
         status = "finished"
     else:

@@ -213,3 +213,15 @@ def test_files_are_found_newest_first_within_bounds_and_not_in_checkpoints_links
     assert found == [str(newer / "events.out.tfevents.1.host.1.0"), str(older / "events.out.tfevents.1.host.1.0")]
     assert event_files.find([str(tmp_path)], uid=os.getuid() + 1) == []
     assert len(event_files.find([str(tmp_path)], max_entries=3)) < 2
+
+
+def test_a_fifo_or_a_link_put_where_a_file_was_found_is_refused_not_waited_on(tmp_path):
+    """The watch keeps the files it found for a minute: what stands there when it reads is checked again."""
+    fifo, link = str(tmp_path / "metrics.csv"), str(tmp_path / "events.out.tfevents.1.host.1.0")
+    os.mkfifo(fifo)
+    os.symlink("/etc/passwd", link)
+    for path in (fifo, link):
+        with pytest.raises(OSError):
+            event_files.open_regular(path)
+    state = dict(files=[fifo, link], found_at=time.time())
+    assert event_files.poll([str(tmp_path)], state)[0] is None
