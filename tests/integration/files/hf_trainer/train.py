@@ -24,7 +24,8 @@ class StopOnSignal(TrainerCallback):
     """SIGUSR2, the job's stop notice: every rank stops after the same step, with a checkpoint."""
 
     def __init__(self):
-        self.asked = False
+        self.asked = False  # this rank's notice
+        self.stopped = False  # every rank's: the same on all of them once training returns
         signal.signal(signal.SIGUSR2, lambda *_: setattr(self, "asked", True))
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -32,7 +33,7 @@ class StopOnSignal(TrainerCallback):
         if dist.is_available() and dist.is_initialized():
             dist.all_reduce(asked, op=dist.ReduceOp.MAX)  # one rank's notice stops them all, at one step
         if asked.item():
-            control.should_save = control.should_training_stop = True
+            self.stopped = control.should_save = control.should_training_stop = True
         return control
 
 
@@ -80,16 +81,24 @@ def main():
                       callbacks=[stop, StepTime()])
     last = get_last_checkpoint(out) if os.path.isdir(out) else None
     trainer.train(resume_from_checkpoint=last)
-    if trainer.state.global_step < steps and stop.asked:  # stopped by the notice, with a checkpoint
+    # stop.stopped, not stop.asked: the notice may reach one rank only, and every rank must take the
+    # same branch (save_model waits for all of them)
+    if trainer.state.global_step < steps and stop.stopped:  # stopped by the notice, with a checkpoint
         if trainer.is_world_process_zero() and os.environ.get("LLMTRAIN_PREEMPT_MARKER"):
             with open(os.environ["LLMTRAIN_PREEMPT_MARKER"], "w") as marker:
                 marker.write("step %d\n" % trainer.state.global_step)
     else:
         trainer.save_model(out)  # the final model beside the checkpoints, as run_clm.py does
     # The Trainer leaves the process group to the interpreter's exit, where gloo's threads can end a
-    # rank with "terminate called without an active exception" (SIGABRT) after training finished.
+    # rank with "terminate called without an active exception" (SIGABRT) after training finished,
+    # or hang it: freeing the DDP model frees gloo's process group, whose destructor joins its
+    # worker thread while holding the GIL that thread waits for (torch 2.13, seen by py-spy). So
+    # the process group goes first, then the process, with nothing left to free.
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
