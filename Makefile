@@ -7,7 +7,7 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PYTEST_ARGS ?=
 
-.PHONY: venv cluster cluster-down pretrain test test-unit test-integration molecule lint sanity units \
+.PHONY: venv cluster cluster-down pretrain test test-unit test-integration test-releases molecule lint sanity units \
 	ansible-test-tree docs changelog bench clean
 
 venv: $(VENV)/.installed
@@ -36,7 +36,7 @@ pretrain: venv
 # Fresh machine -> every test: unit first (pytest, then ansible-test units on the plugin
 # tests), then integration on the local cluster (the test session brings it up and takes it
 # down again).
-test: venv test-unit units test-integration molecule
+test: venv test-unit units test-integration test-releases molecule
 
 # Two workers (pytest-xdist): the trainer's tests wait on their own rank processes, so the
 # unit tests take about 2.5 minutes here instead of 4. UNIT_WORKERS=0 runs them in one process.
@@ -51,6 +51,15 @@ test-unit: venv
 INTEGRATION_STREAMS ?= 2
 test-integration: venv
 	$(BIN)/pytest tests/integration -n $(INTEGRATION_STREAMS) --durations=40 $(PYTEST_ARGS)
+
+# The tests marked `releases` again on each newer Slurm release, each on a cluster of its own
+# run from a minimal Debian root of that release (local_cluster_release; the roots are built
+# once and kept in /var/cache/llmtrain-local-cluster): one stream per release, side by side.
+RELEASES ?= 24.11,26.05
+comma := ,
+test-releases: venv
+	LLMTRAIN_TEST_RELEASES=$(RELEASES) $(BIN)/pytest tests/integration -m releases \
+	  -n $(words $(subst $(comma), ,$(RELEASES))) --dist each --durations=20 $(PYTEST_ARGS)
 
 # Molecule scenarios on the real local cluster (extensions/molecule, built-in default driver
 # on localhost): default brings the cluster up, runs playbooks/pretrain.yml, runs it again

@@ -101,17 +101,27 @@ def stop(pid, process_name=None, timeout=10.0, proc=PROC):
     return bool(wait_until(lambda: not is_alive(pid, process_name, proc), 5.0))
 
 
-def launch_argv(command, user=None, netns=None, hostname=None):
+def launch_argv(command, user=None, netns=None, hostname=None, root=None):
     """The argv that starts command, optionally as user, in a network namespace and
-    a new UTS namespace with its own hostname.
+    a new UTS namespace with its own hostname, and from another root directory.
 
-    The hostname travels as a positional parameter of a fixed shell script, so no
+    With a root, the command runs by chroot; with a hostname too, in a mount namespace of its
+    own where the root's /sys is a sysfs of the network namespace (a node's interfaces, not
+    the machine's). The values travel as positional parameters of fixed shell scripts, so no
     shell string is ever built from a value.
     """
+    if user and root:
+        raise ValueError("a daemon runs either as another user or from another root, not both")
     argv = list(command)
-    if hostname:
+    if hostname and root:
+        argv = ["unshare", "--uts", "--mount", "--propagation", "private", "--", "sh", "-c",
+                'hostname -- "$1" && mount -t sysfs sysfs "$2/sys" && cd -- "$2" && shift 2 && exec chroot . "$@"',
+                "sh", hostname, root] + argv
+    elif hostname:
         argv = ["unshare", "--uts", "--", "sh", "-c", 'hostname -- "$1" && shift && exec "$@"',
                 "sh", hostname] + argv
+    elif root:
+        argv = ["chroot", root] + argv
     if netns:
         argv = ["nsenter", "--net=/var/run/netns/%s" % netns, "--"] + argv
     if user:

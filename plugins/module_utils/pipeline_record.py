@@ -24,6 +24,9 @@ RECORD = "pipeline.json"
 # The variables of a run (as the run role checks them) and of a compute node that make it.
 PREFIXES = ("slurm_", "nccl_env_", "preflight_", "deploy_", "pretrain_", "inference_")
 SECRET = "slurm_secret_env"  # never hashed: a digest of a weak secret can be guessed back
+# Which Slurm commands reach the cluster (PATH, SLURM_CONF), not what the run is made from: a
+# login shell's PATH that differs from one day to the next must not train a finished run again.
+TRANSPORT = ("slurm_client_env",)
 # The collection's own files that the pipeline runs or renders.
 COLLECTION_DIRS = ("roles", "plugins", "playbooks")
 SKIPPED_DIRS = ("__pycache__",)
@@ -60,11 +63,11 @@ def collection_digest(root=None):
 
 
 def run_values(values, facts=()):
-    """The run's variables that make it: every name with one of PREFIXES, the secrets and the
-    facts left out (a stage's module may return one with such a name, such as slurm_cluster:
-    it is what the stage found, not what the run is made from)."""
+    """The run's variables that make it: every name with one of PREFIXES, the secrets, the way to
+    the cluster (TRANSPORT) and the facts left out (a stage's module may return one with such a
+    name, such as slurm_cluster: it is what the stage found, not what the run is made from)."""
     return dict((name, value) for name, value in values.items()
-                if name.startswith(PREFIXES) and name != SECRET and name not in facts)
+                if name.startswith(PREFIXES) and name != SECRET and name not in TRANSPORT and name not in facts)
 
 
 def node_values(host, values):

@@ -56,6 +56,14 @@ options:
   hostname:
     description: Start the daemon in a new UTS namespace with this hostname.
     type: str
+  root:
+    description:
+      - Start the daemon from this root directory (C(chroot)), such as a Slurm release's root
+        that the C(local_cluster) role made. With O(hostname), the daemon also gets a mount
+        namespace of its own in which the root's C(/sys) shows the network namespace's
+        interfaces.
+      - Not with O(user).
+    type: path
   log_file:
     description: The daemon's log, whose last lines are shown when it fails to start.
     type: path
@@ -121,10 +129,12 @@ def main():
             user=dict(type="str"),
             netns=dict(type="str"),
             hostname=dict(type="str"),
+            root=dict(type="path"),
             log_file=dict(type="path"),
             timeout=dict(type="float", default=20.0),
         ),
         required_if=[("state", "started", ["command"]), ("state", "restarted", ["command"])],
+        mutually_exclusive=[("user", "root")],
         supports_check_mode=True,
     )
     p = module.params
@@ -147,7 +157,7 @@ def main():
         result["pid"] = None
         module.exit_json(**result)
 
-    argv = daemon.launch_argv(p["command"], p["user"], p["netns"], p["hostname"])
+    argv = daemon.launch_argv(p["command"], p["user"], p["netns"], p["hostname"], p["root"])
     result["cmd"] = argv
     rc, out, err = module.run_command(argv)
     started = daemon.wait_until(lambda: daemon.running_pid(p["pidfile"], p["process_name"]),

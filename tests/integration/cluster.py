@@ -27,11 +27,22 @@ def stream_number():
     return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
 
 
+# A release session (make test-releases: LLMTRAIN_TEST_RELEASES=24.11,26.05, pytest-xdist's
+# --dist each) runs the tests marked `releases` once per release: worker gwN on a cluster of
+# release N, as stream 10 + N. Any other session runs on this machine's own Slurm (system).
+RELEASES = [r for r in os.environ.get("LLMTRAIN_TEST_RELEASES", "").split(",") if r]
+if RELEASES:
+    RELEASE = RELEASES[stream_number() % len(RELEASES)]
+    STREAM = 10 + stream_number()
+else:
+    RELEASE = "system"
+    STREAM = stream_number()
+
 # Each stream has a local cluster of its own, side by side on this machine. Stream 0's is the
 # one `make cluster` brings up (the role's defaults, inventories/local, the /etc/slurm link);
 # every other stream's differs in each name, address and port, and leaves /etc/slurm alone.
-# Every command the tests run reaches the stream's cluster through SLURM_CONF.
-STREAM = stream_number()
+# Every command the tests run reaches the stream's cluster through SLURM_CONF (and, for a
+# release, that release's commands first on PATH: the cluster's env.sh).
 if STREAM == 0:
     CLUSTER_VARS = {}
     WORKSPACE = "/var/tmp/llmtrain-workspace"
@@ -49,6 +60,10 @@ else:
                         local_cluster_slurmdbd_port=6819 + 100 * STREAM,
                         local_cluster_link_system_config=False)
     WORKSPACE = "/var/tmp/llmtrain-workspace-%d" % STREAM
+    if RELEASE != "system":
+        # its jobs see the workspace, and the tests' files that runs name (tests/faults)
+        CLUSTER_VARS.update(local_cluster_release=RELEASE,
+                            local_cluster_shared_paths=[WORKSPACE, os.path.join(ROOT, "tests")])
     RUNS = os.path.join(ROOT, "tests", "output", "runs-%d" % STREAM)
     INVENTORY_DIR = os.path.join(ROOT, "tests", "output", "inventory-%d" % STREAM)
 INVENTORY = os.path.join(INVENTORY_DIR, "hosts.yml")
@@ -58,6 +73,26 @@ ROLE_DEFAULTS = dict(local_cluster_dir="/var/lib/llmtrain-local-cluster", local_
 CLUSTER = dict(ROLE_DEFAULTS, **CLUSTER_VARS)
 CLUSTER_DIR = CLUSTER["local_cluster_dir"]
 SLURM_CONF = os.path.join(CLUSTER_DIR, "etc", "slurm.conf")
+
+
+def as_user(user, argv):
+    """argv run as another user of this machine, its Slurm commands reaching the stream's
+    cluster: for a release, from the release's root (chroot needs root, so the switch to the
+    user is chroot's)."""
+    if RELEASE == "system":
+        return ["runuser", "-u", user, "--"] + list(argv)
+    return ["chroot", "--userspec=%s:%s" % (user, "nogroup" if user == "nobody" else user),
+            os.path.join(CLUSTER_DIR, "root"), "/usr/bin/env", "SLURM_CONF=" + SLURM_CONF] + list(argv)
+
+
+def slurm_env(base=None):
+    """An environment whose Slurm commands reach the stream's cluster, as its env.sh makes one."""
+    env = dict(os.environ if base is None else base, SLURM_CONF=SLURM_CONF)
+    if RELEASE != "system":
+        env["PATH"] = os.path.join(CLUSTER_DIR, "bin") + os.pathsep + env["PATH"]
+    return env
+
+
 NODE_PREFIX = CLUSTER["local_cluster_node_prefix"]
 NETNS_PREFIX = CLUSTER["local_cluster_netns_prefix"]
 BRIDGE = CLUSTER["local_cluster_bridge"]
@@ -176,8 +211,7 @@ def wait_for(predicate, timeout, what, playbook=None):
 
 def slurm(*argv, timeout=120):
     """Run a Slurm client command against the local cluster; return stdout."""
-    env = dict(os.environ, SLURM_CONF=SLURM_CONF)
-    proc = subprocess.run(list(argv), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.run(list(argv), env=slurm_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=timeout, check=False)
     if proc.returncode != 0:
         raise AssertionError("%s failed (rc %d): %s" % (" ".join(argv), proc.returncode, proc.stderr))
@@ -215,9 +249,9 @@ def controller_running():
 def ansible_env():
     # JSON results: messages appear unwrapped, as the tests quote them. The stream's inventory
     # and cluster (a user's -i overrides the inventory).
-    return dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-                ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json", PATH=BIN + os.pathsep + os.environ["PATH"],
-                ANSIBLE_INVENTORY=INVENTORY, SLURM_CONF=SLURM_CONF)
+    return slurm_env(dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+                          ANSIBLE_NOCOLOR="1", ANSIBLE_CALLBACK_RESULT_FORMAT="json",
+                          PATH=BIN + os.pathsep + os.environ["PATH"], ANSIBLE_INVENTORY=INVENTORY))
 
 
 def module(name, args, tmp_path, check=False):

@@ -14,7 +14,7 @@ import time
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from cluster import CLUSTER_DIR, STREAM, controller_running, run_playbook, write_stream_inventory
+from cluster import CLUSTER_DIR, RELEASES, STREAM, controller_running, run_playbook, write_stream_inventory
 
 
 @pytest.fixture(scope="session")
@@ -50,9 +50,17 @@ LONGEST_FIRST = ["test_minimal_inventory.py", "test_reliability.py", "test_own_s
                  "test_local_cluster.py"]
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     rank = dict((name, index) for index, name in enumerate(LONGEST_FIRST))
     items.sort(key=lambda item: rank.get(os.path.basename(str(item.path)), len(rank)))
+    if not RELEASES:
+        # A test marked `releases` runs on the newer releases (make test-releases), where the users'
+        # clusters are, instead of this machine's 22.05; with system=True on both.
+        elsewhere = [item for item in items if item.get_closest_marker("releases")
+                     and not item.get_closest_marker("releases").kwargs.get("system")]
+        if elsewhere:
+            config.hook.pytest_deselected(items=elsewhere)
+            items[:] = [item for item in items if item not in elsewhere]
 
 
 def shared_by(nodeid):
@@ -94,6 +102,8 @@ class StreamScheduling(LoadScopeScheduling):
 
 
 def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") == "each":  # a release session: every test on every release's stream
+        return None
     return StreamScheduling(config, log)
 
 
@@ -131,5 +141,8 @@ class StreamTimes:
 
 
 def pytest_configure(config):
-    if STREAM == 0 and getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+    config.addinivalue_line("markers", "releases(system=False): runs on every newer Slurm release of a release "
+                                       "session (make test-releases) instead of this machine's own Slurm; with "
+                                       "system=True on both")
+    if (STREAM == 0 or RELEASES) and getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         config.pluginmanager.register(StreamTimes(), "llmtrain-stream-times")

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from cluster import BRIDGE, CLUSTER_DIR, NETNS_PREFIX, NODES, SLURM_CONF, SUBNET, controller_running, node, run_playbook, slurm
+from cluster import (BRIDGE, CLUSTER_DIR, NETNS_PREFIX, NODES, RELEASE, SLURM_CONF, SUBNET, controller_running, node,
+                     run_playbook, slurm)
 
 LINK = ("-e", "local_cluster_link_system_config=true")
 
@@ -26,6 +27,7 @@ def pid_of(name):
         return int(handle.read())
 
 
+@pytest.mark.releases(system=True)
 def test_three_idle_nodes(local_cluster):
     assert node_states() == {name: ["idle", "(null)"] for name in NODES}
 
@@ -39,6 +41,7 @@ def test_plain_sinfo_finds_the_cluster_through_etc_slurm(local_cluster):
     assert out.split() == ["3", "idle", "%s[0-2]" % node("")]
 
 
+@pytest.mark.releases(system=True)
 def test_srun_runs_on_three_distinct_hosts_with_their_own_addresses(local_cluster):
     names = slurm("srun", "-N3", "hostname").split()
     assert sorted(names) == NODES
@@ -47,6 +50,7 @@ def test_srun_runs_on_three_distinct_hosts_with_their_own_addresses(local_cluste
     assert found == [SUBNET + ".10", SUBNET + ".11", SUBNET + ".12"]
 
 
+@pytest.mark.releases(system=True)
 def test_each_node_runs_in_its_own_network_namespace(local_cluster):
     out = slurm("srun", "-N3", "--label", "readlink", "/proc/self/ns/net")
     namespaces = set(line.split(":", 1)[1].strip() for line in out.splitlines())
@@ -54,6 +58,21 @@ def test_each_node_runs_in_its_own_network_namespace(local_cluster):
     assert os.readlink("/proc/self/ns/net") not in namespaces
 
 
+@pytest.mark.releases(system=True)
+def test_a_shell_that_sources_env_sh_uses_the_clusters_release_and_each_node_sees_its_own_interfaces(local_cluster):
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    out = subprocess.run(["sh", "-c", '. "$1/env.sh" && cd / && scontrol --version && sinfo --noheader --format "%D %T" '
+                          '&& srun -N3 --label cat /sys/class/net/eth0/address', "sh", CLUSTER_DIR], env=env, check=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True).stdout
+    version = re.match(r"slurm(?:-wlm)? (\d+\.\d+)\.\d+\n", out)
+    assert version and (version.group(1) == RELEASE or RELEASE == "system" and version.group(1) == "22.05"), out
+    assert "\n3 idle\n" in out, out
+    # each node's own eth0 in its /sys (a release's nodes mount a sysfs of their own namespace)
+    addresses = dict(line.split(": ", 1) for line in out.splitlines()[2:])
+    assert sorted(addresses) == ["0", "1", "2"] and len(set(addresses.values())) == 3, out
+
+
+@pytest.mark.releases(system=True)
 def test_second_run_changes_nothing(local_cluster):
     daemons = [pid_of("run/slurmctld.pid"), pid_of("munge/munged.pid")]
     result = run_playbook("local_cluster.yml")

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from cluster import NODES, SLURM_CONF, WORKSPACE, job_ids, node, run_playbook, slurm
+from cluster import NODES, WORKSPACE, job_ids, node, run_playbook, slurm, slurm_env
 ASKS_SLURM = "Ask Slurm for its partitions and nodes"
 
 
@@ -94,7 +94,7 @@ def test_account_and_qos_are_checked_against_a_real_accounting_database(local_cl
         assert "not checked" not in good.output
         # what preflight said is what Slurm does
         refused = subprocess.run(["sbatch", "--account=physics", "--wrap=true", "--output=/dev/null"],
-                                 env=dict(os.environ, SLURM_CONF=SLURM_CONF), stdout=subprocess.PIPE,
+                                 env=slurm_env(), stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, universal_newlines=True, timeout=60, check=False)
         assert refused.returncode != 0 and "Invalid account" in refused.stdout, refused.stdout
         job = slurm("sbatch", "--parsable", "--account=ml-team", "--qos=high", "--wrap=true", "--output=/dev/null")

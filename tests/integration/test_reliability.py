@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from cluster import (BIN, CLUSTER_DIR, NETNS_PREFIX, NODE_RE, NODES, ROOT, RUNS, SLURM_CONF, STREAM, WORKSPACE,
-                     BackgroundPlaybook, job_ids, node, slurm, wait_for)
+from cluster import (BIN, CLUSTER_DIR, NETNS_PREFIX, NODE_RE, NODES, ROOT, RUNS, STREAM, WORKSPACE,
+                     BackgroundPlaybook, job_ids, node, slurm, slurm_env, wait_for)
 from wandb_records import wandb_history, wandb_test_env
 
 STAGES = "nccl_env,deploy,pretrain"
@@ -417,6 +417,7 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     assert_every_step_once(run, 60)
 
 
+@pytest.mark.releases
 def test_a_node_lost_with_a_spare_free_is_told_by_the_start_that_ended_and_the_run_finishes(local_cluster):
     """A 2-node run on the 3-node partition: one node of it dies, the job is requeued and starts again
     on the spare within the same play. The watch looks once a minute, so the next start has begun
@@ -566,6 +567,7 @@ def test_rank_crash_ends_the_job_promptly_with_that_ranks_traceback(local_cluste
 RESTART_HANG_TIMEOUT = 5
 
 
+@pytest.mark.releases
 def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_finishes(local_cluster):
     """pretrain_restarts_in_job: 1; rank 3 raises after step 12, once (a transient fault). The hang watch
     runs with a timeout (5 s) shorter than the restart's quiet time (the other ranks wait for the failed
@@ -728,7 +730,7 @@ def stop_controller():
 def start_controller(argv):
     subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    check=True, timeout=60)  # it daemonizes itself
-    env = dict(os.environ, SLURM_CONF=SLURM_CONF)
+    env = slurm_env()
     wait_for(lambda: subprocess.run(["scontrol", "ping"], env=env, stdout=subprocess.PIPE,
                                     check=False).returncode == 0, 60, "slurmctld to answer")
 

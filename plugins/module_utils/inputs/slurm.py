@@ -24,6 +24,7 @@ CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-&|\[\]()*!,:]+$")
 MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
               "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
 OPTION_KEY = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def errors(values):
@@ -68,6 +69,8 @@ def errors(values):
         if not isinstance(setup, list) or not all(isinstance(line, str) and "\n" not in line for line in setup):
             found.append("slurm_env_setup=%r must be a list of shell lines, one line per item, such as "
                          "['module load cuda/12.4']." % (setup,))
+    if "slurm_client_env" in values:
+        found.extend(client_env_errors(values["slurm_client_env"]))
     count(found, values, "slurm_node_check_timeout", 10, "seconds the node check step of a job may take")
     if "slurm_exclude_nodes" in values:
         nodes = values["slurm_exclude_nodes"]
@@ -77,6 +80,26 @@ def errors(values):
                          "[gpu-07, \"gpu-[10-12]\"]." % (nodes,))
     found.extend(site_errors(values))
     found.extend(container.input_errors(values))
+    return found
+
+
+def client_env_errors(env):
+    """slurm_client_env: a mapping of environment variable names to one-line strings."""
+    if env is None:
+        return []
+    if not isinstance(env, dict):
+        return ["slurm_client_env=%r must be a mapping of environment variables to values, such as "
+                "{SLURM_CONF: /etc/slurm-b/slurm.conf}." % (env,)]
+    found = []
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            found.append("slurm_client_env: %r is not an environment variable name (letters, digits and _, not "
+                         "starting with a digit)." % (name,))
+        elif not isinstance(value, (str, int, float)) or isinstance(value, bool) or not one_line(str(value)):
+            found.append("slurm_client_env.%s=%r must be one line of text." % (name, value))
+        elif name == "PATH" and not all(part.startswith("/") for part in str(value).split(":") if part):
+            found.append("slurm_client_env.PATH=%r must list absolute directories, as the whole PATH of the Slurm "
+                         "commands (such as /opt/slurm/bin:/usr/bin:/bin)." % (value,))
     return found
 
 

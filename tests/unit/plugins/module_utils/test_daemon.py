@@ -91,6 +91,21 @@ def test_launch_argv_passes_values_as_arguments_never_as_shell_text():
     assert daemon.launch_argv(["munged"]) == ["munged"]
 
 
+def test_launch_argv_from_a_root_gives_a_node_its_own_sysfs_and_hostname():
+    root = "/var/lib/lc/root; rm -rf /"
+    argv = daemon.launch_argv(["slurmd", "-N", "n0"], netns="ns0", hostname="n0", root=root)
+    assert argv[:3] == ["nsenter", "--net=/var/run/netns/ns0", "--"]
+    # a mount namespace of its own: the sysfs mounted there shows the node's namespace, not the machine's
+    assert argv[3:9] == ["unshare", "--uts", "--mount", "--propagation", "private", "--"]
+    script = argv[argv.index("-c") + 1]
+    assert script == 'hostname -- "$1" && mount -t sysfs sysfs "$2/sys" && cd -- "$2" && shift 2 && exec chroot . "$@"'
+    assert argv[argv.index("-c") + 2:] == ["sh", "n0", root, "slurmd", "-N", "n0"]
+    # the controller: by chroot alone, in the machine's namespaces
+    assert daemon.launch_argv(["slurmctld", "-f", "c"], root="/r") == ["chroot", "/r", "slurmctld", "-f", "c"]
+    with pytest.raises(ValueError):
+        daemon.launch_argv(["munged"], user="munge", root="/r")
+
+
 def exec_settled(child, name, argv0=None):
     """Wait for a child's comm and argv[0]: Popen returns when exec closes the child's pipe, a
     moment before the kernel sets them."""

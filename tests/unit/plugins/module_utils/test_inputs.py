@@ -230,6 +230,29 @@ def test_slurm_exclude_nodes_refuses_anything_else(nodes):
         % (nodes,)]
 
 
+@pytest.mark.parametrize("env", [{}, None, {"SLURM_CONF": "/etc/slurm-b/slurm.conf"},
+                                 {"PATH": "/opt/slurm-24.11/bin:/usr/bin:/bin", "SLURM_CONF": "/etc/slurm/slurm.conf"},
+                                 {"SLURM_TIME_FORMAT": "standard", "SQUEUE_SORT": 7}])
+def test_slurm_client_env_takes_variables_with_one_line_values(env):
+    assert inputs.validate(dict(GOOD, slurm_client_env=env)) == []
+
+
+def test_slurm_client_env_refuses_what_is_no_environment():
+    assert inputs.validate(dict(GOOD, slurm_client_env=["PATH=/x"])) == [
+        "slurm_client_env=['PATH=/x'] must be a mapping of environment variables to values, such as "
+        "{SLURM_CONF: /etc/slurm-b/slurm.conf}."]
+    assert inputs.validate(dict(GOOD, slurm_client_env={"SLURM CONF": "/x", "1X": "y"})) == [
+        "slurm_client_env: 'SLURM CONF' is not an environment variable name (letters, digits and _, not starting "
+        "with a digit).",
+        "slurm_client_env: '1X' is not an environment variable name (letters, digits and _, not starting with a digit)."]
+    assert inputs.validate(dict(GOOD, slurm_client_env={"SLURM_CONF": "/x\n/y", "A": True, "B": ["x"]})) == [
+        "slurm_client_env.SLURM_CONF='/x\\n/y' must be one line of text.",
+        "slurm_client_env.A=True must be one line of text.", "slurm_client_env.B=['x'] must be one line of text."]
+    assert inputs.validate(dict(GOOD, slurm_client_env={"PATH": "bin:/usr/bin"})) == [
+        "slurm_client_env.PATH='bin:/usr/bin' must list absolute directories, as the whole PATH of the Slurm "
+        "commands (such as /opt/slurm/bin:/usr/bin:/bin)."]
+
+
 def test_slurm_node_check_timeout_is_at_least_ten_seconds():
     assert inputs.validate(dict(GOOD, slurm_node_check_timeout=10)) == []
     assert inputs.validate(dict(GOOD, slurm_node_check_timeout="300")) == []

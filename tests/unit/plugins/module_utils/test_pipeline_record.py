@@ -61,6 +61,9 @@ def test_other_variables_and_secrets_do_not_enter_the_fingerprint():
     assert pipeline_record.fingerprint(dict(VALUES, ansible_host="login2"), {}, None) == fingerprint
     secret = dict(VALUES, slurm_secret_env={"WANDB_API_KEY": "another"})
     assert pipeline_record.fingerprint(secret, {}, None) == fingerprint
+    # the way to the cluster: a login shell's PATH of another day is the same run
+    path = dict(VALUES, slurm_client_env={"PATH": "/opt/slurm/bin:/usr/bin", "SLURM_CONF": "/etc/slurm/slurm.conf"})
+    assert pipeline_record.fingerprint(path, {}, None) == fingerprint
 
 
 def test_a_nodes_own_nccl_value_your_code_and_the_collection_count():
