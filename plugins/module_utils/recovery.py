@@ -34,10 +34,17 @@ LOST_NAMED = 16
 START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT)
 EVENT_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, step=COUNT, checkpoint=TEXT, restart_in_job=COUNT,
                     failed_ranks=LIST, discarded_records=COUNT, steps_lost=COUNT)
-END_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, how=TEXT, exit_code=INT, time=TEXT)
+END_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, how=TEXT, exit_code=INT, time=TEXT, signal=TEXT)
 # a rank named in a restart's event (the trainer names 8 at most)
 FAILED_RANK_FIELDS = dict(rank=COUNT, node=TEXT, step=COUNT, error=TEXT)
 FAILED_RANKS_NAMED = 8
+
+
+def end_how(end):
+    """How a start ended, in words: its end line's `how`, with the signal that ended a killed one
+    (the job script names SIGTERM, SIGINT, SIGHUP, SIGUSR1 it received)."""
+    how = end.get("how")
+    return "%s by %s" % (how, end["signal"]) if how == "killed" and end.get("signal") else how
 
 
 def event_fields(record):
@@ -52,7 +59,7 @@ def event_fields(record):
 def run_starts(path, count=STARTS_READ):
     """(the job script's start lines among the last `count` lines of path, oldest first, as
     [{job_id, start, nodes, left, time}]; the reference trainer's start and resume events there;
-    the job script's end lines, {event: end, job_id, start, how, exit_code, time}, which the status
+    the job script's end lines, {event: end, job_id, start, how, exit_code, time, signal}, which the status
     playbook reads; how many lines are none of these). Each with the fields of the types its kind
     gives them (START_FIELDS, EVENT_FIELDS, END_FIELDS) only, the job id as text."""
     if not path or not os.path.exists(path):

@@ -34,7 +34,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import prog
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
-from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import run_starts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import end_how, run_starts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES
 
 RUN_MARKERS = ("scripts/pretrain.sbatch", "train.done.json", "starts.jsonl")
@@ -172,6 +172,7 @@ def state_of(job_id, slurm_job, done, end, stop_requested, started):
         how = end.get("how")
         if how in ENDED:
             return how, None
+        how = end_how(end)
         if stop_requested:
             # asked to stop, it ended another way (killed by the cancel after pretrain_signal_lead)
             return "stopped", "%s after the stop request, %s" % (how, exit_text(end.get("exit_code")))
@@ -214,7 +215,7 @@ def last_event(state, end, prog, hang, started):
     if hang:
         return "hang in start %s: %s" % (hang.get("start"), ", ".join(sorted(hang.get("suspects") or {})) or "no node named")
     if end is not None and state not in ACTIVE_RUN_STATES:
-        return "start %s ended %s at %s" % (end.get("start"), end.get("how"), end.get("time"))
+        return "start %s ended %s at %s" % (end.get("start"), end_how(end), end.get("time"))
     if prog and prog.get("event"):
         step = prog.get("event_step")
         return "%s%s" % (prog["event"], "" if step is None else " at step %s" % step)

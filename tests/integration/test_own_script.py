@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import time
 
+import pytest
+
 from cluster import BIN, ROOT, RUNS, STREAM, WORKSPACE, BackgroundPlaybook, run_playbook, slurm, wait_for, writable_by_others
 from wandb_records import wandb_history, wandb_test_env
 SCRIPT = os.path.join(ROOT, "tests", "integration", "files", "own_script")
@@ -148,6 +150,7 @@ def checkpoint_iter(path):
                               universal_newlines=True, check=True, timeout=120).stdout)
 
 
+@pytest.mark.releases
 def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(local_cluster, tmp_path):
     # its W&B logging (offline) as a public trainer does it, with the job's WANDB_* environment
     run, play = own_run("preempt", tmp_path, "--max_iters=80", "--iter_pause=0.2", "--log_interval=5", "--wandb_log=True",
@@ -155,13 +158,16 @@ def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(lo
                         nccl_env_extra=wandb_test_env(tmp_path))
     job = wait_for(lambda: newest_job(run), 300, "the training job", play)
     wait_for(lambda: "iter 10: loss" in job_log(run, job), 300, "the script to log iter 10", play)
-    slurm("scancel", "--signal=USR2", str(job))  # to the job's steps, as a preemption notice is sent
+    # to the batch shell alone, as a site's --signal=B:USR2@<lead> sends it (the other trainers' tests send
+    # it to the steps): the job script passes it on to the training step
+    slurm("scancel", "--batch", "--signal=USR2", str(job))
     signalled = time.monotonic()
     result = play.wait(600)
     assert result.rc == 0, result.output[-6000:]
     log = job_log(run, job)
     stopped = int(re.search(r"^stopped by SIGUSR2 at iter (\d+), checkpoint saved$", log, flags=re.M).group(1))
     assert 10 < stopped < 80, log[-3000:]
+    assert "llmtrain: a stop notice (SIGUSR2) to the batch shell: passed on to the training step" in log, log[-3000:]
     print("own-script: preempt: stopped_at=%d, play_end_after_signal_s=%d" % (stopped, time.monotonic() - signalled))
     # the job requeued itself, ran the script again, which resumed where it stopped and finished
     assert "llmtrain: stopped with a checkpoint (SIGUSR2 at iter %d); requeue 1 of 3" % stopped in log, log[-3000:]

@@ -29,7 +29,8 @@ def make_run(workspace, name, job_id=None, done_state="PENDING", starts=(), ends
     for start in starts:
         lines(run / "starts.jsonl", dict(job_id=start[0], start=start[1], nodes="n[1-2]", left="", time="T%d" % start[1]))
     for end in ends:
-        lines(run / "starts.jsonl", dict(event="end", job_id=end[0], start=end[1], how=end[2], exit_code=end[3], time="E"))
+        lines(run / "starts.jsonl", dict(dict(event="end", job_id=end[0], start=end[1], how=end[2], exit_code=end[3], time="E"),
+                                         **(dict(signal=end[4]) if len(end) > 4 else {})))
     lines(run / "metrics.jsonl", *metrics) if metrics else None
     if stop:
         (run / "STOP").write_text(stop + "\n")
@@ -66,6 +67,7 @@ def test_every_state_a_run_can_be_in(tmp_path):
     make_run(ws, "cancelled", "19", starts=[("19", 1)], stop="19")
     make_run(ws, "killed", "21", starts=[("21", 1)], ends=[("21", 1, "killed", 0)], stop="21")
     make_run(ws, "hung", "22", starts=[("22", 1)], ends=[("22", 1, "hang", 80)])
+    make_run(ws, "signalled", "23", starts=[("23", 1)], ends=[("23", 1, "killed", 143, "SIGTERM")])
     make_run(ws, "forgotten", "20", starts=[("20", 1)])
     make_run(ws, "prepared")
     queue = [job("11", "PENDING", "llmtrain-queued", "Resources"), job("12", "PENDING", "llmtrain-requeued", "BeginTime"),
@@ -79,6 +81,7 @@ def test_every_state_a_run_can_be_in(tmp_path):
         "stopped": ("stopped", None), "unwatched": ("finished", None),
         "cancelled": ("stopped", "cancelled after the stop request"),
         "killed": ("stopped", "killed after the stop request, exit 0"), "hung": ("failed", "hang, exit 80 (HANG)"),
+        "signalled": ("failed", "killed by SIGTERM, exit 143"),
         "forgotten": ("failed", "no end line, and Slurm forgot the job (cancelled, or its batch node lost)"),
         "prepared": ("not submitted", "no training job yet: run playbooks/pretrain.yml")}
     running = row(ws, "running", queue)
