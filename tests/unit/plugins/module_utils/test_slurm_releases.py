@@ -8,7 +8,10 @@ import pytest
 from ansible_collections.llmtrain.slurm.plugins.module_utils import sbatch_argv, slurm_parse
 
 RELEASES_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm", "releases")
-RELEASES = ("23.02", "23.11", "24.05", "24.11", "25.05")
+RELEASES = ("23.02", "23.11", "24.05", "24.11", "25.05", "26.05")
+# Printed by the local cluster's own 24.11 and 26.05 (make test-releases runs the suite there):
+# their node names, and the jobs the recording submitted (SOURCES.md)
+HERE = {"24.11": "slurm7-worker-", "26.05": "slurm8-worker-"}
 
 
 def fixture(release, name):
@@ -36,6 +39,7 @@ NODES = {
     "24.11": {name: ("idle", ["dynamic_norm"], {"nvidia_h100_80gb_hbm3": 8}, 0, [], ["main", "background"],
                      "24.11.5") for name in ("worker-1", "worker-0")},
     "25.05": {"node4504": ("idle", [], {"l40s": 4}, 0, ["node4504", "rocky8"], ["mit_preemptable"], "25.05.4")},
+    "26.05": {"slurm8-worker-%d" % i: ("idle", [], {}, 0, [], ["debug"], "26.05.5") for i in range(3)},
 }
 
 
@@ -46,9 +50,10 @@ def test_nodes(release):
     for node in nodes:
         state, flags, types, untyped, features, partitions, version = NODES[release][node["name"]]
         assert (node["state"], node["state_flags"]) == (state, flags)
-        assert node["gres"]["gpu"]["types"] == types
-        assert node["gres"]["gpu"]["untyped"] == untyped
-        assert node["gres"]["gpu"]["total"] == sum(types.values()) + untyped
+        gpus = node["gres"].get("gpu", dict(types={}, untyped=0, total=0))  # a CPU node registers none
+        assert gpus["types"] == types
+        assert gpus["untyped"] == untyped
+        assert gpus["total"] == sum(types.values()) + untyped
         assert node["features"] == features
         assert node["partitions"] == partitions
         assert node["version"] == version
@@ -74,6 +79,8 @@ def test_node_times_with_spaces():
 PARTITIONS = {
     "23.02": ("normal_master", True, ["mn1"], 1, 5 * 86400),
     "24.05": ("standard", True, None, 159, 14 * 86400),
+    "24.11": ("debug", True, ["slurm7-worker-%d" % i for i in range(3)], 3, None),
+    "26.05": ("debug", True, ["slurm8-worker-%d" % i for i in range(3)], 3, None),
 }
 
 
@@ -94,18 +101,25 @@ def test_partitions(release):
 def test_running_job(release):
     rec = job(release, "running")
     assert (rec["state"], rec["active"], rec["exit_code"], rec["signal"]) == ("RUNNING", True, 0, 0)
-    assert rec["nodes"] == (["node156"] if release == "25.05" else ["cn1"])
+    if release in HERE:
+        assert (rec["nodes"], rec["elapsed"]) == ([HERE[release] + "0"], 7)
+    else:
+        assert rec["nodes"] == (["node156"] if release == "25.05" else ["cn1"])
+        assert rec["elapsed"] == (15 * 60 + 41 if release == "25.05" else 3600 + 11 * 60 + 40)
     assert rec["num_nodes"] == 1
-    assert rec["elapsed"] == (15 * 60 + 41 if release == "25.05" else 3600 + 11 * 60 + 40)
 
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_ended_jobs(release):
     failed, timeout = job(release, "failed"), job(release, "timeout")
     assert (failed["state"], failed["active"], failed["success"], failed["exit_code"]) == ("FAILED", False, False, 3)
-    assert failed["nodes"] == ["slurm-worker-1"]
     assert (timeout["state"], timeout["exit_code"], timeout["signal"]) == ("TIMEOUT", 0, 15)
-    assert timeout["stdout_path"] == "/tmp/fx/slurm-28.out"
+    if release in HERE:  # sbatch --wrap 'exit 3', and --time=1 --wrap 'sleep 600', output to /dev/null
+        assert (failed["nodes"], timeout["nodes"]) == ([HERE[release] + "1"], [HERE[release] + "2"])
+        assert timeout["stdout_path"] == "/dev/null" and timeout["elapsed"] >= 60
+    else:
+        assert failed["nodes"] == ["slurm-worker-1"]
+        assert timeout["stdout_path"] == "/tmp/fx/slurm-28.out"
 
 
 @pytest.mark.parametrize("release", RELEASES)
