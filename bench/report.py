@@ -22,6 +22,8 @@ BENCHMARKS = [
     ("Pipeline on the local cluster", [sys.executable, "bench/pipeline_bench.py", "--format", "markdown"]),
     ("Network check on the local cluster", [sys.executable, "bench/network_bench.py", "--format", "markdown"]),
     ("Local clusters of 3 to 245 nodes", [sys.executable, "bench/cluster_scale_bench.py", "--format", "markdown"]),
+    ("Slurm releases on the local cluster: bring-up and the pipeline",
+     [sys.executable, "bench/release_bench.py", "--format", "markdown"]),
     ("Data preparation (bytes, BPE)", [sys.executable, "bench/prepare_bench.py", "--format", "markdown"]),
     ("Trainer overhead on CPU", [sys.executable, "bench/trainer_bench.py", "--format", "markdown"]),
     ("FSDP against DDP on CPU (memory per rank, tokens/s)", [sys.executable, "bench/fsdp_bench.py", "--format", "markdown"]),
