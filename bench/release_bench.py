@@ -64,7 +64,7 @@ def bench_release(release, runs, steps, roots):
     shutil.rmtree(CLUSTER["local_cluster_dir"], ignore_errors=True)
     found["cold"] = [play("local_cluster.yml", values)]
     found["cached"] = []
-    for _ in range(runs):
+    for _run in range(runs):
         play("local_cluster.yml", down)
         shutil.rmtree(CLUSTER["local_cluster_dir"], ignore_errors=True)
         found["cached"].append(play("local_cluster.yml", values))
@@ -73,8 +73,8 @@ def bench_release(release, runs, steps, roots):
         run = "release-bench-%d" % index
         for base in (CLUSTER["slurm_workspace"], CLUSTER["run_results_dir"]):
             shutil.rmtree(os.path.join(base, run), ignore_errors=True)
-        found["pipeline"].append(play("pretrain.yml", dict(values, run_name=run, pretrain_steps=steps,
-                                                            pretrain_checkpoint_interval=steps)))
+        settings = dict(values, run_name=run, pretrain_steps=steps, pretrain_checkpoint_interval=steps)
+        found["pipeline"].append(play("pretrain.yml", settings))
         report = Path(CLUSTER["run_results_dir"], run, "report.md").read_text()
         versions.update(re.findall(r"^- Slurm version: (\S+)", report, flags=re.M))
     found["version"] = ", ".join(sorted(versions))
@@ -113,8 +113,8 @@ def main(argv=None):
         lines.append("| release | Slurm (the report's) | bring-up, cold | bring-up, root cached | pipeline wall time |")
         lines.append("|---|---|---|---|---|")
         for release, found in results.items():
-            lines.append("| %s | %s | %s | %s | %s |" % (release, found["version"], spread(found["cold"]),
-                                                        spread(found["cached"]), spread(found["pipeline"])))
+            cells = (release, found["version"], spread(found["cold"]), spread(found["cached"]), spread(found["pipeline"]))
+            lines.append("| %s | %s | %s | %s | %s |" % cells)
     else:
         for release, found in results.items():
             lines.append("%s (%s): cold %s, cached %s, pipeline %s" % (
