@@ -75,7 +75,7 @@ def under(points, top):
     """The mount points at top or below it, deepest first (the order to unmount them)."""
     top = top.rstrip("/") or "/"
     inside = [p for p in points if p == top or p.startswith(top + "/")]
-    return sorted(set(inside), key=lambda p: (-p.count("/"), p), reverse=False)
+    return sorted(set(inside), key=lambda p: (-p.count("/"), p))
 
 
 def binds(root, cluster_dir, shared_paths, readonly_paths):

@@ -185,9 +185,8 @@ class Root:
             # a suite's Release file may have expired on the mirror (forky did): still its newest
             apt = ["chroot", work, "apt-get", "-q", "-o", "Acquire::Check-Valid-Until=false"]
             self.run(apt + ["update"], "apt-get update in the %s root" % p["suite"], environ_update=env)
-            self.run(apt + ["install", "-y", "--no-install-recommends"] + sorted(set(p["packages"])),
-                     "installing %s in the %s root" % (", ".join(sorted(set(p["packages"]))), p["suite"]),
-                     environ_update=env)
+            self.run(apt + ["install", "-y", "--no-install-recommends"] + wanted["packages"],
+                     "installing %s in the %s root" % (", ".join(wanted["packages"]), p["suite"]), environ_update=env)
             version = self.run(["chroot", work, "dpkg-query", "-W", "-f=${Version}", "slurm-client"],
                                "reading the root's Slurm version").strip()
             if release_root.series(version) != p["release"]:
