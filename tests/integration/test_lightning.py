@@ -42,8 +42,8 @@ def test_a_lightning_script_shows_its_steps_and_loss_from_its_event_file_and_its
     log = open(os.path.join(WORKSPACE, run, "logs", "llmtrain-%s-%d.out" % (run, job))).read()
     assert "`Trainer.fit` stopped: `max_steps=60` reached." in log, log[-3000:]
     # its log is silent while it trains: the job's hang watch armed at the event file's first loss record
-    assert re.search(r"^llmtrain: hang: the first training record of this start came after \d+ s: the hang watch is on",
-                     log, flags=re.M), log[-3000:]
+    assert re.search(r"^llmtrain: hang: the first training record of this start came after \d+ s(: the hang watch is on"
+                     r"|; the training step ended before the hang watch's next look)", log, flags=re.M), log[-3000:]
     # Lightning's default logger, versioned by the Slurm job
     events = os.path.join(WORKSPACE, run, "src", "lightning_logs", "version_%d" % job)
     assert any(name.startswith("events.out.tfevents.") for name in os.listdir(events))

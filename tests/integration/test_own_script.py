@@ -65,8 +65,9 @@ def test_your_script_from_its_directory_trains_continues_after_a_redeploy_and_a_
     assert "config tiny: world size 6, cwd %s" % deployed in log, log[-3000:]
     assert re.search(r"^iter 15: loss \d+\.\d+", log, flags=re.M), log[-3000:]
     # the job's hang watch started its clock at the first line your pattern matched
-    assert re.search(r"^llmtrain: hang: the first training record of this start came after \d+ s: the hang watch is on "
-                     r"\(pretrain_hang_timeout auto\)$", log, flags=re.M), log[-3000:]
+    assert re.search(r"^llmtrain: hang: the first training record of this start came after \d+ s(: the hang watch is on "
+                     r"\(pretrain_hang_timeout auto\)|; the training step ended before the hang watch's next look)$",
+                     log, flags=re.M), log[-3000:]
     assert checkpoint_iter(os.path.join(deployed, "out", "ckpt.pt")) == 20
     # the watch showed its progress from its log lines; the report plots them
     assert re.search(r"step 1[5-9]/\?, loss \d", result.output), result.output[-3000:]

@@ -477,10 +477,38 @@ def end_training(job, pid):
         pass
 
 
+class Ended(Exception):
+    """The job script ended the watch (SIGTERM): the training step is over."""
+
+
+def _ended(_signum, _frame):
+    raise Ended()
+
+
 def watch(args):
-    metrics = args.progress[0] if args.progress else None
+    """Watches until the training (args.pid) ends or the job script ends the watch with SIGTERM
+    once it did; then looks once more, so that a step which logged its first records and ended
+    between two looks still says so."""
     events = EventFiles(args.event_dir, args.progress_tag) if args.event_dir else None
     silence = Silence(args.progress, args.timeout, is_record=Records(args.record_pattern), events=events)
+    previous = signal.signal(signal.SIGTERM, _ended)
+    try:
+        try:
+            watch_until_the_end(args, silence, events)
+        except Ended:
+            pass
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        waiting = silence.waiting_s()
+        if waiting is not None and silence.look():
+            say("the first training record of this start came after %d s; the training step ended before the hang "
+                "watch's next look" % waiting)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def watch_until_the_end(args, silence, events):
+    metrics = args.progress[0] if args.progress else None
     reported = waited = False
     grace = RestartGrace(RESTART_GRACE_S) if args.restarts_in_job > 0 else None
     while alive(args.pid):
@@ -537,7 +565,6 @@ def watch(args):
                 say("%s:     %s" % (node, frame))
         act(args, summary)
         silence.rebase()
-    return 0
 
 
 # ---------------------------------------------------------------- the dump, on each node

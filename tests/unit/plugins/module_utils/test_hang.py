@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -328,3 +329,31 @@ def test_the_policy(tmp_path, monkeypatch, policy, restart, suspects, command, m
         assert bad == {"n1": dict(reason="hang: rank 2 stopped (state T)", job_id="77", time="2026-12-04T15:00:00Z")}
     else:
         assert bad == {}
+
+
+def test_a_step_that_logs_and_ends_between_two_looks_still_says_its_first_record(tmp_path, capsys):
+    """The job script ends the watch (SIGTERM) as soon as the training step ended: what the step
+    logged since the watch's last look is looked at once more, and its first record said."""
+    log = tmp_path / "job.out"
+    log.write_text("starting\n")
+    training = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    args = hang.parser().parse_args(["watch", "--pid", str(training.pid), "--progress", str(log), "--poll", "30",
+                                     "--record-pattern", r"^iter (?P<step>\d+): loss", "--out-dir", str(tmp_path),
+                                     "--marker", str(tmp_path / "marker")])
+
+    def the_step_logs_and_ends():
+        time.sleep(0.5)
+        append(str(log), "iter 0: loss 5.7661, time 22.97ms\n")
+        training.kill()
+        training.wait()
+        os.kill(os.getpid(), signal.SIGTERM)  # as the job script's kill "${hang_watch}"
+
+    ender = threading.Thread(target=the_step_logs_and_ends)
+    ender.start()
+    began, handler = time.monotonic(), signal.getsignal(signal.SIGTERM)
+    assert hang.watch(args) == 0
+    ender.join()
+    assert time.monotonic() - began < 10  # it did not sleep out its poll
+    assert capsys.readouterr().out == ("llmtrain: hang: the first training record of this start came after 0 s; the "
+                                       "training step ended before the hang watch's next look\n")
+    assert signal.getsignal(signal.SIGTERM) is handler  # the caller's own handler is back
