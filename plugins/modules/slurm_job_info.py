@@ -147,8 +147,8 @@ node_check:
     checked: 2048
     bad_count: 1
     bad: {gpu-node-0007: "no network interface ib1 on gpu-node-0007 (it has eth0, ib0, lo): ..."}
-    table: ["NODE           GPUS(ASKED/STEP/SMI/TORCH/SLURM)  PYTHON/TORCH         INTERFACES   WORKSPACE  GPU HEALTH  VERDICT",
-            "gpu-node-0007  8/8/8/8/8                         3.11.7/2.13.0+cu128  missing ib1  ok         ok          BAD",
+    table: ["NODE           GPUS(ASKED/STEP/SMI/TORCH/SLURM)  PYTHON/TORCH         CPUS(BOUND/ASKED)  INTERFACES   WORKSPACE  GPU HEALTH  VERDICT",
+            "gpu-node-0007  8/8/8/8/8                         3.11.7/2.13.0+cu128  64/64              missing ib1  ok         ok          BAD",
             "(2047 other node(s) passed; every node's line is in /shared/runs/tiny/node_check/llmtrain-tiny.json)"]
 network_check:
   description:

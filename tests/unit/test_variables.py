@@ -297,7 +297,7 @@ def test_choices_listed_elsewhere_are_the_specs(name):
 def test_every_spec_choice_list_is_accounted_for():
     """A new choice variable whose choices code repeats belongs in CHOICE_COPIES; one that only the spec
     lists is listed here as such."""
-    only_in_spec = {"run_bad_node_policy", "local_cluster_state"}
+    only_in_spec = {"run_bad_node_policy", "local_cluster_state", "local_cluster_task_plugin"}
     with_choices = set(name for options in SPECS.values() for name, spec in options.items() if spec.get("choices"))
     assert with_choices == set(CHOICE_COPIES) | only_in_spec
 

@@ -7,11 +7,14 @@ node, `check`), then judges the nodes' records on the batch node (`gather`):
 
     python -m llmtrain_node.node_check check --dir DIR --token TOKEN --run-dir RUN [--gpus N]
         [--require-torch] [--gpu-policy strict|report] [--gpu-diag LEVEL] [--python-name NAME]
-        [--slurm-nodes FILE]
+        [--slurm-nodes FILE] [--procs N]
     python -m llmtrain_node.node_check gather --dir DIR --nodes NODE... --out FILE
         [--bad-nodes-file FILE] [--timeout S] [--python P] [--job ID] [--restart N]
 
-`check` writes DIR/<node>.json and prints it; it never fails on what it finds. It imports
+`check` writes DIR/<node>.json and prints it; it never fails on what it finds. It records the
+CPUs its task is bound to (the training's launcher on that node gets the same under the same srun
+layout, and its --procs processes share them): `gather` names a node bound to fewer than the job
+asked (SLURM_CPUS_PER_TASK), and the nodes whose processes get less than one CPU each. It imports
 torch only when the job asks for GPUs (--gpus N > 0) or imports torch itself (--require-torch);
 where it asks for GPUs, it also looks for GPU faults (module gpu_health: ECC, pending retirements
 and remappings, clocks held down, the kernel's Xid errors, and DCGM's diagnostic at --gpu-diag).
@@ -183,6 +186,67 @@ def problems(record, python_name="slurm_python", gpu_policy="strict"):
     return found
 
 
+def cpu_ranges(cpus, max_chars=200):
+    """CPU numbers as Linux's lists write them (0-3,8), cut at max_chars."""
+    parts, start = [], None
+    for index, cpu in enumerate(cpus):
+        if start is None:
+            start = cpu
+        if index + 1 == len(cpus) or cpus[index + 1] != cpu + 1:
+            parts.append(str(start) if start == cpu else "%d-%d" % (start, cpu))
+            start = None
+    text = ",".join(parts)
+    return text if len(text) <= max_chars else text[:max_chars - 3] + "..."
+
+
+def cpu_binding(environ, procs, affinity=None):
+    """The CPUs this node's task is bound to (what the training's launcher and its processes on
+    the node get under the same srun layout), against the CPUs the job asked for each node's task
+    (SLURM_CPUS_PER_TASK, slurm_cpus_per_task) and the processes that share them (procs, 0: not
+    known). None where the system cannot tell."""
+    try:
+        bound = sorted(affinity if affinity is not None else os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    asked = environ.get("SLURM_CPUS_PER_TASK", "")
+    asked = int(asked) if asked.isdigit() and len(asked) < 7 else 1
+    return dict(count=len(bound), list=cpu_ranges(bound), asked=asked, procs=procs)
+
+
+def cpu_cell(binding):
+    """CPUS(BOUND/ASKED): the task's CPUs over those asked; LOW where the binding gives fewer."""
+    if not isinstance(binding, dict) or not isinstance(binding.get("count"), int):
+        return "-"
+    low = isinstance(binding.get("asked"), int) and binding["count"] < binding["asked"]
+    return "%d/%s%s" % (binding["count"], binding.get("asked", "?"), " LOW" if low else "")
+
+
+def cpu_notes(records):
+    """Lines about CPU binding: each node (up to NOTED_NODES) whose task got fewer CPUs than the
+    job asked for it, and once, the nodes whose processes get less than one CPU each."""
+    bindings = [(r["node"], r.get("cpus")) for r in records if r.get("answered", True)]
+    bindings = [(node, b) for node, b in bindings if isinstance(b, dict) and isinstance(b.get("count"), int)
+                and isinstance(b.get("asked"), int) and isinstance(b.get("procs"), int)]
+    lines = []
+    low = [(node, b) for node, b in bindings if b["count"] < b["asked"]]
+    for node, binding in low[:NOTED_NODES]:
+        lines.append("%s: its task is bound to %d CPU(s) (%s), fewer than the %d the job asked for each node "
+                     "(slurm_cpus_per_task): the node's CPU layout in Slurm (scontrol show node %s: CPUs, "
+                     "CoresPerSocket, ThreadsPerCore) or a CPU binding of the job's environment (SLURM_CPU_BIND) "
+                     "does not match the allocation"
+                     % (node, binding["count"], binding["list"], binding["asked"], node))
+    if len(low) > NOTED_NODES:
+        lines.append("and %d more node(s) bound to fewer CPUs than asked" % (len(low) - NOTED_NODES))
+    shared = [(node, b) for node, b in bindings if 0 < b["count"] < b["procs"]]
+    if shared:
+        node, binding = shared[0]
+        lines.append("the %d processes of each node share the %d CPU(s) its task is bound to on %d node(s) (%s: %s), "
+                     "less than one CPU each: set slurm_cpus_per_task to at least slurm_procs_per_node (%d), such as "
+                     "the CPUs of a GPU times the GPUs"
+                     % (binding["procs"], binding["count"], len(shared), node, binding["list"], binding["procs"]))
+    return lines
+
+
 def os_name(path="/etc/os-release"):
     """The system the check runs on, as os-release names it (PRETTY_NAME): the node's own, or the
     image's in the run's container; None where there is no such file."""
@@ -243,7 +307,7 @@ def check(args, environ=None, runner=gpu.run, which=shutil.which):
         gpu_names=[g["name"] for g in detection["gpus"]], gpu_health=health(args, detection, runner, which),
         registered=slurm_registered(node, runner, args.slurm_nodes),
         env_file=env_path, interfaces=present, missing_interfaces=missing_interfaces(wanted, present),
-        workspace_shared=shared, workspace_writable=writable,
+        workspace_shared=shared, workspace_writable=writable, cpus=cpu_binding(environ, args.procs),
     )
     record["problems"] = problems(record, args.python_name, args.gpu_policy)
     record["ok"] = not record["problems"]
@@ -273,11 +337,12 @@ def health_cell(found):
 
 def cell(record):
     if not record.get("answered", True):
-        return ["-", "-", "-", "-", "-", "NO ANSWER"]
+        return ["-", "-", "-", "-", "-", "-", "NO ANSWER"]
     return [
         "%d/%d/%d/%d/%s" % (record["gpus_requested"], record["gpus_visible"], record["nvidia_smi_count"],
                             record["torch_count"], "?" if record["registered"] is None else record["registered"]),
         "%s/%s" % (record["python_version"], torch_cell(record["torch"])),
+        cpu_cell(record.get("cpus")),
         "missing " + ",".join(record["missing_interfaces"]) if record["missing_interfaces"] else "ok",
         "ok" if record["workspace_shared"] and record["workspace_writable"]
         else "NOT SHARED" if not record["workspace_shared"] else "READ-ONLY",
@@ -288,7 +353,7 @@ def cell(record):
 
 def table(records):
     """Aligned lines: one per node, GPUS = asked/step/nvidia-smi/torch/Slurm."""
-    lines = [["NODE", "GPUS(ASKED/STEP/SMI/TORCH/SLURM)", "PYTHON/TORCH", "INTERFACES", "WORKSPACE", "GPU HEALTH", "VERDICT"]]
+    lines = [["NODE", "GPUS(ASKED/STEP/SMI/TORCH/SLURM)", "PYTHON/TORCH", "CPUS(BOUND/ASKED)", "INTERFACES", "WORKSPACE", "GPU HEALTH", "VERDICT"]]
     lines += [[r["node"]] + cell(r) for r in records]
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(line)).rstrip() for line in lines]
@@ -318,6 +383,8 @@ def gather(args, now=None):
         sys.stdout.write("llmtrain: node check  %s\n" % line)
     for node, reason in sorted(bad.items()):
         sys.stdout.write("llmtrain: node check: %s is bad: %s\n" % (node, reason))
+    for line in cpu_notes(records):
+        sys.stdout.write("llmtrain: node check: %s\n" % line)
     noted = [r for r in records if (r.get("gpu_health") or {}).get("notes")]
     for record in noted[:NOTED_NODES]:
         sys.stdout.write("llmtrain: node check: %s GPU notes: %s\n" % (record["node"], "; ".join(record["gpu_health"]["notes"])))
@@ -361,6 +428,7 @@ def parser():
     c.add_argument("--run-dir", required=True, help="its env/ holds the env file the job sources on each node")
     c.add_argument("--python-name", default="slurm_python")
     c.add_argument("--slurm-nodes", help="`scontrol show node -o` of the job's nodes, queried once for all of them")
+    c.add_argument("--procs", type=int, default=0, help="the job's processes per node, which share its task's CPUs")
     g = sub.add_parser("gather")
     g.add_argument("--dir", required=True)
     g.add_argument("--token", required=True)

@@ -144,7 +144,8 @@ def record(**fields):
                 torch=CUDA_TORCH, require_torch=True, gpus_requested=2, gpus_visible=2, nvidia_smi_count=2,
                 torch_count=2, detected=2, gpu_reason=None, gpu_names=["NVIDIA A100"] * 2, registered=2,
                 env_file="/w/run/env/cluster.env", interfaces=["eth0", "lo"], missing_interfaces=[],
-                workspace_shared=True, workspace_writable=True, gpu_health=dict(faults=[], notes=[]))
+                workspace_shared=True, workspace_writable=True, gpu_health=dict(faults=[], notes=[]),
+                cpus=dict(count=8, list="0-7", asked=8, procs=2))
     base.update(fields)
     base.setdefault("problems", node_check.problems(base))
     base.setdefault("ok", not base["problems"])
@@ -442,9 +443,10 @@ def test_gather_with_good_nodes_only(tmp_path, capsys):
     assert (saved["job_id"], saved["restart"], saved["time"]) == ("42", 1, "2026-11-30T10:00:00Z")
     assert [r["node"] for r in saved["nodes"]] == ["n1", "n2"]
     assert saved["table"] == [
-        "NODE  GPUS(ASKED/STEP/SMI/TORCH/SLURM)  PYTHON/TORCH         INTERFACES  WORKSPACE  GPU HEALTH  VERDICT",
-        "n1    2/2/2/2/2                         3.11.7/2.13.0+cu128  ok          ok         ok          ok",
-        "n2    2/2/2/2/2                         3.11.7/2.13.0+cu128  ok          ok         ok          ok",
+        "NODE  GPUS(ASKED/STEP/SMI/TORCH/SLURM)  PYTHON/TORCH         CPUS(BOUND/ASKED)  INTERFACES  WORKSPACE  GPU HEALTH  "
+        "VERDICT",
+        "n1    2/2/2/2/2                         3.11.7/2.13.0+cu128  8/8                ok          ok         ok          ok",
+        "n2    2/2/2/2/2                         3.11.7/2.13.0+cu128  8/8                ok          ok         ok          ok",
     ]
     out = capsys.readouterr().out.splitlines()
     assert out == ["llmtrain: node check  " + line for line in saved["table"]]
@@ -472,10 +474,10 @@ def test_gather_judges_silent_stale_and_bad_nodes(tmp_path, capsys):
     assert saved["bad"] == summary["bad"] and saved["job_id"] == "42" and len(saved["nodes"]) == 4
     assert saved["nodes"][2] == dict(node="n3", ok=False, answered=False, problems=[NO_ANSWER % "n3"])
     rows = [line.split() for line in saved["table"][1:]]
-    assert rows == [["n1", "2/2/2/2/2", "3.11.7/2.13.0+cu128", "ok", "ok", "ok", "ok"],
-                    ["n2", "-", "-", "-", "-", "-", "NO", "ANSWER"],
-                    ["n3", "-", "-", "-", "-", "-", "NO", "ANSWER"],
-                    ["n4", "2/2/2/2/?", "3.11.7/2.13.0+cu128", "missing", "ib0", "ok", "ok", "BAD"]]
+    assert rows == [["n1", "2/2/2/2/2", "3.11.7/2.13.0+cu128", "8/8", "ok", "ok", "ok", "ok"],
+                    ["n2", "-", "-", "-", "-", "-", "-", "NO", "ANSWER"],
+                    ["n3", "-", "-", "-", "-", "-", "-", "NO", "ANSWER"],
+                    ["n4", "2/2/2/2/?", "3.11.7/2.13.0+cu128", "8/8", "missing", "ib0", "ok", "ok", "BAD"]]
     out = capsys.readouterr().out.splitlines()
     assert out[:5] == ["llmtrain: node check  " + line for line in saved["table"]]
     assert out[5:] == ["llmtrain: node check: n2 is bad: " + NO_ANSWER % "n2",
@@ -489,9 +491,54 @@ def test_gather_joins_every_finding_of_a_node_and_shows_them_in_the_table(tmp_pa
     rc, summary = node_check.gather(gather_args(tmp_path, "n1", "n2", bad_nodes_file=False), now=NOW)
     n1 = record(node="n1", torch=NO_TORCH, workspace_shared=False)
     assert rc == 3 and summary["bad"]["n1"] == "; ".join(n1["problems"]) and len(n1["problems"]) == 2
-    assert [line.split()[2:] for line in summary["table"][1:]] == [["3.11.7/NO", "TORCH", "ok", "NOT", "SHARED", "ok", "BAD"],
-                                                                   ["3.11.7/2.13.0+cu128", "ok", "READ-ONLY", "ok", "BAD"]]
+    assert [line.split()[2:] for line in summary["table"][1:]] == [["3.11.7/NO", "TORCH", "8/8", "ok", "NOT", "SHARED", "ok",
+                                                                    "BAD"],
+                                                                   ["3.11.7/2.13.0+cu128", "8/8", "ok", "READ-ONLY", "ok",
+                                                                    "BAD"]]
     assert not (tmp_path / "bad_nodes.json").exists()  # no --bad-nodes-file: none written
+
+
+@pytest.mark.parametrize("cpus, text", [([0, 1, 2, 3], "0-3"), ([5], "5"), ([0, 2, 3, 4, 7, 9, 10], "0,2-4,7,9-10"),
+                                        ([], "")])
+def test_cpu_ranges_as_linux_writes_them(cpus, text):
+    assert node_check.cpu_ranges(cpus) == text
+
+
+def test_cpu_ranges_of_thousands_of_scattered_cpus_are_cut():
+    text = node_check.cpu_ranges(list(range(0, 4096, 2)))
+    assert len(text) == 200 and text.startswith("0,2,4,") and text.endswith("...")
+
+
+def test_the_check_records_the_cpus_its_task_is_bound_to_against_those_asked(fake_node):
+    found = node_check.check(check_args(fake_node, "--procs", "4"),
+                             environ={"SLURMD_NODENAME": "n1", "SLURM_CPUS_PER_TASK": "16"})
+    assert found["cpus"] == dict(count=len(os.sched_getaffinity(0)), list=node_check.cpu_ranges(
+        sorted(os.sched_getaffinity(0))), asked=16, procs=4)
+    assert found["problems"] == []  # a binding is said, never a reason to leave the node out
+    # no --cpus-per-task: Slurm gives one; a value that is not a count is taken as Slurm's default
+    assert node_check.cpu_binding({}, 0, affinity={3})["asked"] == 1
+    assert node_check.cpu_binding({"SLURM_CPUS_PER_TASK": "8(x2)"}, 0, affinity={3})["asked"] == 1
+
+
+def test_gather_names_the_nodes_bound_to_fewer_cpus_than_asked_and_processes_sharing_one(tmp_path, capsys):
+    low, whole = dict(count=2, list="0-1", asked=8, procs=8), dict(count=8, list="0-7", asked=8, procs=8)
+    for node in ["n%d" % i for i in range(13)]:
+        write_record(tmp_path, record(node=node, cpus=whole if node == "n0" else low))
+    write_record(tmp_path, record(node="n13", cpus="garbage"))
+    rc, summary = node_check.gather(gather_args(tmp_path, *["n%d" % i for i in range(14)]), now=NOW)
+    assert rc == 0 and summary["bad"] == {}
+    assert [line.split()[3] for line in summary["table"][1:3]] == ["8/8", "2/8"]
+    assert summary["table"][2].split()[4] == "LOW" and summary["table"][-1].split()[3] == "-"
+    notes = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("llmtrain: node check  ")]
+    assert notes[0] == ("llmtrain: node check: n1: its task is bound to 2 CPU(s) (0-1), fewer than the 8 the job asked "
+                        "for each node (slurm_cpus_per_task): the node's CPU layout in Slurm (scontrol show node n1: CPUs, "
+                        "CoresPerSocket, ThreadsPerCore) or a CPU binding of the job's environment (SLURM_CPU_BIND) does "
+                        "not match the allocation")
+    assert len(notes) == node_check.NOTED_NODES + 2
+    assert notes[node_check.NOTED_NODES] == "llmtrain: node check: and 2 more node(s) bound to fewer CPUs than asked"
+    assert notes[-1] == ("llmtrain: node check: the 8 processes of each node share the 2 CPU(s) its task is bound to on "
+                         "12 node(s) (n1: 0-1), less than one CPU each: set slurm_cpus_per_task to at least "
+                         "slurm_procs_per_node (8), such as the CPUs of a GPU times the GPUs")
 
 
 def test_gather_over_an_unreadable_bad_nodes_file_starts_it_again(tmp_path, capsys):
