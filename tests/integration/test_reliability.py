@@ -470,6 +470,7 @@ HANG_TIMEOUT = 15
 HANG_BOUND = 30
 
 
+@pytest.mark.releases
 def test_a_stopped_rank_is_named_its_stacks_kept_and_the_job_requeues_without_its_node(local_cluster):
     """Four nodes, a 3-node run; one rank stopped (SIGSTOP) mid-training: silent ranks, no error."""
     run = fresh("hang")

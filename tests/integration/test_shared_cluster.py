@@ -162,6 +162,7 @@ def test_a_python_that_does_not_run_fails_the_first_job_naming_it(local_cluster)
     assert training_job(run) is None
 
 
+@pytest.mark.releases
 def test_what_the_site_requires_reaches_every_job_and_a_bad_value_stops_the_run_before_any(local_cluster):
     """A reservation of two nodes, features on them, and more of what a site asks of a job: every
     job of the run (data, training, samples) carries them; a value Slurm would refuse or never
