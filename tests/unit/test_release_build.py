@@ -41,11 +41,13 @@ FORBIDDEN_TOP = {".venv", ".pytest_cache", ".ansible", ".cache", ".collections",
 FORBIDDEN_ANYWHERE = {"__pycache__", ".pytest_cache"}
 
 
-def run(argv, cwd, env, check=True):
-    proc = subprocess.run(argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+def run(argv, cwd, env, check=True, stderr=subprocess.STDOUT):
+    """stderr=subprocess.PIPE keeps what the command warns about out of the output it prints (JSON)."""
+    proc = subprocess.run(argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=stderr,
                           universal_newlines=True, timeout=300, check=False)
     if check:
-        assert proc.returncode == 0, "%s failed (%d):\n%s" % (" ".join(map(str, argv)), proc.returncode, proc.stdout)
+        assert proc.returncode == 0, "%s failed (%d):\n%s%s" % (" ".join(map(str, argv)), proc.returncode, proc.stdout,
+                                                             proc.stderr or "")
     return proc
 
 
@@ -127,7 +129,7 @@ def test_ansible_doc_reads_the_installed_collection(release):
     for option in ("wait_timeout", "poll_interval", "cancel_on_timeout"):
         assert option in proc.stdout
     listed = json.loads(run([os.path.join(BIN, "ansible-doc"), "-t", "filter", "--list", "--json", "llmtrain.slurm"],
-                            work, env).stdout)
+                            work, env, stderr=subprocess.PIPE).stdout)
     assert "llmtrain.slurm.nccl_env" in listed and "UNDOCUMENTED" not in json.dumps(listed)
 
 
