@@ -91,6 +91,8 @@ def main(argv=None):
     p.add_argument("--skip-steps", type=int, default=20, help="first steps left out (compilation, warmup)")
     p.add_argument("--batch-size", type=int, default=16, help="sequences per GPU per micro-step")
     p.add_argument("--no-compile", dest="compile", action="store_false")
+    p.add_argument("--attention", default="auto", choices=("auto", "flash", "efficient", "math", "cudnn"),
+                   help="the trainer's --attention: the attention kernel tried first")
     p.add_argument("--smoke", action="store_true", help="tiny model on whatever device there is")
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
     p.add_argument("--record", action="store_true", help=f"append the result to {RECORDED.relative_to(ROOT)}")
@@ -122,7 +124,7 @@ def main(argv=None):
         trainer = launcher + ["-m", "trainer.train", "--data", str(data_dir),
                               "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--warmup", "10",
                               "--log-interval", str(log_interval), "--eval-interval", "0", "--eval-iters", "1",
-                              "--checkpoint-interval", "0", "--dtype", dtype]
+                              "--checkpoint-interval", "0", "--dtype", dtype, "--attention", args.attention]
         trainer += [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
         env = dict(os.environ, PYTHONPATH=str(FILES_DIR))
         status = run_trainer(trainer + ["--compile" if use_compile else "--no-compile"], out_dir, env)
@@ -146,6 +148,7 @@ def main(argv=None):
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "gpus": gpus, "model": shape, "vocab_size": vocab,
         "batch_size_per_gpu": args.batch_size, "compile": use_compile, "compile_note": compile_note,
+        "attention": args.attention,
         "dtype": dtype if native_bf16 or not cuda else "float32",
         "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady)),
         "mfu": round(statistics.median(mfus), 4) if mfus else None,
@@ -181,6 +184,8 @@ def print_result(result, fmt, where=""):
         formula += f", over {peak / 1e12:g} TFLOP/s dense bf16 per GPU"
     note = result.get("compile_note")
     compiled = f"compile={result['compile']}" + (f" ({note})" if note else "")
+    if result.get("attention", "auto") != "auto":
+        compiled += f", attention {result['attention']} first"
     what = (f"{result['gpus']} x {result['device']}, GPT {', '.join(f'{k}={v}' for k, v in shape.items())}, "
             f"batch {result['batch_size_per_gpu']}/GPU, {compiled}{' ' + where if where else ''}")
     if fmt == "markdown":

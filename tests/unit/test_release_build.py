@@ -46,8 +46,8 @@ def run(argv, cwd, env, check=True, stderr=subprocess.STDOUT):
     proc = subprocess.run(argv, cwd=str(cwd), env=env, stdout=subprocess.PIPE, stderr=stderr,
                           universal_newlines=True, timeout=300, check=False)
     if check:
-        assert proc.returncode == 0, "%s failed (%d):\n%s%s" % (" ".join(map(str, argv)), proc.returncode, proc.stdout,
-                                                             proc.stderr or "")
+        command = " ".join(map(str, argv))
+        assert proc.returncode == 0, "%s failed (%d):\n%s%s" % (command, proc.returncode, proc.stdout, proc.stderr or "")
     return proc
 
 

@@ -343,3 +343,48 @@ def test_an_nccl_rank_names_its_gpu_to_the_process_group(monkeypatch, cuda):
     expected = {"backend": "nccl", "init_method": "env://", "device_id": torch.device("cuda", 1)} if cuda else \
         {"backend": "gloo", "init_method": "env://"}
     assert calls == ([("set_device", 1)] if cuda else []) + [("init", expected), ("barrier",)]
+
+
+# --attention: the kernel tried first
+
+def kernel_order():
+    from torch.nn.attention import _cur_sdpa_kernel_backends  # pylint: disable=import-outside-toplevel
+    return [backend.name for backend in _cur_sdpa_kernel_backends(with_priority=True)]
+
+
+@pytest.mark.parametrize("choice, first", [("cudnn", "CUDNN_ATTENTION"), ("flash", "FLASH_ATTENTION"),
+                                           ("math", "MATH")])
+def test_attention_puts_its_kernel_first_only_while_entered_and_can_be_entered_again(choice, first):
+    from trainer.model import AttentionKernels, attention_kernels_problem  # pylint: disable=import-outside-toplevel
+    before = kernel_order()
+    assert attention_kernels_problem(choice) is None
+    kernels = AttentionKernels(choice)
+    for _use in range(2):  # the trainer enters the same object at every step
+        with kernels:
+            order = kernel_order()
+            assert order[0] == first
+            # the others stay enabled, in torch's own order
+            assert order[1:] == [name for name in before if name in order[1:]]
+            assert {"FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION"} <= set(order)
+        assert kernel_order() == before
+    with AttentionKernels("auto"):
+        assert kernel_order() == before
+
+
+def test_attention_auto_needs_nothing_and_an_unknown_kernel_is_refused_by_name(data_dir, model_config_file, tmp_path):
+    from trainer.config import ConfigError  # pylint: disable=import-outside-toplevel
+    from trainer.model import attention_kernels_problem  # pylint: disable=import-outside-toplevel
+    assert attention_kernels_problem("auto") is None
+    assert "--attention" in attention_kernels_problem("fast")
+    with pytest.raises(ConfigError, match=r"--attention must be one of auto, flash, efficient, math, cudnn \(got 'fast'\)"):
+        config(data_dir, model_config_file, tmp_path / "run", "--steps", 2, "--attention", "fast")
+
+
+def test_a_run_with_another_kernel_first_trains_as_the_default_one_does(data_dir, model_config_file, tmp_path):
+    """The option reaches every forward without changing the run: on this CPU torch keeps its own
+    kernel whatever the order, so the losses are the default run's, exactly."""
+    assert run_here(data_dir, model_config_file, tmp_path / "auto", "--steps", 3) == 0
+    assert run_here(data_dir, model_config_file, tmp_path / "cudnn", "--steps", 3, "--attention", "cudnn") == 0
+    auto, cudnn_first = (losses(read_metrics(tmp_path / name)) for name in ("auto", "cudnn"))
+    assert len(auto) == 3
+    assert cudnn_first == auto

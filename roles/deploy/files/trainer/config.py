@@ -53,6 +53,8 @@ class TrainConfig:
     parallel: str = knob("ddp", "ddp: every rank holds the whole model and optimizer, gradients are all-reduced; "
                                 "fsdp: parameters, gradients and optimizer state sharded over the ranks (FSDP2, "
                                 "fully_shard per block), sharded checkpoints (step_NNNNNN/ directories)")
+    attention: str = knob("auto", "attention kernel tried first: auto (torch's choice), flash, efficient, math or "
+                                  "cudnn; the others stay as fallbacks (torch 2.6 or newer unless auto)")
     dtype: str = knob("auto", "auto (bfloat16 on CUDA GPUs that have it natively, else float32), bfloat16 or float32")
     rendezvous_timeout: int = knob(300, "seconds for the ranks to reach each other at start-up; then every rank "
                                         "stops with a hint about the network interface settings")
@@ -60,6 +62,7 @@ class TrainConfig:
 
 
 DTYPES = ("auto", "bfloat16", "float32")
+ATTENTION = ("auto", "flash", "efficient", "math", "cudnn")
 WANDB_MODES = ("online", "offline")
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 PARALLEL = ("ddp", "fsdp")
@@ -110,6 +113,8 @@ def validate(cfg):
         raise ConfigError(f"--min-lr ({cfg.min_lr}) must not exceed --lr ({cfg.lr})")
     if cfg.dtype not in DTYPES:
         raise ConfigError(f"--dtype must be one of {', '.join(DTYPES)} (got {cfg.dtype!r})")
+    if cfg.attention not in ATTENTION:
+        raise ConfigError(f"--attention must be one of {', '.join(ATTENTION)} (got {cfg.attention!r})")
     if cfg.wandb_mode not in WANDB_MODES:
         raise ConfigError(f"--wandb-mode must be one of {', '.join(WANDB_MODES)} (got {cfg.wandb_mode!r})")
     if set(cfg.wandb_project) & set(WANDB_PROJECT_FORBIDDEN) or len(cfg.wandb_project) > 128:

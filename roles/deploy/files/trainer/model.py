@@ -9,6 +9,11 @@ import torch.nn.functional as F
 
 
 VOCAB_MULTIPLE = 64
+# --attention: the scaled-dot-product-attention kernel tried first; the others stay enabled, in
+# torch's own order, as fallbacks for inputs the first cannot take. torch picks among them per
+# call on CUDA (when compiled: once, as the graph is traced); its CPU kernels ignore the order.
+ATTENTION_KERNELS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "math": "MATH",
+                     "cudnn": "CUDNN_ATTENTION"}
 
 
 def padded_vocab(vocab_size):
@@ -27,6 +32,49 @@ class GPTConfig:
     n_embd: int = 384
     dropout: float = 0.0
     bias: bool = True  # biases in Linear and LayerNorm; False as in many GPT-2-style trainers
+
+
+class AttentionKernels:
+    """A reusable context manager that puts one attention kernel first (torch.nn.attention.sdpa_kernel
+    with set_priority, torch 2.6 or newer), or does nothing for "auto"."""
+
+    def __init__(self, choice):
+        self.order = None
+        self._entered = []
+        if choice != "auto":
+            from torch.nn.attention import SDPBackend  # pylint: disable=import-outside-toplevel
+            first = ATTENTION_KERNELS[choice]
+            self.order = [getattr(SDPBackend, name) for name in
+                          [first] + [name for name in ATTENTION_KERNELS.values() if name != first]]
+
+    def __enter__(self):
+        context = None
+        if self.order is not None:
+            from torch.nn.attention import sdpa_kernel  # pylint: disable=import-outside-toplevel
+            context = sdpa_kernel(self.order, set_priority=True)
+            context.__enter__()
+        self._entered.append(context)
+        return self
+
+    def __exit__(self, *exc):
+        context = self._entered.pop()
+        return context.__exit__(*exc) if context is not None else False
+
+
+def attention_kernels_problem(choice):
+    """Why --attention CHOICE cannot work with this torch, or None."""
+    if choice == "auto":
+        return None
+    if choice not in ATTENTION_KERNELS:
+        return f"--attention must be one of auto, {', '.join(ATTENTION_KERNELS)} (got {choice!r})"
+    try:
+        import inspect  # pylint: disable=import-outside-toplevel
+        from torch.nn.attention import sdpa_kernel  # pylint: disable=import-outside-toplevel
+        if "set_priority" not in inspect.signature(sdpa_kernel).parameters:
+            raise ImportError
+    except (ImportError, TypeError, ValueError):
+        return f"--attention {choice} needs torch 2.6 or newer (this is {torch.__version__}); use --attention auto"
+    return None
 
 
 class CausalSelfAttention(nn.Module):

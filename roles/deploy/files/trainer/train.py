@@ -52,7 +52,7 @@ from .fsio import atomic_file, remove_temp_files
 from .hostmem import keep_freed_memory
 from .metrics import METRICS_FILE, NODE_TIMES_FILE, MetricsLog, NodeTimes, loss_line, node_step_times, with_node_times
 from .mfu import mfu, peak_bf16_flops
-from .model import GPT, GPTConfig, padded_vocab
+from .model import GPT, AttentionKernels, GPTConfig, attention_kernels_problem, padded_vocab
 from .prepare import DataError, read_meta
 from .state import model_and_optimizer, restore_rng, rng_state, seed_everything
 from .tokenizer import tokenizer_record
@@ -161,6 +161,11 @@ class Training:
             self.log("warning: --dtype bfloat16 needs a CUDA GPU with native bfloat16 (compute capability 8.0 or "
                      "newer: A100, H100, L4, ...); training in float32")
         self.autocast = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if use_bf16 else nullcontext()
+        problem = attention_kernels_problem(cfg.attention)
+        if problem:
+            raise ConfigError(problem)
+        # around every forward: compiled, the kernel is chosen when the graph is traced
+        self.attention = AttentionKernels(cfg.attention)
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
@@ -259,7 +264,7 @@ class Training:
             sync = (self.model.no_sync() if self.dist.active and cfg.parallel == "ddp" and not reduces
                     else nullcontext())
             with sync:
-                with self.autocast:
+                with self.autocast, self.attention:
                     _logits, loss = self.model(x, y)
                 if self.wait_clock and reduces:
                     self.wait_clock.arm()
@@ -279,7 +284,8 @@ class Training:
     def evaluate(self):
         """The validation loss; its time is a pause, not training."""
         with self.clock.pause():
-            return estimate_val_loss(self.eval_model, self.val_tokens, self.cfg, self.dist, self.autocast)
+            with self.attention:
+                return estimate_val_loss(self.eval_model, self.val_tokens, self.cfg, self.dist, self.autocast)
 
     def record(self, done, loss_sum, evaluate):
         """The loss record of step `done`, with the validation loss if evaluate (every rank takes part)."""
