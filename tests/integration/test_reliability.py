@@ -463,6 +463,54 @@ def rank_pids(name, job_id):
     return found
 
 
+def step_pids(name, job_id):
+    """The pids of the job's training step in node `name`'s namespace: the launcher and its ranks
+    (what slurmd signals when it signals the step there), not slurmstepd or the batch shell."""
+    found = []
+    for pid in netns_pids(name):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as handle:
+                env = dict(p.split(b"=", 1) for p in handle.read().split(b"\0") if b"=" in p)
+            with open("/proc/%d/cmdline" % pid, "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if env.get(b"SLURM_JOB_ID") == job_id.encode() and (b"torch.distributed.run" in argv or b"LOCAL_RANK" in env):
+            found.append(pid)
+    return found
+
+
+@pytest.mark.releases
+def test_a_sigterm_to_one_nodes_steps_while_slurm_runs_the_job_requeues_it_without_counting(local_cluster):
+    """What a lost node's return did to the next start (row 3): the controller's resent request to
+    end the earlier start reached the node's slurmd, which sent SIGTERM to this start's step there
+    and nowhere else. Sent here to that step's processes on one node (not the batch node): every
+    rank checkpoints, and since Slurm still runs the job, it requeues itself without using a
+    requeue of run_requeue_max (0 here: a counted one would end the run)."""
+    run = fresh("stray-sigterm")
+    play = Playbook(run_vars(run, steps=40, run_requeue_max=0))
+    wait_for(lambda: training_step(run) >= 12, 180, "training to pass step 12", play)
+    job_id = only_job(run)
+    nodes = slurm("scontrol", "show", "hostnames", slurm("squeue", "--noheader", "--jobs", job_id, "--format=%N"))
+    target = nodes.split()[-1]
+    pids = step_pids(target, job_id)
+    assert len(pids) >= 3, pids  # the launcher and its 2 ranks
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    result = play.wait(600)
+    assert result.rc == 0, result.output[-6000:]
+    preempted, = events(run, "preempted")
+    resumed, = events(run, "resume")
+    assert preempted["signal"] == "SIGTERM" and resumed["step"] == preempted["step"] >= 12
+    assert "requeued, not counted against run_requeue_max (0): uncounted requeue 1 of 3 of this job" in \
+        job_logs(run), job_logs(run)[-6000:]
+    with open(os.path.join(WORKSPACE, run, "requeues_uncounted")) as handle:
+        assert handle.read() == "%s 1\n" % job_id
+    assert [job for job, _state_now in jobs(run)] == [job_id]
+    assert_every_step_once(run, 40)
+    observe("stray SIGTERM", node=target, stopped_at=preempted["step"])
+
+
 HANG_TIMEOUT = 15
 # what the hang watch adds to the timeout before the watch names the node, at most: its poll (5 s),
 # the dump step (py-spy on every rank, a few seconds here; STEP_TIMEOUT_S bounds it) and the watch's
