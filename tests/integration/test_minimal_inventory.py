@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from cluster import ROOT, ansible_env, job_ids, login_umask, node, writable_by_others
+from cluster import ROOT, WORKSPACE, ansible_env, job_ids, login_umask, node, writable_by_others
 
 RUN = "pretrain"  # the default run name
 
@@ -28,7 +28,8 @@ def sections(report):
 @pytest.fixture(scope="module")
 def minimal(local_cluster, tmp_path_factory):
     home = tmp_path_factory.mktemp("minimal")
-    workspace = "/var/tmp/llmtrain-minimal-%s" % uuid.uuid4().hex[:8]
+    # inside the stream's workspace: a release's cluster (make test-releases) shares it with its nodes
+    workspace = os.path.join(WORKSPACE, "minimal-%s" % uuid.uuid4().hex[:8])
     inventory = home / "hosts.yml"
     inventory.write_text(
         "all:\n"
@@ -59,6 +60,7 @@ def minimal(local_cluster, tmp_path_factory):
     shutil.rmtree(workspace, ignore_errors=True)
 
 
+@pytest.mark.releases
 def test_a_minimal_inventory_trains_reports_and_generates(minimal):
     # 50 steps, not the default 200: what this test checks (the stages, the report, the
     # samples, the modes under umask 002) needs a trained checkpoint, not a good one
