@@ -117,6 +117,18 @@ def test_your_script_from_its_directory_trains_continues_after_a_redeploy_and_a_
 
 # Run names of this session: jobs of an earlier session's runs may still be in the queue.
 SESSION = "%05x%d" % (int(time.time()) % 0xFFFFF, STREAM)
+SESSION_RUN = re.compile(r"^own-[a-z-]+-[0-9a-f]{5}%d$" % STREAM)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def earlier_sessions_runs_removed(local_cluster):
+    """The runs of earlier sessions whose jobs are gone: their names are new each session, so
+    nothing else would ever remove them (this session's stay, for a look after a failure)."""
+    queued = set(slurm("squeue", "--noheader", "--states=all", "--format=%j").split())
+    for base in (WORKSPACE, RUNS):
+        for name in os.listdir(base) if os.path.isdir(base) else []:
+            if SESSION_RUN.match(name) and not name.endswith(SESSION) and "llmtrain-" + name not in queued:
+                shutil.rmtree(os.path.join(base, name), ignore_errors=True)
 
 
 def own_run(name, tmp_path, *args, **settings):
