@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
-from trainer import checkpoint, train
+from trainer import checkpoint, runfiles, train
 from trainer.checkpoint import CheckpointError, list_checkpoints
 from trainer.config import resolve_config
 from trainer.model import GPT, GPTConfig
@@ -212,14 +212,14 @@ def test_an_injected_crash_raises_after_its_step_on_its_rank(monkeypatch, data_d
         run_here(data_dir, model_config_file, out, "--steps", 6, "--checkpoint-interval", 3)
     assert sorted(losses(read_metrics(out))) == [1, 2, 3] and checkpoint_steps(out) == [3]
     # the failing rank's line: which rank, on which node, after which step, what it raised
-    failure, = [json.loads(line) for line in (out / train.RANK_FAILURES_FILE).read_text().splitlines()]
+    failure, = [json.loads(line) for line in (out / runfiles.RANK_FAILURES_FILE).read_text().splitlines()]
     assert failure["rank"] == 0 and failure["step"] == 3 and failure["node"]
     assert failure["error"] == f"RuntimeError: fault injected by {CRASH_ENV}=0:3 on rank 0"
     assert failure["job_id"] == "45" and failure["start"] == 2 and failure["restart_in_job"] == 0
     # the start event says which job and start it is of
     assert read_metrics(out)[0]["job_id"] == "45" and read_metrics(out)[0]["start"] == 2
     # and is added to the run's starts.jsonl, beside the job script's line of that start
-    assert [json.loads(line) for line in (out / train.STARTS_FILE).read_text().splitlines()] == [
+    assert [json.loads(line) for line in (out / runfiles.STARTS_FILE).read_text().splitlines()] == [
         {"job_id": "45", "start": 2, "event": "start", "step": 0}]
 
 
@@ -237,7 +237,7 @@ def test_a_crash_of_the_first_round_only_is_not_repeated_after_a_restart_in_the_
     monkeypatch.setenv("SLURM_JOB_ID", "45")
     # what the failed rank of this job's start recorded, after a line of another job's and one cut short
     failed = dict(rank=3, node="w1", step=4, error="RuntimeError: CUDA error: an illegal memory access")
-    (out / train.RANK_FAILURES_FILE).write_text("".join(json.dumps(line) + "\n" for line in [
+    (out / runfiles.RANK_FAILURES_FILE).write_text("".join(json.dumps(line) + "\n" for line in [
         dict(failed, job_id="44", start=1), dict(failed, job_id="45", start=1, restart_in_job=0)]) + '{"rank": 2, "jo')
     inject(monkeypatch, {CRASH_ENV: "0:4:first"})
     assert run_here(data_dir, model_config_file, out, "--steps", 6, "--checkpoint-interval", 3) == 0

@@ -236,7 +236,8 @@ RANK_SCRIPT = textwrap.dedent("""
     status = train.main(sys.argv[1:])
     with open(os.path.join(os.environ["TEST_OUT"], f"rank{rank}.json"), "w") as f:
         json.dump({"status": status, "steps": ran}, f)
-    train.exit_now(status)
+    from trainer.distributed import exit_now
+    exit_now(status)
 """)
 
 DDP_STEPS = 8

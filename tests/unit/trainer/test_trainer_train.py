@@ -162,7 +162,7 @@ def test_resuming_with_another_model_shape_is_refused(tmp_path, reference_run, t
 def test_a_rank_that_stopped_on_the_notice_exits_0_where_the_launcher_would_restart_it():
     """Under torch.distributed.run --max-restarts (pretrain_restarts_in_job), a non-zero exit restarts
     every rank: a stop with a checkpoint exits 0 there (the PREEMPTED marker tells the job script)."""
-    from trainer.train import launched_exit_status
+    from trainer.distributed import launched_exit_status
     assert launched_exit_status(EXIT_PREEMPTED, {"TORCHELASTIC_MAX_RESTARTS": "1"}) == 0
     assert launched_exit_status(EXIT_PREEMPTED, {"TORCHELASTIC_MAX_RESTARTS": "0"}) == EXIT_PREEMPTED
     assert launched_exit_status(EXIT_PREEMPTED, {}) == EXIT_PREEMPTED

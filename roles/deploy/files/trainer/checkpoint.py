@@ -19,12 +19,14 @@ import sys
 import time
 import warnings
 import zipfile
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 
+from .config import ConfigError
 from .fsio import atomic_file, fsync_dir, remove_temp_files
 
 CHECKPOINT_DIR = "checkpoints"
@@ -283,3 +285,19 @@ def clean_checkpoint_dir(ckpt_dir):
     if Path(ckpt_dir).is_dir():
         for name in remove_temp_files(ckpt_dir):
             print(f"removed partial checkpoint {name}", file=sys.stderr, flush=True)
+
+
+def check_resumable(state, model_cfg, tokenizer, data_dir, out_dir):
+    """Raise ConfigError when the checkpoint's model is not the one the config and data ask for."""
+    shape = {k: v for k, v in asdict(model_cfg).items() if k != "dropout"}
+    # (checkpoints from before --bias existed have biases)
+    saved_shape = {k: state["model_config"].get(k, True if k == "bias" else None) for k in shape}
+    if saved_shape["vocab_size"] != shape["vocab_size"]:
+        saved_tokenizer = (state.get("tokenizer") or {"kind": "bytes", "vocab_size": 256})
+        raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} were trained on tokens of another "
+                          f"tokenizer ({saved_tokenizer['kind']}, {saved_tokenizer['vocab_size']} tokens) than "
+                          f"--data {data_dir} holds ({tokenizer['kind']}, {tokenizer['vocab_size']} "
+                          "tokens): prepare the data as before, or train into another --out")
+    if saved_shape != shape:
+        raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} are of a model {saved_shape}, the "
+                          f"config asks for {shape}; use the same model flags or another --out")

@@ -21,6 +21,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 # all_gather_into_tensor, renamed (and the old name deprecated) in newer torch
 ALL_GATHER_SINGLE = getattr(torch_dist, "all_gather_single", None) or torch_dist.all_gather_into_tensor
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; run it again to continue
 EXIT_RENDEZVOUS = 3  # the ranks did not all connect within --rendezvous-timeout
 CLOSED_KEY = "llmtrain/process-group-closed"  # on the launcher's store: how many ranks have torn down
 CLOSE_WAIT_S = 60.0
@@ -242,3 +243,24 @@ def shard_model(model, bf16):
         fully_shard(block, mp_policy=mp_policy)
     fully_shard(model, mp_policy=mp_policy)
     return model
+
+
+def launched_exit_status(status, environ=None):
+    """The exit status of a rank started by torch.distributed.run. Under --max-restarts (the job's
+    pretrain_restarts_in_job) the launcher restarts every rank after one that exits non-zero, so a
+    rank that stopped with a checkpoint on the notice exits 0 there: the PREEMPTED marker, not the
+    status, tells the job script that the training stopped (to requeue itself, or to end on a stop
+    request)."""
+    environ = os.environ if environ is None else environ
+    if status == EXIT_PREEMPTED and int(environ.get("TORCHELASTIC_MAX_RESTARTS") or 0) > 0:
+        return 0
+    return status
+
+
+def exit_now(status):
+    """End a launched rank without the interpreter's teardown: the run's files are written and
+    closed, the process group is gone, and what is left to tear down (torch's threads and
+    native objects) can only fail a finished run (std::terminate at exit, seen with gloo)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -51,3 +51,15 @@ def remove_temp_files(directory):
             tmp.unlink(missing_ok=True)
         removed.append(tmp.name)
     return sorted(removed)
+
+
+def first_os_error(error):
+    """The OSError (disk full, quota, read-only) behind error, or error itself: when a write
+    fails inside torch.save, closing its zip file raises again, and that second error hides
+    the cause a user can act on."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return error

@@ -21,7 +21,8 @@ record and evaluate, checkpoint, finish or stop, and the command line. What it r
 beside it: distributed.py (process group, collectives, sharding, stop signals and the ranks'
 vote), clock.py (the run's time, each rank's work and wait), state.py (random and optimizer
 state, and a checkpoint's put back), metrics.py (metrics.jsonl, node_times.json, the console
-line), checkpoint.py (the files), model.py, data.py.
+line), runfiles.py (the lines it adds to the run's starts.jsonl and rank_failures.jsonl),
+checkpoint.py (the files, and whether one fits the config), model.py, data.py.
 """
 
 import argparse
@@ -41,24 +42,24 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from .checkpoint import (CHECKPOINT_DIR, FORMAT, CheckpointError, clean_checkpoint_dir, is_sharded, list_checkpoints,
-                         load_checkpoint, load_latest, save_checkpoint, save_sharded)
+from .checkpoint import (CHECKPOINT_DIR, FORMAT, CheckpointError, check_resumable, clean_checkpoint_dir, is_sharded,
+                         list_checkpoints, load_checkpoint, load_latest, save_checkpoint, save_sharded)
 from .clock import RunClock, WaitClock
 from .config import ConfigError, add_config_flags, parse_signal, resolve_config
 from .data import TRAIN_STREAM, VAL_STREAM, open_tokens, window_starts, windows
-from .distributed import Distributed, StopRequest, StopVote, shard_model
+from .distributed import EXIT_PREEMPTED, Distributed, StopRequest, StopVote, exit_now, launched_exit_status, shard_model
 from .events import EventWriter
-from .fsio import atomic_file, remove_temp_files
+from .fsio import atomic_file, first_os_error, remove_temp_files
 from .hostmem import keep_freed_memory
 from .metrics import METRICS_FILE, NODE_TIMES_FILE, MetricsLog, NodeTimes, loss_line, node_step_times, with_node_times
 from .mfu import mfu, peak_bf16_flops
 from .model import GPT, AttentionKernels, GPTConfig, attention_kernels_problem, padded_vocab
 from .prepare import DataError, read_meta
+from .runfiles import RANK_FAILURES_FILE, add_start_line, recent_failures, record_failure, slurm_start
 from .state import model_and_optimizer, restore_rng, rng_state, seed_everything
 from .tokenizer import tokenizer_record
 from .wandb_log import WandbLog
 
-EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint; run it again to continue
 PREEMPTED_MARKER = "PREEMPTED"
 TENSORBOARD_DIR = "tensorboard"
 
@@ -87,18 +88,6 @@ def estimate_val_loss(model, val_tokens, cfg, dist, autocast):
     return dist.mean(total / cfg.eval_iters)
 
 
-def first_os_error(error):
-    """The OSError (disk full, quota, read-only) behind error, or error itself: when a write
-    fails inside torch.save, closing its zip file raises again, and that second error hides
-    the cause a user can act on."""
-    seen = error
-    while seen is not None:
-        if isinstance(seen, OSError):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return error
-
-
 def cpu_threads(device):
     """' (N CPU threads per rank)' on a CPU: what the job gave each process (OMP_NUM_THREADS)."""
     return " (%d CPU thread(s) per rank)" % torch.get_num_threads() if device.type == "cpu" else ""
@@ -115,48 +104,53 @@ class Training:
     """One run's model, optimizer, data, clocks and outputs, and the steps of its loop."""
 
     def __init__(self, cfg, data_dir, out_dir, meta, dist, state, resume_path):
-        """Set-up: the model and optimizer (from the checkpoint when resuming), the data, the
-        metrics file with its start or resume event."""
+        """Set-up, by concern: the model's shape (checked against the checkpoint's), the model and
+        optimizer (from the checkpoint when resuming), how they run, the data, the outputs (the
+        metrics file with its start or resume event). Every rank takes part in the same
+        collectives, in the same order."""
         self.cfg, self.dist, self.out_dir = cfg, dist, out_dir
+        self.device = dist.device
         self.start_step = state["step"] if state else 0
         self.model_cfg = GPTConfig(vocab_size=padded_vocab(int(meta["vocab_size"])), block_size=cfg.block_size, n_layer=cfg.n_layer,
                                    n_head=cfg.n_head, n_embd=cfg.n_embd, dropout=cfg.dropout, bias=cfg.bias)
         # what decodes the model's tokens, carried in every checkpoint (generate needs no data dir)
         self.tokenizer = tokenizer_record(data_dir, meta)
         if state:
-            shape = {k: v for k, v in asdict(self.model_cfg).items() if k != "dropout"}
-            # (checkpoints from before --bias existed have biases)
-            saved_shape = {k: state["model_config"].get(k, True if k == "bias" else None) for k in shape}
-            if saved_shape["vocab_size"] != shape["vocab_size"]:
-                saved_tokenizer = (state.get("tokenizer") or {"kind": "bytes", "vocab_size": 256})
-                raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} were trained on tokens of another "
-                                  f"tokenizer ({saved_tokenizer['kind']}, {saved_tokenizer['vocab_size']} tokens) than "
-                                  f"--data {data_dir} holds ({self.tokenizer['kind']}, {self.tokenizer['vocab_size']} "
-                                  "tokens): prepare the data as before, or train into another --out")
-            if saved_shape != shape:
-                raise ConfigError(f"the checkpoints in {out_dir / CHECKPOINT_DIR} are of a model {saved_shape}, the "
-                                  f"config asks for {shape}; use the same model flags or another --out")
-        device = self.device = dist.device
+            check_resumable(state, self.model_cfg, self.tokenizer, data_dir, out_dir)
         # CPU, ddp: the step's freed buffers stay in the heap for the next step (hostmem.py)
-        host_memory = keep_freed_memory() if device.type == "cpu" and cfg.parallel == "ddp" else None
-        use_bf16 = trains_in_bf16(device, cfg.dtype)
+        host_memory = keep_freed_memory() if self.device.type == "cpu" and cfg.parallel == "ddp" else None
+        use_bf16 = trains_in_bf16(self.device, cfg.dtype)
+        prior_elapsed = self._model_and_optimizer(state, resume_path, use_bf16)
+        self._how_it_runs(use_bf16)
+        self._data(data_dir, meta, use_bf16)
+        self._outputs(state, resume_path, host_memory)
+        self.clock = RunClock(self.start_step, prior_elapsed)
+        self.model.train()
+
+    def _model_and_optimizer(self, state, resume_path, use_bf16):
+        """The model and optimizer, with the checkpoint's state when resuming; the time trained before."""
+        cfg, dist = self.cfg, self.dist
         sharded_from = resume_path if state and is_sharded(resume_path) else None
         seed_everything(cfg.seed)  # the same initial weights on every rank
-        self.raw_model = GPT(self.model_cfg).to(device)
+        self.raw_model = GPT(self.model_cfg).to(self.device)
         self.tokens_seen, prior_elapsed = 0, 0.0
         self.optimizer, changed = model_and_optimizer(
             self.raw_model, cfg, state, sharded_from,
             shard=(lambda model: shard_model(model, use_bf16)) if cfg.parallel == "fsdp" else None)
-        if state:
-            if changed:
-                self.log(f"train: resuming with {', '.join(changed)}")
-            self.tokens_seen, prior_elapsed = state["tokens_seen"], state["elapsed_s"]
-            if restore_rng(state["rng"], dist, cfg.seed, self.start_step):
-                self.log(f"warning: checkpoint from {len(state['rng'])} ranks, now {dist.world_size}: random state "
-                         "reseeded")
-        else:
+        if not state:
             seed_everything(cfg.seed, dist.rank)  # dropout differs between ranks
+            return prior_elapsed
+        if changed:
+            self.log(f"train: resuming with {', '.join(changed)}")
+        self.tokens_seen, prior_elapsed = state["tokens_seen"], state["elapsed_s"]
+        if restore_rng(state["rng"], dist, cfg.seed, self.start_step):
+            self.log(f"warning: checkpoint from {len(state['rng'])} ranks, now {dist.world_size}: random state "
+                     "reseeded")
+        return prior_elapsed
 
+    def _how_it_runs(self, use_bf16):
+        """Precision, the attention kernel, DDP and torch.compile around the model, and each rank's clock."""
+        cfg, dist, device = self.cfg, self.dist, self.device
         if cfg.dtype == "bfloat16" and not use_bf16:
             self.log("warning: --dtype bfloat16 needs a CUDA GPU with native bfloat16 (compute capability 8.0 or "
                      "newer: A100, H100, L4, ...); training in float32")
@@ -188,58 +182,60 @@ class Training:
         self.wait_clock = WaitClock(self.raw_model.parameters(), device) if dist.active and cfg.parallel == "ddp" else None
         # every rank's node, once: each loss record then gathers only the ranks' times
         self.node_names = dist.gather(self.node) if self.wait_clock else None
+        self.grad_norm = torch.zeros((), device=device)
 
+    def _data(self, data_dir, meta, use_bf16):
+        """The token files, this rank's share of a batch, and what a step's MFU is measured by."""
+        cfg, dist = self.cfg, self.dist
         self.train_tokens = open_tokens(data_dir, meta, "train")
         self.val_tokens = open_tokens(data_dir, meta, "val")
         self.tokens_per_step = cfg.batch_size * cfg.grad_accum * dist.world_size * cfg.block_size
         self.rank_slice = slice(dist.rank * cfg.batch_size, (dist.rank + 1) * cfg.batch_size)
-        self.peak_flops = peak_bf16_flops(torch.cuda.get_device_name(device)) if use_bf16 else None
+        self.peak_flops = peak_bf16_flops(torch.cuda.get_device_name(self.device)) if use_bf16 else None
         self.flops_per_token = self.raw_model.flops_per_token()
 
+    def _outputs(self, state, resume_path, host_memory):
+        """Rank 0's outputs (W&B first, metrics.jsonl, node_times.json, TensorBoard) and the start or
+        resume event, in metrics.jsonl and starts.jsonl."""
+        cfg, dist, out_dir = self.cfg, self.dist, self.out_dir
         self.metrics = self.node_times = self.events = self.wandb = None
-        self.grad_norm = torch.zeros((), device=device)
         # torch.distributed.run's restarts of the ranks inside the job (pretrain_restarts_in_job):
         # the launcher whose rank failed counts one; the others restarted theirs for it at 0
         restart_in_job = dist.max_int_async(int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)).wait()
-        if dist.is_main:
-            if cfg.wandb_project:  # first: a W&B that does not start stops the run before it writes anything
-                self.wandb = WandbLog(cfg, out_dir, {**asdict(cfg), "world_size": dist.world_size,
-                                                     "params": self.raw_model.num_params(),
-                                                     "tokenizer": self.tokenizer["kind"],
-                                                     "vocab_size": self.tokenizer["vocab_size"]})
-            self.metrics = MetricsLog(out_dir / METRICS_FILE, self.start_step)
-            self.node_times = NodeTimes(out_dir / NODE_TIMES_FILE, state.get("node_times") if state else None)
-            self.node_times.write()  # as of the checkpoint, like metrics.jsonl
-            if cfg.tensorboard:
-                self.events = EventWriter(out_dir / TENSORBOARD_DIR, self.start_step)
-            (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
-            event = {"event": "resume" if self.start_step else "start", "step": self.start_step,
-                     "total_steps": cfg.steps, "world_size": dist.world_size, "parallel": cfg.parallel,
-                     "device": str(device), **({"host_memory": host_memory} if host_memory else {}),
-                     "params": self.raw_model.num_params(), "tokens_per_step": self.tokens_per_step,
-                     "tokenizer": self.tokenizer["kind"], "vocab_size": self.tokenizer["vocab_size"]}
-            if self.start_step:
-                event.update(checkpoint=resume_path, discarded_records=self.metrics.dropped)
-                if (self.metrics.dropped_to_step or 0) > self.start_step:  # trained past it: trained again
-                    event.update(steps_lost=self.metrics.dropped_to_step - self.start_step)
-            event.update(slurm_start())
-            if restart_in_job:
-                event.update(restart_in_job=restart_in_job,
-                             failed_ranks=recent_failures(out_dir / RANK_FAILURES_FILE, event.get("job_id"),
-                                                          event.get("start")))
-            self.metrics.write(event)
-            if event.get("job_id"):  # beside the job script's line of this start: where it resumed, for the watch
-                append_line(out_dir / STARTS_FILE, {key: event[key] for key in (
-                    "job_id", "start", "event", "step", "checkpoint", "restart_in_job", "failed_ranks",
-                    "discarded_records", "steps_lost") if key in event})
-            start_note = (f"resuming at step {self.start_step} from {resume_path}" if self.start_step
-                          else "starting at step 0")
-            self.log(f"train: {self.raw_model.num_params() / 1e6:.2f}M parameters, {dist.world_size} rank(s) "
-                     f"({cfg.parallel if dist.active else 'one process'}) on "
-                     f"{device.type}{cpu_threads(device)}, {self.tokens_per_step:,} tokens per step, {start_note}")
-
-        self.clock = RunClock(self.start_step, prior_elapsed)
-        self.model.train()
+        if not dist.is_main:
+            return
+        if cfg.wandb_project:  # first: a W&B that does not start stops the run before it writes anything
+            self.wandb = WandbLog(cfg, out_dir, {**asdict(cfg), "world_size": dist.world_size,
+                                                 "params": self.raw_model.num_params(),
+                                                 "tokenizer": self.tokenizer["kind"],
+                                                 "vocab_size": self.tokenizer["vocab_size"]})
+        self.metrics = MetricsLog(out_dir / METRICS_FILE, self.start_step)
+        self.node_times = NodeTimes(out_dir / NODE_TIMES_FILE, state.get("node_times") if state else None)
+        self.node_times.write()  # as of the checkpoint, like metrics.jsonl
+        if cfg.tensorboard:
+            self.events = EventWriter(out_dir / TENSORBOARD_DIR, self.start_step)
+        (out_dir / PREEMPTED_MARKER).unlink(missing_ok=True)
+        event = {"event": "resume" if self.start_step else "start", "step": self.start_step,
+                 "total_steps": cfg.steps, "world_size": dist.world_size, "parallel": cfg.parallel,
+                 "device": str(self.device), **({"host_memory": host_memory} if host_memory else {}),
+                 "params": self.raw_model.num_params(), "tokens_per_step": self.tokens_per_step,
+                 "tokenizer": self.tokenizer["kind"], "vocab_size": self.tokenizer["vocab_size"]}
+        if self.start_step:
+            event.update(checkpoint=resume_path, discarded_records=self.metrics.dropped)
+            if (self.metrics.dropped_to_step or 0) > self.start_step:  # trained past it: trained again
+                event.update(steps_lost=self.metrics.dropped_to_step - self.start_step)
+        event.update(slurm_start())
+        if restart_in_job:
+            event.update(restart_in_job=restart_in_job,
+                         failed_ranks=recent_failures(out_dir / RANK_FAILURES_FILE, event.get("job_id"),
+                                                      event.get("start")))
+        self.metrics.write(event)
+        add_start_line(out_dir, event)
+        start_note = (f"resuming at step {self.start_step} from {resume_path}" if self.start_step
+                      else "starting at step 0")
+        self.log(f"train: {self.raw_model.num_params() / 1e6:.2f}M parameters, {dist.world_size} rank(s) "
+                 f"({cfg.parallel if dist.active else 'one process'}) on "
+                 f"{self.device.type}{cpu_threads(self.device)}, {self.tokens_per_step:,} tokens per step, {start_note}")
 
     def log(self, message):
         if self.dist.is_main:
@@ -422,7 +418,7 @@ def train(cfg, data_dir, out_dir, meta, dist, stop):
         status = run_steps(run, cfg, stop)
         return status
     except Exception as error:
-        record_failure(out_dir / RANK_FAILURES_FILE, run, error)
+        record_failure(out_dir / RANK_FAILURES_FILE, run.dist.rank, run.node, getattr(run, "done", run.start_step), error)
         raise
     finally:
         if run.wandb:
@@ -449,59 +445,6 @@ def run_steps(run, cfg, stop):
             return run.stop(done, stop_signal)
         if cfg.checkpoint_interval and done % cfg.checkpoint_interval == 0:
             run.checkpoint(done)
-
-
-RANK_FAILURES_FILE = "rank_failures.jsonl"
-STARTS_FILE = "starts.jsonl"  # the job script's line per start (Slurm); rank 0 adds where the start resumed
-FAILURES_TAIL_BYTES = 65536
-FAILURES_NAMED = 8
-
-
-def slurm_start():
-    """{job_id, start} of the Slurm job this runs in (start 1, then one more per requeue), {} outside one."""
-    job_id = os.environ.get("SLURM_JOB_ID")
-    if not job_id:
-        return {}
-    restarts = os.environ.get("SLURM_RESTART_COUNT") or "0"
-    return {"job_id": job_id, "start": int(restarts) + 1 if restarts.isdigit() else 1}
-
-
-def record_failure(path, run, error):
-    """One line for the rank whose step raised: appended, so that ranks failing together keep theirs."""
-    text = (f"{type(error).__name__}: {error}".strip().splitlines() or [type(error).__name__])[0][:500]
-    line = {"rank": run.dist.rank, "node": run.node, "step": getattr(run, "done", run.start_step), "error": text,
-            "restart_in_job": int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0),
-            "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **slurm_start()}
-    append_line(path, line)
-
-
-def append_line(path, record):
-    """One JSON line appended to path; a file that cannot be written is said, and the run goes on."""
-    try:
-        with open(path, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
-    except OSError as e:
-        print(f"train: cannot add to {path}: {e}", file=sys.stderr, flush=True)
-
-
-def recent_failures(path, job_id, start):
-    """The last FAILURES_NAMED failures of this job's start in path (its last FAILURES_TAIL_BYTES):
-    [{rank, node, step, error}]."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, handle.seek(0, os.SEEK_END) - FAILURES_TAIL_BYTES))
-            lines = handle.read().splitlines()
-    except OSError:
-        return []
-    found = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            continue  # the first, cut by the seek, a line still being written, or one nested too deep to parse
-        if isinstance(record, dict) and record.get("job_id") == job_id and record.get("start") == start:
-            found.append({key: record.get(key) for key in ("rank", "node", "step", "error")})
-    return found[-FAILURES_NAMED:]
 
 
 def build_parser():
@@ -541,27 +484,6 @@ def main(argv=None):
         return 2
     finally:
         dist.close(wait_for_all=every_rank_done)
-
-
-def launched_exit_status(status, environ=None):
-    """The exit status of a rank started by torch.distributed.run. Under --max-restarts (the job's
-    pretrain_restarts_in_job) the launcher restarts every rank after one that exits non-zero, so a
-    rank that stopped with a checkpoint on the notice exits 0 there: the PREEMPTED marker, not the
-    status, tells the job script that the training stopped (to requeue itself, or to end on a stop
-    request)."""
-    environ = os.environ if environ is None else environ
-    if status == EXIT_PREEMPTED and int(environ.get("TORCHELASTIC_MAX_RESTARTS") or 0) > 0:
-        return 0
-    return status
-
-
-def exit_now(status):
-    """End a launched rank without the interpreter's teardown: the run's files are written and
-    closed, the process group is gone, and what is left to tear down (torch's threads and
-    native objects) can only fail a finished run (std::terminate at exit, seen with gloo)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 if __name__ == "__main__":
