@@ -95,3 +95,31 @@ def test_the_link_checks_notice_a_broken_link():
            "`[not a link](in/code.md)` and\n```\n[nor](this.md)\n```\n"
     assert list(relative_links(page)) == ["docs/gone.md"]
     assert GUIDES_LISTED.findall(page) == ["docs/gone.md"]
+
+
+def test_contributing_layout_names_every_module_plugin_role_playbook_and_tool():
+    """A newcomer finds each file in CONTRIBUTING's layout: a new one that is not named there fails."""
+    with open(os.path.join(ROOT, "CONTRIBUTING.md")) as handle:
+        text = handle.read()
+    layout = text.split("## Layout", 1)[1].split("```", 2)[1]
+    named = set(re.findall(r"[\w.]+", layout))
+
+    def stems(folder, ext=".py"):
+        path = os.path.join(ROOT, folder)
+        return {name[:-len(ext)] if ext == ".py" else name for name in os.listdir(path)
+                if name.endswith(ext) and name != "__init__.py"}
+
+    wanted = {
+        "plugins/modules": stems("plugins/modules"),
+        "plugins/action": stems("plugins/action"),
+        "plugins/callback": stems("plugins/callback"),
+        "plugins/module_utils": {s + ".py" for s in stems("plugins/module_utils")},
+        "plugins/module_utils/inputs": {s + ".py" for s in stems("plugins/module_utils/inputs")},
+        "plugins/module_utils/node": {s + ".py" for s in stems("plugins/module_utils/node")},
+        "playbooks": stems("playbooks", ".yml"),
+        "tools": {s + ".py" for s in stems("tools")},
+    }
+    missing = {folder: sorted(names - named) for folder, names in wanted.items() if names - named}
+    roles = sorted(name for name in os.listdir(os.path.join(ROOT, "roles"))
+                   if "roles/%s/" % name not in layout)
+    assert not missing and not roles, ("CONTRIBUTING.md's layout does not name", missing, roles)
