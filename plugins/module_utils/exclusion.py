@@ -18,6 +18,7 @@ import datetime
 import time
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.bad_nodes import BAD_NODES_MAX_BYTES
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
 
@@ -32,8 +33,7 @@ HELD_AFTER_CHECK = "job_requeued_in_held_state"
 RELAUNCH_AFTER_S = 2
 SCONTROL_TIME = "%Y-%m-%dT%H:%M:%S"
 
-# a record of 2,048 bad nodes is about 300 KB; a file larger than this is no such record
-BAD_NODES_MAX_BYTES = 16 * 1048576
+# (BAD_NODES_MAX_BYTES: a record of 2,048 bad nodes is about 300 KB; a larger file is no such record)
 
 
 def held_after_check(job):

@@ -9,11 +9,11 @@ import inspect
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import node
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import (
-    atomic, event_files, exit_codes, gpu, gpu_health, hang, job_end, link_speed, nccl, network_check, node_check,
+    atomic, bad_nodes, event_files, exit_codes, gpu, gpu_health, hang, job_end, link_speed, nccl, network_check, node_check,
     record_patterns, untrusted)
 
 NAME = "llmtrain_node"
-MODULES = (node, atomic, event_files, exit_codes, gpu, gpu_health, hang, job_end, link_speed, nccl, network_check,
+MODULES = (node, atomic, bad_nodes, event_files, exit_codes, gpu, gpu_health, hang, job_end, link_speed, nccl, network_check,
            node_check, record_patterns, untrusted)
 
 

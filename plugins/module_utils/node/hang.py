@@ -51,7 +51,7 @@ import subprocess
 import sys
 import time
 
-from . import event_files
+from . import bad_nodes, event_files
 from .exit_codes import code
 from .node_check import read_json, write_json
 from .untrusted import METRICS_RECORD_MAX_BYTES, record as json_record
@@ -433,10 +433,8 @@ def act(args, summary):
         return 0
     if args.policy == "requeue" and restart < args.requeue_max:
         if suspects and args.bad_nodes_file:
-            known = read_json(args.bad_nodes_file, {})
-            for node, reason in suspects.items():
-                known[node] = dict(reason="hang: " + reason, job_id=job, time=summary["time"])
-            write_json(args.bad_nodes_file, known)
+            bad_nodes.record(args.bad_nodes_file, {node: "hang: " + reason for node, reason in suspects.items()}, job,
+                             summary["time"])
             say("requeue %d of %d without %s, held until the watcher excludes them" % (
                 restart + 1, args.requeue_max, ", ".join(sorted(suspects))))
             command = ["scontrol", "requeuehold", job]

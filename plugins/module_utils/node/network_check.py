@@ -37,8 +37,8 @@ import statistics
 import sys
 import time
 
-from . import link_speed
-from .node_check import read_json, record_stop_notice, stop_recording_notices, write_json
+from . import bad_nodes, link_speed
+from .node_check import record_stop_notice, stop_recording_notices, write_json
 
 LATENCY_BYTES = 8
 PAIR_PASSES = 3
@@ -310,10 +310,8 @@ def run(args, environ=None, started=None):
     if verdict["slow_fabric"]:
         say(": the fabric is slow: %s" % verdict["slow_fabric"])
     if verdict["slow"] and args.bad_nodes_file:
-        known = read_json(args.bad_nodes_file, {})
-        for name, reason in verdict["slow"].items():
-            known[name] = dict(reason="slow network: " + reason, job_id=args.job, time=result["time"])
-        write_json(args.bad_nodes_file, known)
+        bad_nodes.record(args.bad_nodes_file, {name: "slow network: " + reason for name, reason in verdict["slow"].items()},
+                         args.job, result["time"])
     return 0
 
 

@@ -44,7 +44,7 @@ import socket
 import sys
 import tempfile
 
-from . import exit_codes, gpu, gpu_health, nccl, untrusted
+from . import bad_nodes, exit_codes, gpu, gpu_health, nccl, untrusted
 from .atomic import replace_file
 
 BAD_NODES_RC = exit_codes.BAD_NODES.code  # gather's verdict, to node_check.sh
@@ -375,10 +375,7 @@ def gather(args, now=None):
     summary = dict(job_id=args.job, restart=args.restart, time=stamp, nodes=records, bad=bad, table=table(records))
     write_json(args.out, summary)
     if bad and args.bad_nodes_file:
-        known = read_json(args.bad_nodes_file, {})
-        for node, reason in bad.items():
-            known[node] = dict(reason=reason, job_id=args.job, time=stamp)
-        write_json(args.bad_nodes_file, known)
+        bad_nodes.record(args.bad_nodes_file, bad, args.job, stamp)
     for line in summary["table"]:
         sys.stdout.write("llmtrain: node check  %s\n" % line)
     for node, reason in sorted(bad.items()):

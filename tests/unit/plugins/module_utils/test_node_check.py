@@ -541,11 +541,33 @@ def test_gather_names_the_nodes_bound_to_fewer_cpus_than_asked_and_processes_sha
                          "slurm_procs_per_node (8), such as the CPUs of a GPU times the GPUs")
 
 
-def test_gather_over_an_unreadable_bad_nodes_file_starts_it_again(tmp_path, capsys):
-    (tmp_path / "bad_nodes.json").write_text("{not json")
+@pytest.mark.parametrize("text, why", [("{not json", "it is no JSON ("), ('["n7"]', "not a JSON object")])
+def test_gather_over_an_unreadable_bad_nodes_file_keeps_it_aside_says_so_and_starts_it_again(
+        tmp_path, capsys, text, why):
+    (tmp_path / "bad_nodes.json").write_text(text)
     rc, _summary = node_check.gather(gather_args(tmp_path, "n1"), now=NOW)
     assert rc == 3
     assert list(json.loads((tmp_path / "bad_nodes.json").read_text())) == ["n1"]
+    assert (tmp_path / "bad_nodes.json.unreadable").read_text() == text  # what it held is not lost
+    err = capsys.readouterr().err
+    assert "bad_nodes.json cannot be read (" in err and "kept as %s" % (tmp_path / "bad_nodes.json.unreadable") in err
+    assert why in err, err
+
+
+def test_the_three_writers_of_bad_nodes_merge_into_one_file_read_as_the_watch_reads_it(tmp_path):
+    """The node check, the network check and the hang watch add theirs through bad_nodes.record;
+    earlier entries stay, a node found again gets its latest reason."""
+    from ansible_collections.llmtrain.slurm.plugins.module_utils import exclusion  # pylint: disable=import-outside-toplevel
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.node import bad_nodes  # pylint: disable=import-outside-toplevel
+    path = str(tmp_path / "bad_nodes.json")
+    bad_nodes.record(path, {"n1": "no GPU", "n2": "no network interface ib0"}, "41", "2026-12-05T10:00:00Z")
+    bad_nodes.record(path, {"n3": "slow network: 2.1 GB/s"}, "41", "2026-12-05T10:01:00Z")
+    bad_nodes.record(path, {"n2": "hang: rank 3 stopped (state T)"}, "42", "2026-12-05T11:00:00Z")
+    known, why = exclusion.load_bad_nodes(path)
+    assert why is None, why
+    assert {node: entry["reason"] for node, entry in known.items()} == {
+        "n1": "no GPU", "n2": "hang: rank 3 stopped (state T)", "n3": "slow network: 2.1 GB/s"}
+    assert known["n2"]["job_id"] == "42" and known["n1"]["time"] == "2026-12-05T10:00:00Z"
 
 
 def test_main_gather_returns_its_exit_code(tmp_path, capsys):
