@@ -11,12 +11,12 @@ import errno
 import hashlib
 import os
 import stat
-import tempfile
 
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
 
 MODULE = "llmtrain.slurm.fetch_files"
@@ -113,9 +113,8 @@ class ActionModule(ActionBase):
         """Copy remote into a temporary file beside local and rename it into place (0644 less
         private_bits())."""
         make_dirs(os.path.dirname(local))
-        handle, temp = tempfile.mkstemp(dir=os.path.dirname(local), prefix="." + os.path.basename(local) + ".")
-        os.close(handle)
-        try:
+
+        def copy(temp):
             if self._connection.become:
                 # the connection reads as the login user: the become user reads the file with slurp
                 read = self._execute_module(module_name="ansible.legacy.slurp", module_args=dict(src=remote),
@@ -126,9 +125,4 @@ class ActionModule(ActionBase):
                     stream.write(base64.b64decode(read["content"]))
             else:
                 self._connection.fetch_file(remote, temp)
-            os.chmod(temp, 0o644 & ~private_bits())
-            os.replace(temp, local)
-        except BaseException:
-            if os.path.lexists(temp):
-                os.unlink(temp)
-            raise
+        replace_with(local, copy, 0o644 & ~private_bits(), prefix="." + os.path.basename(local) + ".")

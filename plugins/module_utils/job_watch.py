@@ -17,6 +17,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import atomic, event_files, untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.hang import SHOWN_NODES
 from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import recovery, unreadable_starts_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_count
@@ -225,7 +226,7 @@ def trainer_state_of(module, p):
 
 
 # a hang's summary names at most this many nodes (each with its first frames); the others are counted
-HANG_NODES_SHOWN = 8
+HANG_NODES_SHOWN = SHOWN_NODES
 # a frame of a hang's summary is one line of py-spy's, cut to this length
 FRAME_CHARS = 300
 # the fields of a hang's summary (node/hang.py's summarize) that are shown, of their types

@@ -26,19 +26,29 @@ def holds(path, data, mode):
         return handle.read() == data
 
 
-def replace_file(path, data, mode=0o644, prefix=".tmp-", fsync=False):
-    """Write data (bytes) to a temporary file beside path (named prefix + random), give it mode,
-    optionally fsync it, and rename it over path. The temporary file is removed on any error."""
+def replace_with(path, write, mode=0o644, prefix=".tmp-"):
+    """write(temp) to a temporary file beside path (named prefix + random), give it mode and rename
+    it over path; the temporary file is removed on any error. The one way the collection replaces
+    a file: replace_file below, the run report's outputs, the fetched files."""
     handle, temp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=prefix)
+    os.close(handle)
     try:
-        with os.fdopen(handle, "wb") as stream:
+        write(temp)
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        if os.path.lexists(temp):
+            os.unlink(temp)
+        raise
+
+
+def replace_file(path, data, mode=0o644, prefix=".tmp-", fsync=False):
+    """Write data (bytes) to a temporary file beside path, optionally fsync it, and rename it over
+    path (replace_with)."""
+    def write(temp):
+        with open(temp, "wb") as stream:
             stream.write(data)
             if fsync:
                 stream.flush()
                 os.fsync(stream.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
+    replace_with(path, write, mode, prefix)

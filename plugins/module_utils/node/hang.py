@@ -64,6 +64,9 @@ DUMP_TIMEOUT_S = 30  # one rank's py-spy dump
 STEP_TIMEOUT_S = 120  # the dump step on every node
 FRAMES = 40
 SHOWN_FRAMES = 3
+# a hang's summary, where it is shown (the watch's message, the run report), names at most this
+# many of its nodes, each with its first frames; the others are counted
+SHOWN_NODES = 8
 # with pretrain_restarts_in_job: how long after a silence over the limit the batch node's ranks
 # are watched for a restart (torch.distributed.run stopping them and starting new ones) first
 RESTART_GRACE_S = 60

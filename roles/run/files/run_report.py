@@ -40,7 +40,6 @@ import shlex
 import statistics
 import string
 import sys
-import tempfile
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.txt"
@@ -54,6 +53,8 @@ NOT_RECORDED = "not recorded"
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "..", "plugins", "module_utils"))
 from stragglers import add_record, node_times_table, totals_table  # noqa: E402  pylint: disable=wrong-import-position
 from node import untrusted  # noqa: E402  pylint: disable=wrong-import-position
+from node.hang import SHOWN_NODES  # noqa: E402  pylint: disable=wrong-import-position
+from node.atomic import replace_with  # noqa: E402  pylint: disable=wrong-import-position
 DEFAULT_STRAGGLER_THRESHOLD = 0.2
 # What of a loss record the report shows: the rest (per-node times, a script's own fields) is not kept,
 # so a week of records fits in a few hundred MB.
@@ -133,16 +134,7 @@ def is_number(value):
 
 def atomic_write(path, write):
     """write(temp_path) then rename over path, so a reader never sees half a file."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, temp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=directory)
-    os.close(fd)
-    try:
-        write(temp)
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        os.unlink(temp)
-        raise
+    replace_with(path, write, 0o644, prefix="." + os.path.basename(path) + ".")
 
 
 # ---------------------------------------------------------------- formatting
@@ -768,7 +760,7 @@ def failed_rank(event):
 
 HANGS_DIR = "hangs"
 HANGS_SHOWN = 20
-HANG_NODES_SHOWN = 8
+HANG_NODES_SHOWN = SHOWN_NODES  # as the watch shows them
 HANG_FRAMES_SHOWN = 4
 
 
