@@ -12,7 +12,7 @@ import time
 import pytest
 
 from cluster import (BRIDGE, CLUSTER_DIR, NETNS_PREFIX, NODES, RELEASE, SLURM_CONF, SUBNET, controller_running, node,
-                     run_playbook, slurm)
+                     run_playbook, slurm, wait_for)
 
 LINK = ("-e", "local_cluster_link_system_config=true")
 
@@ -60,6 +60,9 @@ def test_each_node_runs_in_its_own_network_namespace(local_cluster):
 
 @pytest.mark.releases(system=True)
 def test_a_shell_that_sources_env_sh_uses_the_clusters_release_and_each_node_sees_its_own_interfaces(local_cluster):
+    # the tests before this one ran steps on every node, which stay COMPLETING a moment after
+    # (seen in CI: "3 completing"): the shell below is to find them idle
+    wait_for(lambda: "3 idle" in slurm("sinfo", "--noheader", "--format", "%D %T"), 60, "the 3 nodes to be idle")
     env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
     out = subprocess.run(["sh", "-c", '. "$1/env.sh" && cd / && scontrol --version && sinfo --noheader --format "%D %T" '
                           '&& srun -N3 --label cat /sys/class/net/eth0/address', "sh", CLUSTER_DIR], env=env, check=True,
