@@ -9,6 +9,7 @@ kept in bench/recorded/trainer_gpu.jsonl (where and with what each was taken), a
     python bench/trainer_gpu.py                  # all GPUs of this machine
     python bench/trainer_gpu.py --gpus 1 --format json
     python bench/trainer_gpu.py --smoke          # a tiny model, any device: checks the script itself
+    python bench/trainer_gpu.py --gpus 1 --batch-size 32,64 --attention auto,cudnn   # 4 runs, one data set
 
 MFU is the trainer's own figure: tokens/s x FLOPs per token / (GPUs x the GPU's dense bf16
 peak), FLOPs per token = 6*N + 12*L*H*Q*T (trainer.model.GPT.flops_per_token): N the
@@ -46,6 +47,7 @@ GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024}
 SMOKE = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64}
 VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 64, as nanoGPT does
 MFU_FORMULA = "6*N + 12*L*H*Q*T"
+ATTENTION = ("auto", "flash", "efficient", "math", "cudnn")  # the trainer's --attention
 
 
 def write_random_tokens(data_dir, n_tokens, vocab):
@@ -84,18 +86,32 @@ def run_trainer(argv, out_dir, env):
                           check=False).returncode
 
 
+def comma_list(kind, choices=None):
+    """An argparse type: a comma-separated list of kind, each one of choices where given."""
+    def parse(text):
+        values = [kind(part.strip()) for part in text.split(",") if part.strip()]
+        wrong = [v for v in values if choices and v not in choices]
+        if not values or wrong:
+            raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list"
+                                             + (f" of {', '.join(choices)}" if choices else ""))
+        return values
+    return parse
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--gpus", type=int, default=torch.cuda.device_count(), help="ranks, one per GPU")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--skip-steps", type=int, default=20, help="first steps left out (compilation, warmup)")
-    p.add_argument("--batch-size", type=int, default=16, help="sequences per GPU per micro-step")
+    p.add_argument("--batch-size", type=comma_list(int), default=[16],
+                   help="sequences per GPU per micro-step; several (16,32,64): one run each")
     p.add_argument("--no-compile", dest="compile", action="store_false")
-    p.add_argument("--attention", default="auto", choices=("auto", "flash", "efficient", "math", "cudnn"),
-                   help="the trainer's --attention: the attention kernel tried first")
+    p.add_argument("--attention", type=comma_list(str, ATTENTION), default=["auto"],
+                   help="the trainer's --attention, the attention kernel tried first; several (auto,cudnn): one run "
+                        "each, every batch size with every kernel, on the same data")
     p.add_argument("--smoke", action="store_true", help="tiny model on whatever device there is")
     p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
-    p.add_argument("--record", action="store_true", help=f"append the result to {RECORDED.relative_to(ROOT)}")
+    p.add_argument("--record", action="store_true", help=f"append each result to {RECORDED.relative_to(ROOT)}")
     args = p.parse_args(argv)
     if not args.smoke and not torch.cuda.is_available():
         print("trainer_gpu: no CUDA device here; skipped (run it on a GPU node, or with --smoke)")
@@ -106,8 +122,6 @@ def main(argv=None):
     vocab = 256 if args.smoke else VOCAB
     cuda = torch.cuda.is_available()
     gpus = max(1, args.gpus) if cuda else 1
-    dtype = "bfloat16" if cuda else "float32"
-    log_interval = 10
 
     compile_note = None
     use_compile = args.compile and not args.smoke
@@ -116,30 +130,51 @@ def main(argv=None):
         if problem:
             use_compile, compile_note = False, f"torch.compile does not work here ({problem}); ran eagerly"
 
+    results = []
     with tempfile.TemporaryDirectory(prefix="trainer_gpu-") as tmp:
-        data_dir, out_dir = Path(tmp) / "data", Path(tmp) / "run"
+        data_dir = Path(tmp) / "data"
         write_random_tokens(data_dir, 1 << 22 if args.smoke else 1 << 27, vocab)
-        launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
-                    if gpus > 1 else [sys.executable])
-        trainer = launcher + ["-m", "trainer.train", "--data", str(data_dir),
-                              "--steps", str(args.steps), "--batch-size", str(args.batch_size), "--warmup", "10",
-                              "--log-interval", str(log_interval), "--eval-interval", "0", "--eval-iters", "1",
-                              "--checkpoint-interval", "0", "--dtype", dtype, "--attention", args.attention]
-        trainer += [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
-        env = dict(os.environ, PYTHONPATH=str(FILES_DIR))
-        status = run_trainer(trainer + ["--compile" if use_compile else "--no-compile"], out_dir, env)
-        if status != 0 and use_compile:
-            use_compile, compile_note = False, f"the compiled run failed (exit {status}, its output above); ran eagerly"
-            print(f"trainer_gpu: {compile_note}", file=sys.stderr, flush=True)
-            status = run_trainer(trainer + ["--no-compile"], out_dir, env)
-        if status != 0:
-            print(f"trainer_gpu: the trainer failed with exit status {status} (its output above)", file=sys.stderr)
-            return 1
-        records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+        for batch_size in args.batch_size:
+            for attention in args.attention:
+                result = measure(args, shape, vocab, gpus, data_dir, Path(tmp) / "run", batch_size, attention,
+                                 use_compile, compile_note)
+                if result is None:
+                    return 1
+                if args.record:
+                    record(result)
+                results.append(result)
+                if args.format != "json":
+                    print_result(result, args.format)
+    if args.format == "json":  # one object for one run, as before; a list for several
+        print(json.dumps(results[0] if len(results) == 1 else results, indent=2))
+    return 0
 
+
+def measure(args, shape, vocab, gpus, data_dir, out_dir, batch_size, attention, use_compile, compile_note):
+    """One run of the trainer at this batch size and attention kernel: its result, or None when it failed."""
+    cuda = torch.cuda.is_available()
+    dtype = "bfloat16" if cuda else "float32"
+    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(gpus)]
+                if gpus > 1 else [sys.executable])
+    trainer = launcher + ["-m", "trainer.train", "--data", str(data_dir),
+                          "--steps", str(args.steps), "--batch-size", str(batch_size), "--warmup", "10",
+                          "--log-interval", "10", "--eval-interval", "0", "--eval-iters", "1",
+                          "--checkpoint-interval", "0", "--dtype", dtype, "--attention", attention]
+    trainer += [f"--{k.replace('_', '-')}={v}" for k, v in shape.items()]
+    env = dict(os.environ, PYTHONPATH=str(FILES_DIR))
+    status = run_trainer(trainer + ["--compile" if use_compile else "--no-compile"], out_dir, env)
+    if status != 0 and use_compile:
+        use_compile, compile_note = False, f"the compiled run failed (exit {status}, its output above); ran eagerly"
+        print(f"trainer_gpu: {compile_note}", file=sys.stderr, flush=True)
+        status = run_trainer(trainer + ["--no-compile"], out_dir, env)
+    if status != 0:
+        print(f"trainer_gpu: the trainer failed with exit status {status} (its output above)", file=sys.stderr)
+        return None
+    records = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
     steady = [r for r in records if "loss" in r and r["step"] > args.skip_steps]
     if not steady:
-        p.error(f"no metrics after step {args.skip_steps}; raise --steps")
+        print(f"trainer_gpu: no metrics after step {args.skip_steps}; raise --steps", file=sys.stderr)
+        return None
     mfus = [r["mfu"] for r in steady if r.get("mfu") is not None]
     flops, n_params = flops_per_token(shape, vocab)
     native_bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)
@@ -147,8 +182,8 @@ def main(argv=None):
     result = {
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "gpus": gpus, "model": shape, "vocab_size": vocab,
-        "batch_size_per_gpu": args.batch_size, "compile": use_compile, "compile_note": compile_note,
-        "attention": args.attention,
+        "batch_size_per_gpu": batch_size, "compile": use_compile, "compile_note": compile_note,
+        "attention": attention,
         "dtype": dtype if native_bf16 or not cuda else "float32",
         "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in steady)),
         "mfu": round(statistics.median(mfus), 4) if mfus else None,
@@ -156,17 +191,11 @@ def main(argv=None):
         "flops_per_token": flops, "non_embedding_params": n_params, "peak_flops": peak,
         "final_loss": steady[-1]["loss"],
     }
-    if args.record:
-        record(result)
-    if args.format == "json":
-        print(json.dumps(result, indent=2))
-        return 0
     if not cuda:
         result["mfu_note"] = "n/a (no GPU)"
     elif not native_bf16:
         result["mfu_note"] = "n/a (no native bfloat16 on this GPU: trained in float32)"
-    print_result(result, args.format)
-    return 0
+    return result
 
 
 def print_result(result, fmt, where=""):
