@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES_DIR = ROOT / "roles" / "deploy" / "files"
 RECORDED = ROOT / "bench" / "recorded" / "trainer_gpu.jsonl"
 sys.path.insert(0, str(FILES_DIR))
+from trainer.config import ATTENTION  # noqa: E402  pylint: disable=wrong-import-position
 from trainer.mfu import peak_bf16_flops  # noqa: E402  pylint: disable=wrong-import-position
 from trainer.model import GPT, GPTConfig  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -47,7 +48,6 @@ GPT2_SMALL = {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024}
 SMOKE = {"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64}
 VOCAB = 50304  # GPT-2's 50257 padded to a multiple of 64, as nanoGPT does
 MFU_FORMULA = "6*N + 12*L*H*Q*T"
-ATTENTION = ("auto", "flash", "efficient", "math", "cudnn")  # the trainer's --attention
 
 
 def write_random_tokens(data_dir, n_tokens, vocab):
