@@ -17,24 +17,20 @@ run's length.
 from __future__ import annotations
 
 import os
-import re
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import tail_records
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import COUNT, INT, JOB, LIST, TEXT, fields
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.run_files import END_FIELDS, HOST_LIST, START_FIELDS
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import COUNT, JOB, LIST, TEXT, fields
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import node_state_text, parse_nodes, usable
 
 # starts.jsonl lines read from its end: the starts of the watched job are its last ones
 STARTS_READ = 16
-# a Slurm host list as the job script writes it ("n[01-04,07],gpu-a1"), never an option
-HOST_LIST = re.compile(r"\A[A-Za-z0-9._][][A-Za-z0-9._,-]*\Z")
 # lost nodes named in a result; the others are counted
 LOST_NAMED = 16
-# The fields of each kind of line, of the types they must have (a job id of digits, JOBID_TASK for
-# an array's): a line whose job id or start is not of its type is not one of them.
-START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT)
+# The fields of the trainer's events, of the types they must have (the job's start and end lines':
+# run_files.py): a line whose job id or start is not of its type is not one of them.
 EVENT_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, step=COUNT, checkpoint=TEXT, restart_in_job=COUNT,
                     failed_ranks=LIST, discarded_records=COUNT, steps_lost=COUNT)
-END_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, how=TEXT, exit_code=INT, time=TEXT, signal=TEXT)
 # a rank named in a restart's event (the trainer names 8 at most)
 FAILED_RANK_FIELDS = dict(rank=COUNT, node=TEXT, step=COUNT, error=TEXT)
 FAILED_RANKS_NAMED = 8

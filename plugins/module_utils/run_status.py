@@ -31,16 +31,16 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import lo
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_watch import newest_hang
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import end_how, run_starts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES
 
-RUN_MARKERS = ("scripts/pretrain.sbatch", "train.done.json", "starts.jsonl")
+RUN_MARKERS = ("scripts/pretrain.sbatch", "train.done.json", run_files.STARTS)
 DONE_FILE = "train.done.json"
-STARTS_FILE = "starts.jsonl"
-STOP_FILE = "STOP"
+STARTS_FILE = run_files.STARTS
+STOP_FILE = run_files.STOP
 METRICS_FILE = "metrics.jsonl"
 BAD_NODES_FILE = "bad_nodes.json"
 # the tail of starts.jsonl read: each start adds its line, the trainer's event and its end line

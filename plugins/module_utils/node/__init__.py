@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The code that runs on the compute nodes: the node check (node_check.py), the network check
+"""The code that runs on the compute nodes: the training job's own logic (job.py, and run_files.py, the
+run directory's shared files), the node check (node_check.py), the network check
 (network_check.py, link_speed.py), the training job's hang watch (hang.py) and what they need (gpu.py, nccl.py, atomic.py, bad_nodes.py,
 exit_codes.py; event_files.py, a script's TensorBoard event files: its progress where it writes no metrics file). The
 modules use the same files. The run role ships this package to

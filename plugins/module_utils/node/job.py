@@ -1,0 +1,357 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The training job's own logic, run by its job script (scripts/pretrain.sbatch) on the batch node
+in place of its shell, once the script has set the run's environment:
+
+    python -m llmtrain_node.job CONFIG_JSON -- TRAINING STEP'S COMMAND (srun ... sh -c '...')
+
+CONFIG_JSON (rendered by the pretrain role): {run_dir, requeue_max, uncounted_max, done_file,
+checks: [the node check's command, the network check's], script_chdir (your script's working
+directory, or null), wandb_run (the W&B run id's prefix, or null), hang: null or {python: the
+batch Python's command, args: the hang watch's options, prefix: the words before its dump's
+command}}.
+
+What it does, in order:
+1. your script's working directory must exist (else EXIT_SETTING); MASTER_ADDR is the job's first
+   node (else EXIT_FAILED); with W&B, every start continues one W&B run (wandb/run_id);
+2. a start line in starts.jsonl (run_files.py), and at the end of the start, however it ends,
+   an end line saying how; a start that finished marks the run's done record (job_end.py);
+3. the checks run as steps, one after the other; a stop notice (SIGUSR2) to this process while
+   they run is recorded in STOP_NOTICE, as the checks record theirs, and then stops the job
+   before training: a stop asked for (playbooks/stop.yml, STOP names the job) ends it, else it
+   requeues itself while run_requeue_max allows;
+4. the training step runs, with the hang watch beside it; a stop notice to this process now is
+   passed on to the training step; the training stopping with a checkpoint (PREEMPTED) requeues
+   the job, uncounted where the SIGTERM that stopped it was not Slurm's (stray_sigterm);
+5. a signal that ends this process (a cancel's or the time limit's SIGTERM) is named in the end line.
+
+Every decision is here, not in the job script, so that it is tested without Slurm
+(tests/unit/test_job.py runs it against fake srun, scontrol and scancel commands).
+This file imports nothing from Ansible: it runs on the nodes as part of the llmtrain_node package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from . import job_end, run_files
+from .exit_codes import code
+from .untrusted import printable
+
+ENDING_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1")
+SHOW_JOB_MAX_BYTES = 65536
+
+
+def utc_now(fraction=False):
+    now = time.time()
+    text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+    return text + (".%09dZ" % int((now % 1) * 1e9) if fraction else "Z")
+
+
+def say(text, err=False):
+    stream = sys.stderr if err else sys.stdout
+    stream.write("llmtrain: %s\n" % text)
+    stream.flush()
+
+
+class End(Exception):
+    """The job ends with exit status `status`; `how` is its end line's (None: told by the status)."""
+
+    def __init__(self, status, how=None):
+        super().__init__(status)
+        self.status = status
+        self.how = how
+
+
+def exit_status(returncode):
+    """A child's exit status as a shell tells it: 128 + N for one ended by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Job:
+    def __init__(self, config, command, env=None):
+        self.config = config
+        self.command = list(command)
+        self.env = os.environ if env is None else env
+        self.run_dir = config["run_dir"]
+        self.job_id = self.env.get("SLURM_JOB_ID", "")
+        self.start = int(self.env.get("SLURM_RESTART_COUNT") or 0) + 1
+        self.how = None
+        self.signal = None
+        self.ending = False
+        self.training = None
+        # the batch node's Python children find the llmtrain_node package first; the steps get
+        # the environment the job script had (the package is first on theirs by their own means)
+        self.child_env = dict(self.env)
+        scripts = os.path.join(self.run_dir, "scripts")
+        parts = self.child_env.get("PYTHONPATH", "").split(os.pathsep)
+        if parts and parts[0] == scripts:
+            parts = parts[1:]
+            if any(parts):
+                self.child_env["PYTHONPATH"] = os.pathsep.join(parts)
+            else:
+                self.child_env.pop("PYTHONPATH", None)
+
+    def python_env(self):
+        """The environment of the batch node's Python children: the package first on their path."""
+        scripts = os.path.join(self.run_dir, "scripts")
+        rest = self.child_env.get("PYTHONPATH")
+        return dict(self.child_env, PYTHONPATH=scripts + (os.pathsep + rest if rest else ""))
+
+    def file(self, name):
+        return run_files.path(self.run_dir, name)
+
+    def slurm(self, *argv):
+        """A Slurm command's output ('' when it fails or is missing)."""
+        try:
+            return subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  stdin=subprocess.DEVNULL, env=self.child_env, check=False).stdout.decode(
+                                      "utf-8", "replace")
+        except OSError:
+            return ""
+
+    def hostnames(self, host_list):
+        return [line for line in self.slurm("scontrol", "show", "hostnames", host_list).splitlines()
+                if run_files.HOST_NAME.match(line)]
+
+    # -- before the start line -------------------------------------------------------------------
+
+    def prepare(self):
+        chdir = self.config.get("script_chdir")
+        if chdir and not os.path.isdir(chdir):
+            say("the working directory of your script, %s, is not a directory: set run_script_chdir to one that "
+                "exists on the nodes (or null for the directory the script was deployed to)" % chdir, err=True)
+            raise End(code("SETTING"))
+        prefix = self.config.get("wandb_run")
+        if prefix:
+            wandb = self.file("wandb")
+            os.makedirs(wandb, exist_ok=True)
+            run_id_file = os.path.join(wandb, "run_id")
+            run_id = run_files.head(run_id_file, 256).strip()
+            if not run_id:
+                run_id = "%s-%s" % (prefix, os.urandom(4).hex())
+                with open(run_id_file, "w") as f:
+                    f.write(run_id + "\n")
+            self.child_env.update(WANDB_RUN_ID=run_id, WANDB_RESUME="allow")
+        nodelist = self.env.get("SLURM_JOB_NODELIST", "")
+        first = self.slurm("scontrol", "show", "hostnames", nodelist).splitlines()[:1]
+        if not first or not first[0]:
+            say("no master address: 'scontrol show hostnames %s' printed nothing" % printable(nodelist), err=True)
+            raise End(code("FAILED"))
+        self.child_env["MASTER_ADDR"] = first[0]
+        say("job %s start %d on %s, master %s:%s" % (
+            self.job_id, self.start, nodelist, first[0], self.env.get("MASTER_PORT", "")))
+
+    def record_start(self):
+        """The start line: with the nodes of the run's start before that this one lacks."""
+        nodelist = self.env.get("SLURM_JOB_NODELIST", "")
+        starts = self.file(run_files.STARTS)
+        left = ""
+        before = run_files.last_start_nodes(starts)
+        if before:
+            now = set(self.hostnames(nodelist))
+            gone = [n for n in self.hostnames(before) if n not in now]
+            if gone:
+                left = self.slurm("scontrol", "show", "hostlist", ",".join(gone)).strip()
+                left = left if run_files.HOST_LIST.match(left) else ""
+        run_files.append_line(starts, run_files.start_record(self.job_id, self.start, nodelist, left, utc_now()))
+
+    def record_end(self, status):
+        """The end line, and a finished start marks the run's done record."""
+        how = self.how
+        if how is None:
+            how = {0: "killed", code("REQUEUED_HELD"): "requeued", code("HANG"): "hang"}.get(status, "failed")
+        try:
+            run_files.append_line(self.file(run_files.STARTS), run_files.end_record(
+                self.job_id, self.start, how, status, utc_now(), self.signal))
+        except OSError as err:
+            say("cannot add the end line to %s: %s" % (self.file(run_files.STARTS), err), err=True)
+        if how == "finished":
+            try:
+                why = job_end.mark(self.config["done_file"], self.job_id)
+            except OSError as err:
+                why = "cannot write %s: %s" % (self.config["done_file"], err)
+            if why:
+                say(why, err=True)
+
+    # -- signals ---------------------------------------------------------------------------------
+
+    def ended_by_signal(self, signum, _frame):
+        """A signal that ends the job (a cancel's or the time limit's SIGTERM, a site's): named in
+        the end line. How the start ends, when already decided (a requeue asked for, which Slurm
+        carries out with SIGTERM), stays, with its status."""
+        if self.ending or self.how is not None:
+            return
+        self.signal = signal.Signals(signum).name
+        self.how = "killed"
+        raise End(128 + signum, "killed")
+
+    def stop_notice(self, _signum, _frame):
+        """A stop notice to the batch process (scancel --full or --batch --signal=USR2, a site's
+        --signal=B:USR2@<lead>): before training, recorded as the checks record theirs; during
+        training, passed on to the training step."""
+        if self.ending:
+            return
+        if self.training is not None:
+            say("a stop notice (SIGUSR2) to the batch shell: passed on to the training step")
+            try:
+                done = subprocess.run(["scancel", "--signal=USR2", self.job_id], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, env=self.child_env, check=False).returncode == 0
+            except OSError:
+                done = False
+            if not done:
+                try:
+                    os.kill(self.training.pid, signal.SIGUSR2)
+                except OSError:
+                    pass
+        else:
+            with open(self.file(run_files.STOP_NOTICE), "a") as f:
+                f.write("SIGUSR2 to the batch shell at %s\n" % utc_now())
+
+    # -- the decisions ---------------------------------------------------------------------------
+
+    def requeue_or_stop(self, why, uncounted=False):
+        """Stopping with a checkpoint, or before training started: stopped on request (STOP), else
+        requeued while run_requeue_max allows (a requeue it does not count: uncounted_max a job),
+        else ended PREEMPTED with the checkpoints intact."""
+        if run_files.stop_requested(self.run_dir, self.job_id):
+            say("%s; stopped on request (playbooks/stop.yml), not requeued: playbooks/pretrain.yml resumes the run "
+                "from its newest checkpoint" % why)
+            raise End(code("STOPPED"), "stopped")
+        requeue_max, uncounted_max = int(self.config["requeue_max"]), int(self.config["uncounted_max"])
+        done_uncounted = run_files.uncounted_requeues(self.run_dir, self.job_id)
+        restarts = self.start - 1 - done_uncounted
+        which = None
+        if uncounted and done_uncounted < uncounted_max:
+            with open(self.file(run_files.REQUEUES_UNCOUNTED), "a") as f:
+                f.write("%s %d\n" % (self.job_id, self.start))
+            which = ("requeued, not counted against run_requeue_max (%d): uncounted requeue %d of %d of this job"
+                     % (requeue_max, done_uncounted + 1, uncounted_max))
+        elif restarts < requeue_max:
+            which = "requeue %d of %d" % (restarts + 1, requeue_max)
+        if which:
+            self.how = "requeued"
+            say("%s; %s" % (why, which))
+            subprocess.run(["scontrol", "requeue", self.job_id], env=self.child_env, check=False)
+            raise End(0, "requeued")
+        say("%s and run_requeue_max=%d requeues are used up; the checkpoints in %s are intact: run the playbook "
+            "again to continue" % (why, requeue_max, self.file("checkpoints")), err=True)
+        raise End(code("PREEMPTED"), "preempted")
+
+    def stray_sigterm(self):
+        """The training stopped on a SIGTERM that Slurm did not send to end the job: after a node
+        lost by an earlier start came back, the controller's resent request to end that start
+        reaches the node's slurmd, which signals every step of the job id there, this start's too
+        (docs/reliability.md, row 3). Known by the stop naming SIGTERM while the controller still
+        runs the job: no time limit, cancel, requeue or preemption's grace time (PreemptTime)."""
+        if '"SIGTERM"' not in run_files.head(self.file(run_files.PREEMPTED)):
+            return False
+        shown = " %s " % self.slurm("scontrol", "show", "job", "-o", self.job_id)[:SHOW_JOB_MAX_BYTES]
+        return " JobState=RUNNING " in shown and not re.search(r" PreemptTime=[0-9]", shown)
+
+    # -- the job ---------------------------------------------------------------------------------
+
+    def run_checks(self):
+        notice = self.file(run_files.STOP_NOTICE)
+        self.child_env["LLMTRAIN_STOP_NOTICE"] = notice
+        try:
+            os.unlink(notice)
+        except FileNotFoundError:
+            pass
+        for check in self.config.get("checks", []):
+            status = exit_status(subprocess.call(check, env=self.child_env))
+            if status:
+                raise End(status)
+        # A notice during the checks: the training would start only to be stopped, and Slurm sends
+        # the notice once, so it would never hear of it. Nothing was trained: the last checkpoint stands.
+        first = run_files.head(notice).splitlines()[:1]
+        if first:
+            os.unlink(notice)
+            self.requeue_or_stop("the stop notice (%s) came during the checks, before training started; nothing new "
+                                 "to save" % printable(first[0]))
+        del self.child_env["LLMTRAIN_STOP_NOTICE"]
+        if run_files.stop_requested(self.run_dir, self.job_id):
+            self.requeue_or_stop("a stop was requested before training started; nothing new to save")
+
+    def hang_watch(self):
+        hang = self.config.get("hang")
+        if not hang:
+            return None
+        requeue_max = int(self.config["requeue_max"]) + run_files.uncounted_requeues(self.run_dir, self.job_id)
+        me = "/proc/%d/fd/" % os.getpid()
+        argv = list(hang["python"]) + [
+            "-m", "llmtrain_node.hang", "watch", "--pid", str(self.training.pid),
+            "--progress", self.file("metrics.jsonl"), "--progress", me + "1", "--progress", me + "2"] \
+            + list(hang["args"]) + ["--requeue-max", str(requeue_max), "--"] + list(hang.get("prefix", []))
+        return subprocess.Popen(argv, env=self.python_env(), stdin=subprocess.DEVNULL)
+
+    def train(self):
+        # a marker left by an earlier start is not this start's
+        for name in (run_files.PREEMPTED, run_files.HANG):
+            try:
+                os.unlink(self.file(name))
+            except FileNotFoundError:
+                pass
+        self.training = subprocess.Popen(self.command, env=self.child_env, stdin=subprocess.DEVNULL)
+        watch = self.hang_watch()
+        status = exit_status(self.training.wait())
+        if watch is not None:
+            watch.terminate()
+            watch.wait()
+            if os.path.exists(self.file(run_files.HANG)):
+                say("the training hung and pretrain_hang_policy ended it: the stacks are in %s; the checkpoints in %s "
+                    "are intact" % (self.file("hangs"), self.file("checkpoints")), err=True)
+                raise End(code("HANG"), "hang")
+        if os.path.exists(self.file(run_files.PREEMPTED)):
+            stopped = "stopped with a checkpoint (%s)" % printable(run_files.head(self.file(run_files.PREEMPTED), 512))
+            if self.stray_sigterm():
+                self.requeue_or_stop(
+                    "%s on a SIGTERM while Slurm still runs the job: not its time limit, a cancel, a requeue or a "
+                    "preemption (a resent request to end an earlier start, after a lost node came back)" % stopped,
+                    uncounted=True)
+            self.requeue_or_stop(stopped)
+        say("job %s ends with exit code %d at %s" % (self.job_id, status, utc_now(fraction=True)))
+        raise End(status, "finished" if status == 0 else "failed")
+
+    def run(self):
+        """The job, start to end -> its exit status."""
+        signal.signal(signal.SIGUSR2, self.stop_notice)
+        try:
+            self.prepare()
+        except End as end:
+            return end.status
+        self.record_start()
+        for name in ENDING_SIGNALS:
+            signal.signal(getattr(signal, name), self.ended_by_signal)
+        status = code("FAILED")
+        try:
+            self.run_checks()
+            self.train()
+        except End as end:
+            status = end.status
+            self.how = end.how
+        except BaseException:
+            self.how = "failed"
+            raise
+        finally:
+            self.ending = True
+            self.record_end(status)
+        return status
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if len(argv) < 3 or argv[1] != "--":
+        sys.stderr.write("usage: python -m llmtrain_node.job CONFIG_JSON -- COMMAND...\n")
+        return code("FAILED")
+    return Job(json.loads(argv[0]), argv[2:]).run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

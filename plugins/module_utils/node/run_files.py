@@ -1,0 +1,128 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The run directory's shared files that the training job writes and the watch, the status
+playbook and the report read: their names, their bounds, the fields of each kind of line of
+starts.jsonl, and the job's writes and reads of them (job.py). The controller side
+(recovery.py, run_status.py) reads the same names and fields from here.
+
+starts.jsonl, one JSON object per line:
+- a start of a job, written by the job as it starts: {job_id, start, nodes, left, time}; `left`:
+  the nodes of the start before (this job's or an earlier job's of the run) that this one lacks;
+- the reference trainer's start and resume events ({event: start|resume, job_id, start, ...});
+- the end of a start, written by the job as it ends: {event: end, job_id, start, how, exit_code,
+  [signal], time}; how: finished, failed, requeued, stopped, hang, preempted or killed.
+
+The markers: STOP (playbooks/stop.yml: the job id it stops), STOP_NOTICE (a stop notice that came
+while the checks ran), PREEMPTED (the training stopped with a checkpoint: it names the signal),
+HANG (the hang watch ended the training); requeues_uncounted: "<job id> <start>" per requeue
+that run_requeue_max does not count.
+
+This file imports nothing from Ansible: it runs on the nodes as part of the llmtrain_node package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from .untrusted import COUNT, INT, JOB, TEXT, loads
+
+STARTS = "starts.jsonl"
+STOP = "STOP"
+STOP_NOTICE = "STOP_NOTICE"
+PREEMPTED = "PREEMPTED"
+HANG = "HANG"
+REQUEUES_UNCOUNTED = "requeues_uncounted"
+
+# what a job reads of starts.jsonl (its end) for the nodes of the start before, and of a marker
+STARTS_TAIL_BYTES = 1 << 20
+MARKER_MAX_BYTES = 4096
+# a line of starts.jsonl (the job's lines are far shorter; a longer line is not read)
+LINE_MAX_BYTES = 64 << 10
+# a Slurm host list as the job writes it ("n[01-04,07],gpu-a1"), never an option; one host name
+HOST_LIST = re.compile(r"\A[A-Za-z0-9._][][A-Za-z0-9._,-]*\Z")
+HOST_NAME = re.compile(r"\A[A-Za-z0-9._-]+\Z")
+# The fields of each kind of line, of the types they must have (a job id of digits, JOBID_TASK for
+# an array's): a line whose job id or start is not of its type is not one of them.
+START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT)
+END_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, how=TEXT, exit_code=INT, time=TEXT, signal=TEXT)
+END_HOWS = ("finished", "failed", "requeued", "stopped", "hang", "preempted", "killed")
+
+
+def path(run_dir, name):
+    return os.path.join(run_dir, name)
+
+
+def append_line(file_path, record):
+    """Adds record as one JSON line (one write, in append mode: lines of several writers never mix)."""
+    data = (json.dumps(record) + "\n").encode("utf-8")
+    fd = os.open(file_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def start_record(job_id, start, nodes, left, time):
+    return dict(job_id=str(job_id), start=int(start), nodes=nodes, left=left, time=time)
+
+
+def end_record(job_id, start, how, exit_code, time, signal=None):
+    record = dict(event="end", job_id=str(job_id), start=int(start), how=how, exit_code=int(exit_code))
+    if signal:
+        record["signal"] = signal
+    record["time"] = time
+    return record
+
+
+def head(file_path, max_bytes=MARKER_MAX_BYTES):
+    """The first max_bytes of a marker file as text ('' when there is none or it cannot be read)."""
+    try:
+        with open(file_path, "rb") as f:
+            return f.read(max_bytes).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def tail_lines(file_path, max_bytes=STARTS_TAIL_BYTES):
+    """The whole lines among the last max_bytes of file_path, oldest first ([] when there is none)."""
+    try:
+        with open(file_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read(max_bytes)
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]  # the first is part of a line
+    return [line for line in lines if line.strip()]
+
+
+def last_start_nodes(file_path):
+    """The nodes of the newest start line of starts.jsonl whose host list is one (None if none is)."""
+    for line in reversed(tail_lines(file_path)):
+        if len(line) > LINE_MAX_BYTES:
+            continue
+        try:
+            record = loads(line, LINE_MAX_BYTES)
+        except ValueError:
+            continue
+        nodes = record.get("nodes") if isinstance(record, dict) and "event" not in record else None
+        if isinstance(nodes, str) and HOST_LIST.match(nodes):
+            return nodes
+    return None
+
+
+def uncounted_requeues(run_dir, job_id):
+    """How many requeues of job_id run_requeue_max did not count (requeues_uncounted's lines)."""
+    prefix = "%s " % job_id
+    return sum(1 for line in head(path(run_dir, REQUEUES_UNCOUNTED)).splitlines() if line.startswith(prefix))
+
+
+def stop_requested(run_dir, job_id):
+    """playbooks/stop.yml asked this job to stop: STOP's first line names it."""
+    lines = head(path(run_dir, STOP), 64).splitlines()
+    return bool(lines) and lines[0] == str(job_id)

@@ -1,0 +1,296 @@
+"""The training job's own logic (llmtrain_node.job), run as the job script runs it - the shipped
+package, `python -m llmtrain_node.job CONFIG -- COMMAND` in a process of its own - against fake
+scontrol and scancel commands on PATH that log each call and answer from files the test writes,
+a fake check and a fake training step. What a user reads afterwards: the start and end lines of
+starts.jsonl, the done record, the job's log, the requeue asked of Slurm, the exit status."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import code
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
+
+from test_node_package import ship_node_package
+
+FAKE_SCONTROL = r'''#!/usr/bin/env python3
+import os, re, sys
+fake = os.environ["FAKE_SLURM"]
+with open(os.path.join(fake, "calls"), "a") as f:
+    f.write(" ".join(["scontrol"] + sys.argv[1:]) + "\n")
+args = sys.argv[1:]
+def expand(text):
+    out = []
+    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", text):
+        m = re.match(r"(.*)\[(.*)\]$", part)
+        if not m:
+            out.append(part)
+            continue
+        for piece in m.group(2).split(","):
+            lo, _, hi = piece.partition("-")
+            for i in range(int(lo), int(hi or lo) + 1):
+                out.append("%s%0*d" % (m.group(1), len(lo), i))
+    return out
+if args[:2] == ["show", "hostnames"]:
+    print("\n".join(expand(args[2])))
+elif args[:2] == ["show", "hostlist"]:
+    print(args[2])
+elif args[:2] == ["show", "job"]:
+    path = os.path.join(fake, "show_job")
+    print(open(path).read().strip() if os.path.exists(path) else "JobId=%s JobState=RUNNING" % args[-1])
+'''
+FAKE_SCANCEL = '''#!/bin/sh
+echo "scancel $*" >> "${FAKE_SLURM}/calls"
+'''
+
+
+class Fake:
+    def __init__(self, tmp_path):
+        self.root = tmp_path
+        self.run_dir = tmp_path / "run"
+        (self.run_dir / "scripts").mkdir(parents=True)
+        ship_node_package(self.run_dir / "scripts")
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        for name, text in (("scontrol", FAKE_SCONTROL), ("scancel", FAKE_SCANCEL)):
+            (self.bin / name).write_text(text)
+            (self.bin / name).chmod(0o755)
+        self.slurm = tmp_path / "slurm"
+        self.slurm.mkdir()
+        self.config = dict(run_dir=str(self.run_dir), requeue_max=2, uncounted_max=3,
+                           done_file=str(self.run_dir / "train.done.json"), checks=[], script_chdir=None,
+                           wandb_run=None, hang=None)
+        self.env = dict(os.environ, PATH="%s:%s" % (self.bin, os.environ["PATH"]), FAKE_SLURM=str(self.slurm),
+                        SLURM_JOB_ID="42", SLURM_JOB_NODELIST="n[1-3]", MASTER_PORT="29500",
+                        PYTHONPATH=str(self.run_dir / "scripts"))
+
+    def step(self, text):
+        """A training step: a shell script that sees the job's environment."""
+        return ["sh", "-c", textwrap.dedent(text)]
+
+    def start(self, command, restart=0):
+        env = dict(self.env, SLURM_RESTART_COUNT=str(restart))
+        return subprocess.Popen([sys.executable, "-m", "llmtrain_node.job", json.dumps(self.config), "--"] + command,
+                                cwd=str(self.root), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def run(self, command, restart=0):
+        proc = self.start(command, restart)
+        out = proc.communicate(timeout=60)[0].decode()
+        return proc.returncode, out
+
+    def lines(self):
+        path = self.run_dir / run_files.STARTS
+        return [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")] \
+            if path.exists() else []
+
+    def calls(self):
+        path = self.slurm / "calls"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def wait_for(self, path, timeout=20):
+        deadline = time.time() + timeout
+        while not os.path.exists(path):
+            assert time.time() < deadline, "%s never came" % path
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def fake(tmp_path):
+    return Fake(tmp_path)
+
+
+def test_a_finished_training_adds_its_start_and_end_lines_and_marks_the_done_record(fake):
+    (fake.run_dir / "train.done.json").write_text(json.dumps(dict(job_id="42", fingerprint="f", state="PENDING")))
+    fake.config["checks"] = [["sh", "-c", 'echo "check on $SLURM_JOB_ID"']]
+    status, out = fake.run(fake.step('echo "training with master $MASTER_ADDR:$MASTER_PORT, path ${PYTHONPATH:-none}"'))
+    assert status == 0, out
+    assert "llmtrain: job 42 start 1 on n[1-3], master n1:29500" in out
+    assert "check on 42" in out
+    # the step gets the master address, and the environment the job script had (not the package's path)
+    assert "training with master n1:29500, path none" in out
+    assert "llmtrain: job 42 ends with exit code 0 at " in out
+    start, end = fake.lines()
+    assert start == dict(job_id="42", start=1, nodes="n[1-3]", left="", time=start["time"])
+    assert end == dict(event="end", job_id="42", start=1, how="finished", exit_code=0, time=end["time"])
+    done = json.loads((fake.run_dir / "train.done.json").read_text())
+    assert done["state"] == "COMPLETED" and done["exit_code"] == "0:0"
+
+
+def test_a_failed_training_ends_failed_with_its_status(fake):
+    status, out = fake.run(fake.step("exit 7"))
+    assert status == 7, out
+    assert fake.lines()[-1]["how"] == "failed" and fake.lines()[-1]["exit_code"] == 7
+    assert not (fake.run_dir / "train.done.json").exists()
+
+
+def test_a_start_names_the_nodes_the_start_before_had_that_it_lacks(fake):
+    (fake.run_dir / run_files.STARTS).write_text(
+        json.dumps(dict(job_id="41", start=1, nodes="n[1-4]", left="", time="t")) + "\n"
+        + json.dumps(dict(event="end", job_id="41", start=1, how="requeued", exit_code=0, time="t")) + "\n"
+        + "not json\n")
+    status, out = fake.run(fake.step("true"), restart=1)
+    assert status == 0, out
+    assert fake.lines()[2] == dict(job_id="42", start=2, nodes="n[1-3]", left="n4", time=fake.lines()[2]["time"])
+
+
+def test_a_host_list_that_could_be_an_option_is_not_read(fake):
+    (fake.run_dir / run_files.STARTS).write_text(json.dumps(dict(job_id="41", start=1, nodes="-n1", left="")) + "\n")
+    fake.run(fake.step("true"))
+    assert not any("-n1" in call for call in fake.calls())
+    assert fake.lines()[1]["left"] == ""
+
+
+def test_a_check_that_asked_for_a_held_requeue_ends_the_start_requeued_without_training(fake):
+    fake.config["checks"] = [["sh", "-c", "exit %d" % code("REQUEUED_HELD")], ["sh", "-c", "echo second check"]]
+    status, out = fake.run(fake.step("echo training"))
+    assert status == code("REQUEUED_HELD")
+    assert "training" not in out and "second check" not in out
+    assert fake.lines()[-1]["how"] == "requeued"
+
+
+def test_a_checkpointed_stop_requeues_the_job_while_requeues_are_left_then_ends_preempted(fake):
+    step = fake.step('printf \'{"signal": "SIGUSR2", "step": 5}\' > "$LLMTRAIN_RUN_DIR/PREEMPTED"')
+    fake.env["LLMTRAIN_RUN_DIR"] = str(fake.run_dir)
+    status, out = fake.run(step, restart=1)
+    assert status == 0, out
+    assert 'stopped with a checkpoint ({"signal": "SIGUSR2", "step": 5}); requeue 2 of 2' in out
+    assert "scontrol requeue 42" in fake.calls()
+    assert fake.lines()[-1]["how"] == "requeued"
+    status, out = fake.run(step, restart=2)
+    assert status == code("PREEMPTED")
+    assert "run_requeue_max=2 requeues are used up" in out
+    assert fake.lines()[-1]["how"] == "preempted"
+    assert fake.calls().count("scontrol requeue 42") == 1
+
+
+def test_a_stop_asked_for_ends_the_job_stopped_not_requeued(fake):
+    (fake.run_dir / run_files.STOP).write_text("42\n")
+    status, out = fake.run(fake.step("echo training"))
+    assert status == code("STOPPED")
+    assert "a stop was requested before training started" in out and "training\n" not in out
+    assert fake.lines()[-1]["how"] == "stopped"
+    assert "scontrol requeue 42" not in fake.calls()
+
+
+def test_a_stop_for_another_job_is_not_this_ones(fake):
+    (fake.run_dir / run_files.STOP).write_text("4\n")
+    status, out = fake.run(fake.step("echo training"))
+    assert status == 0 and "training" in out
+
+
+def test_a_stop_notice_to_the_job_during_the_checks_requeues_it_before_training(fake):
+    fake.config["checks"] = [["sh", "-c", "kill -USR2 $PPID; sleep 0.5"]]
+    status, out = fake.run(fake.step("echo training"))
+    assert status == 0, out
+    assert "the stop notice (SIGUSR2 to the batch shell at " in out and "came during the checks" in out
+    assert "training\n" not in out
+    assert "scontrol requeue 42" in fake.calls()
+    assert not (fake.run_dir / run_files.STOP_NOTICE).exists()
+
+
+def test_a_stop_notice_to_the_job_during_training_is_passed_on_to_the_training_step(fake):
+    started = fake.root / "started"
+    proc = fake.start(fake.step('touch "%s"; sleep 2' % started))
+    fake.wait_for(started)
+    proc.send_signal(signal.SIGUSR2)
+    out = proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode == 0, out
+    assert "a stop notice (SIGUSR2) to the batch shell: passed on to the training step" in out
+    assert "scancel --signal=USR2 42" in fake.calls()
+    assert fake.lines()[-1]["how"] == "finished"
+
+
+def test_a_sigterm_to_the_job_ends_it_killed_and_names_the_signal(fake):
+    started = fake.root / "started"
+    proc = fake.start(fake.step('touch "%s"; sleep 30' % started))
+    fake.wait_for(started)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert fake.lines()[-1] == dict(event="end", job_id="42", start=1, how="killed", exit_code=143, signal="SIGTERM",
+                                    time=fake.lines()[-1]["time"])
+
+
+@pytest.mark.parametrize("show_job, counted", [
+    ("JobId=42 JobState=RUNNING Reason=None", False),
+    ("JobId=42 JobState=RUNNING PreemptTime=2026-12-05T10:00:00", True),
+    ("JobId=42 JobState=COMPLETING", True),
+])
+def test_a_sigterm_stop_while_slurm_runs_the_job_requeues_it_uncounted(fake, show_job, counted):
+    (fake.slurm / "show_job").write_text(show_job)
+    fake.env["LLMTRAIN_RUN_DIR"] = str(fake.run_dir)
+    status, out = fake.run(fake.step('printf \'{"signal": "SIGTERM"}\' > "$LLMTRAIN_RUN_DIR/PREEMPTED"'))
+    assert status == 0, out
+    assert "scontrol requeue 42" in fake.calls()
+    uncounted = (fake.run_dir / run_files.REQUEUES_UNCOUNTED)
+    if counted:
+        assert "requeue 1 of 2" in out and not uncounted.exists()
+    else:
+        assert "not counted against run_requeue_max (2): uncounted requeue 1 of 3 of this job" in out
+        assert uncounted.read_text() == "42 1\n"
+
+
+def test_uncounted_requeues_stop_at_their_bound_and_then_count(fake):
+    (fake.run_dir / run_files.REQUEUES_UNCOUNTED).write_text("42 1\n42 2\n42 3\n7 1\n")
+    fake.env["LLMTRAIN_RUN_DIR"] = str(fake.run_dir)
+    status, out = fake.run(fake.step('printf \'{"signal": "SIGTERM"}\' > "$LLMTRAIN_RUN_DIR/PREEMPTED"'), restart=3)
+    assert status == 0, out
+    assert "requeue 1 of 2" in out  # three starts were uncounted requeues: this is the first counted
+
+
+def test_the_hang_watch_runs_beside_the_training_and_its_verdict_ends_the_job_hang(fake):
+    watch = fake.root / "watch.py"
+    watch.write_text(textwrap.dedent('''\
+        import json, sys
+        json.dump(sys.argv[1:], open(sys.argv[sys.argv.index("--marker") + 1] + ".argv", "w"))
+        open(sys.argv[sys.argv.index("--marker") + 1], "w").write("n2\\n")
+        '''))
+    fake.config["hang"] = dict(python=[sys.executable, str(watch)], args=["--marker", str(fake.run_dir / "HANG")],
+                               prefix=["ch-run", "img", "--"])
+    (fake.run_dir / run_files.REQUEUES_UNCOUNTED).write_text("42 1\n")
+    status, out = fake.run(fake.step("sleep 1"), restart=1)
+    assert status == code("HANG"), out
+    assert "the training hung and pretrain_hang_policy ended it" in out
+    argv = json.loads((fake.run_dir / "HANG.argv").read_text())
+    assert argv[:3] == ["-m", "llmtrain_node.hang", "watch"]
+    assert argv[argv.index("--requeue-max") + 1] == "3"  # run_requeue_max and this job's uncounted requeue
+    assert argv[argv.index("--") + 1:] == ["ch-run", "img", "--"]
+    assert fake.lines()[-1]["how"] == "hang"
+
+
+def test_a_marker_of_an_earlier_start_is_not_this_ones(fake):
+    (fake.run_dir / run_files.PREEMPTED).write_text('{"signal": "SIGUSR2"}')
+    (fake.run_dir / run_files.HANG).write_text("n1")
+    status, out = fake.run(fake.step("true"))
+    assert status == 0 and fake.lines()[-1]["how"] == "finished", out
+
+
+def test_a_missing_working_directory_of_your_script_ends_before_the_start_line(fake):
+    fake.config["script_chdir"] = str(fake.root / "nowhere")
+    status, out = fake.run(fake.step("true"))
+    assert status == code("SETTING")
+    assert "set run_script_chdir to one that exists on the nodes" in out
+    assert fake.lines() == []
+
+
+def test_every_start_of_the_run_continues_one_wandb_run(fake):
+    fake.config["wandb_run"] = "gpt"
+    ids = []
+    for restart in (0, 1):
+        status, out = fake.run(fake.step('echo "wandb $WANDB_RUN_ID $WANDB_RESUME"'), restart=restart)
+        assert status == 0, out
+        ids.append(out.split("wandb ")[1].split()[0:2])
+    assert ids[0] == ids[1] and ids[0][0].startswith("gpt-") and ids[0][1] == "allow"
+    assert (fake.run_dir / "wandb" / "run_id").read_text() == ids[0][0] + "\n"
+
+
+def test_no_master_address_ends_the_job_failed(fake):
+    fake.env["SLURM_JOB_NODELIST"] = ""
+    status, out = fake.run(fake.step("true"))
+    assert status == code("FAILED") and "no master address" in out
