@@ -208,11 +208,15 @@ def test_a_stop_notice_to_the_job_during_training_is_passed_on_to_the_training_s
 
 def test_a_sigterm_to_the_job_ends_it_killed_and_names_the_signal(fake):
     started = fake.root / "started"
-    proc = fake.start(fake.step('touch "%s"; sleep 30' % started))
+    # the step as Slurm leaves it to its own signal: it keeps running, off the job's output
+    proc = fake.start(fake.step('echo $$ > "%s.tmp"; mv "%s.tmp" "%s"; exec sleep 60 > /dev/null 2>&1' % ((started,) * 3)))
     fake.wait_for(started)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=30)
-    assert proc.returncode == 128 + signal.SIGTERM
+    try:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=30)[0].decode()
+    finally:
+        os.kill(int(started.read_text()), signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, out
     assert fake.lines()[-1] == dict(event="end", job_id="42", start=1, how="killed", exit_code=143, signal="SIGTERM",
                                     time=fake.lines()[-1]["time"])
 
