@@ -271,10 +271,8 @@ def module_choices(module, option):
 # Where code other than the spec lists a variable's choices: the input checks (which a stage run
 # alone also applies), the reference trainer's own CLI, the modules the roles pass the value to.
 CHOICE_COPIES = {
-    "pretrain_parallel": [("plugins/module_utils/inputs/pretrain.py", "PARALLEL"), ("roles/deploy/files/trainer/config.py", "PARALLEL")],
-    "pretrain_network_policy": [("plugins/module_utils/inputs/pretrain.py", "NETWORK_POLICIES")],
-    "pretrain_hang_policy": [("plugins/module_utils/inputs/pretrain.py", "HANG_POLICIES")],
-    "run_wandb_mode": [("plugins/module_utils/inputs/run.py", "WANDB_MODES"), ("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
+    "pretrain_parallel": [("roles/deploy/files/trainer/config.py", "PARALLEL")],
+    "run_wandb_mode": [("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
     "slurm_gpu_request": [("plugins/filter/run.py", "GPU_REQUESTS")],
     "slurm_container_runtime": [("plugins/module_utils/container.py", "RUNTIMES")],
     "run_gpu_policy": [("module:slurm_node_check", "gpu_policy"), ("plugins/module_utils/node/node_check.py", "GPU_POLICIES")],
@@ -294,12 +292,28 @@ def test_choices_listed_elsewhere_are_the_specs(name):
             name, where, attribute, copy, spec["choices"])
 
 
+# The input checks read these choices from the specs themselves (inputs/specs.py).
+CHOICES_READ_FROM_SPECS = {"pretrain_parallel": "ddp", "pretrain_network_policy": "warn", "pretrain_hang_policy": "requeue",
+                           "run_wandb_mode": "online"}
+
+
+@pytest.mark.parametrize("name", sorted(CHOICES_READ_FROM_SPECS))
+def test_the_input_checks_take_every_choice_of_the_spec_and_refuse_another(name):
+    from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
+    spec = dict((option, value) for options in SPECS.values() for option, value in options.items())[name]
+    extra = dict(run_wandb_project="p") if name == "run_wandb_mode" else {}
+    for choice in spec["choices"]:
+        assert [m for m in inputs.validate(dict(extra, **{name: choice})) if name in m] == [], (name, choice)
+    refused = [m for m in inputs.validate(dict(extra, **{name: "no-such-choice"})) if name in m]
+    assert refused and all(str(c) in refused[0] for c in spec["choices"] if name != "pretrain_parallel"), refused
+
+
 def test_every_spec_choice_list_is_accounted_for():
     """A new choice variable whose choices code repeats belongs in CHOICE_COPIES; one that only the spec
     lists is listed here as such."""
     only_in_spec = {"run_bad_node_policy", "local_cluster_state", "local_cluster_task_plugin"}
     with_choices = set(name for options in SPECS.values() for name, spec in options.items() if spec.get("choices"))
-    assert with_choices == set(CHOICE_COPIES) | only_in_spec
+    assert with_choices == set(CHOICE_COPIES) | only_in_spec | set(CHOICES_READ_FROM_SPECS)
 
 
 def test_the_unknown_variable_check_knows_the_prefixes_and_every_name_the_roles_compute():

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, int_or_none, number
+from ansible_collections.llmtrain.slurm.plugins.module_utils.argument_specs import choices
 
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
-NETWORK_POLICIES = ("warn", "exclude", "fail")
-HANG_POLICIES = ("requeue", "fail", "warn")
-PARALLEL = ("ddp", "fsdp")
 
 
 def errors(values):
@@ -32,19 +30,19 @@ def errors(values):
             found.append("pretrain_network_min_fraction=%r must be a number above 0 and at most 1, such as 0.5 "
                          "(the fraction of the slowest link's speed below which the network check calls a node slow)."
                          % (values["pretrain_network_min_fraction"],))
-    if "pretrain_network_policy" in values and values["pretrain_network_policy"] not in NETWORK_POLICIES:
+    if "pretrain_network_policy" in values and values["pretrain_network_policy"] not in choices("pretrain_network_policy"):
         found.append("pretrain_network_policy=%r must be one of %s: warn names a slow node and trains on, exclude "
                      "requeues the job without it, fail ends the job." % (values["pretrain_network_policy"],
-                                                                          ", ".join(NETWORK_POLICIES)))
+                                                                          ", ".join(choices("pretrain_network_policy"))))
     if "pretrain_hang_timeout" in values and values["pretrain_hang_timeout"] != "auto":
         timeout = number(values["pretrain_hang_timeout"])
         if timeout is None or timeout < 0 or isinstance(values["pretrain_hang_timeout"], bool):
             found.append("pretrain_hang_timeout=%r must be auto (10 times the median interval between records, at "
                          "least 300 s), a number of seconds, or 0 (no hang watch)." % (values["pretrain_hang_timeout"],))
-    if "pretrain_hang_policy" in values and values["pretrain_hang_policy"] not in HANG_POLICIES:
+    if "pretrain_hang_policy" in values and values["pretrain_hang_policy"] not in choices("pretrain_hang_policy"):
         found.append("pretrain_hang_policy=%r must be one of %s: requeue restarts the job without the node the hang "
                      "names, fail ends the job, warn says so and waits on." % (values["pretrain_hang_policy"],
-                                                                               ", ".join(HANG_POLICIES)))
+                                                                               ", ".join(choices("pretrain_hang_policy"))))
     if "pretrain_learning_rate" in values:
         rate = number(values["pretrain_learning_rate"])
         if rate is None or not 0 < rate < 1:
@@ -63,7 +61,7 @@ def errors(values):
                 found.append("pretrain_model: n_embd=%s must be a multiple of n_head=%s." % (model["n_embd"], model["n_head"]))
     if "pretrain_parallel" in values:
         parallel = values["pretrain_parallel"]
-        if parallel not in PARALLEL:
+        if parallel not in choices("pretrain_parallel"):
             found.append("pretrain_parallel=%r must be ddp (every process holds the whole model and optimizer) or fsdp "
                          "(parameters, gradients and optimizer state sharded over the processes)." % (parallel,))
         elif parallel != "ddp" and values.get("run_script"):

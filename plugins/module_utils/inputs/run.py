@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, one_line, strings
+from ansible_collections.llmtrain.slurm.plugins.module_utils.argument_specs import choices
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # characters W&B refuses in a project name
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
-WANDB_MODES = ("online", "offline")
 
 
 def errors(values):
@@ -42,7 +42,7 @@ def errors(values):
                                 or set(project) & set(WANDB_PROJECT_FORBIDDEN)):
         found.append("run_wandb_project=%r must be a W&B project name: 1-128 characters, none of %s (the "
                      "entity goes in run_wandb_entity)." % (project, " ".join(WANDB_PROJECT_FORBIDDEN)))
-    if values.get("run_wandb_mode", "online") not in WANDB_MODES:
+    if values.get("run_wandb_mode", "online") not in choices("run_wandb_mode"):
         found.append("run_wandb_mode=%r must be online (the nodes reach W&B) or offline (wandb sync later)."
                      % (values["run_wandb_mode"],))
     return found
