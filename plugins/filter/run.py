@@ -11,6 +11,8 @@
   read_files result | llmtrain.slurm.pipeline_record(fingerprint) -> the text of <run>/pipeline.json
   GPUs per node | llmtrain.slurm.gpu_options(type, how) -> the sbatch options that ask for them
   container settings | llmtrain.slurm.container_argv(workdir) -> {step, task, batch}: how a job runs its Python
+  find result files | llmtrain.slurm.checkpoints(own_script) -> the run's checkpoint names, oldest first
+  checkpoint name | llmtrain.slurm.checkpoint_step -> its step, or None
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record, trainer_state
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, node_check, untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, node_check, run_files, untrusted
 
 display = Display()
 # what read_files reads at most of a file (its max_bytes default)
@@ -129,9 +131,24 @@ def container_argv(settings, workdir):
     return container.argv(settings, str(workdir))
 
 
+def checkpoints(entries, own_script=False):
+    """ansible.builtin.find's files of <run>/checkpoints -> the names of the run's checkpoints, oldest
+    first (run_files.checkpoint_names: the reference trainer's step_NNNNNN[.pt] by step; your
+    script's every entry, those numbered by step last)."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "path" in e for e in entries):
+        raise AnsibleFilterError("checkpoints: needs the files of an ansible.builtin.find result (got %r)" % (entries,))
+    return run_files.checkpoint_names(entries, bool(own_script))
+
+
+def checkpoint_step(name):
+    """A checkpoint's name or path -> its step (step_000100.pt, step_000100/, checkpoint-100), or None."""
+    return run_files.checkpoint_step(name)
+
+
 class FilterModule(object):
     def filters(self):
         return {"env_file_values": env_file_values, "from_run_json": from_run_json, "log_metrics": log_metrics,
                 "event_metrics": event_metrics,
                 "pipeline_fingerprint": pipeline_fingerprint, "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text,
-                "gpu_options": gpu_options, "container_argv": container_argv}
+                "gpu_options": gpu_options, "container_argv": container_argv, "checkpoints": checkpoints,
+                "checkpoint_step": checkpoint_step}

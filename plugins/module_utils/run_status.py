@@ -23,7 +23,6 @@ their types (a job id of digits, or it names no job), and the table and detail a
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state, trusted_dirs
@@ -50,8 +49,6 @@ DONE_FIELDS = dict(job_id=untrusted.JOB, state=untrusted.TEXT)
 # the run's directories whose files the status reads besides its own
 READ_DIRS = ("logs", "checkpoints", "hangs")
 BAD_NODES_NAMED = 3
-# checkpoints: the reference trainer's step_NNNNNN(.pt), a Hugging Face Trainer's checkpoint-N
-CHECKPOINT = re.compile(r"\A(?:step_0*(\d+)(?:[.]pt)?|checkpoint-(\d+))\Z")
 PENDING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD")
 # the run's states while its last job is queued or running
 ACTIVE_RUN_STATES = ("queued", "requeued", "running", "stopping")
@@ -119,11 +116,7 @@ def newest_checkpoint(checkpoint_dir):
         names = os.listdir(checkpoint_dir)
     except OSError:
         return None, None
-    steps = []
-    for name in names:
-        match = CHECKPOINT.match(name)
-        if match:
-            steps.append((int(match.group(1) or match.group(2)), name))
+    steps = [(run_files.checkpoint_step(name), name) for name in names if run_files.checkpoint_step(name) is not None]
     if not steps:
         return None, None
     step, name = max(steps)

@@ -43,11 +43,33 @@ LINE_MAX_BYTES = 64 << 10
 # a Slurm host list as the job writes it ("n[01-04,07],gpu-a1"), never an option; one host name
 HOST_LIST = re.compile(r"\A[A-Za-z0-9._][][A-Za-z0-9._,-]*\Z")
 HOST_NAME = re.compile(r"\A[A-Za-z0-9._-]+\Z")
+# <run>/checkpoints/: the reference trainer's step_NNNNNN.pt (ddp) and step_NNNNNN/ (fsdp); a Hugging
+# Face Trainer's checkpoint-N. Anything else there (a checkpoint moved aside as .bad, a sharded one
+# being written, your script's own names) is not numbered.
+REFERENCE_CHECKPOINT = re.compile(r"\Astep_0*(\d+)(?:[.]pt)?\Z")
+CHECKPOINT = re.compile(r"\A(?:step_0*(\d+)(?:[.]pt)?|checkpoint-(\d+))\Z")
 # The fields of each kind of line, of the types they must have (a job id of digits, JOBID_TASK for
 # an array's): a line whose job id or start is not of its type is not one of them.
 START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT)
 END_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, how=TEXT, exit_code=INT, time=TEXT, signal=TEXT)
 END_HOWS = ("finished", "failed", "requeued", "stopped", "hang", "preempted", "killed")
+
+
+def checkpoint_step(name):
+    """The step of a checkpoint's name (step_000100.pt, step_000100, checkpoint-100), or None."""
+    match = CHECKPOINT.match(os.path.basename(str(name).rstrip("/")))
+    return int(match.group(1) or match.group(2)) if match else None
+
+
+def checkpoint_names(entries, own_script=False):
+    """The names of the checkpoints among entries ({path, mtime} of each entry of <run>/checkpoints),
+    oldest first: the reference trainer's by step (its others are not checkpoints); for your
+    script every entry, those numbered by step after the others, by time."""
+    named = [(os.path.basename(str(e["path"]).rstrip("/")), e.get("mtime") or 0) for e in entries]
+    if not own_script:
+        return sorted((n for n, mtime in named if REFERENCE_CHECKPOINT.match(n)), key=checkpoint_step)
+    order = dict((n, (checkpoint_step(n) is not None, checkpoint_step(n) or 0, mtime, n)) for n, mtime in named)
+    return sorted(order, key=order.get)
 
 
 def path(run_dir, name):

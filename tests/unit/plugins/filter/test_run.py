@@ -2,6 +2,9 @@ import json
 import os
 import shutil
 
+import pytest
+from ansible.errors import AnsibleFilterError
+
 from ansible_collections.llmtrain.slurm.plugins.filter import deploy, run
 from ansible_collections.llmtrain.slurm.plugins.module_utils import pipeline_record
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.module_utils.test_log_progress import (
@@ -110,3 +113,24 @@ def test_event_metrics_turns_event_files_into_a_metrics_file(tmp_path):
     assert all("val_loss" in r and "lr" in r for r in records)
     empty = run.event_metrics([path], "no/such/tag")
     assert empty["records"] == 0 and empty["text"] == "" and "train/loss" in empty["tags"]
+
+
+def test_checkpoints_are_the_reference_trainers_by_step_and_nothing_moved_aside():
+    found = [dict(path="/w/r/checkpoints/" + name, mtime=t) for t, name in enumerate(
+        ["step_1000000.pt", "step_000050.pt", "step_000100", "step_000100.pt.bad", "step_000200.bad", "notes.txt"])]
+    assert run.checkpoints(found) == ["step_000050.pt", "step_000100", "step_1000000.pt"]
+    assert run.checkpoints([]) == []
+    assert [run.checkpoint_step(n) for n in ("step_000100.pt", "/w/step_000100/", "checkpoint-7", "last.ckpt")] == \
+        [100, 100, 7, None]
+
+
+def test_your_scripts_checkpoints_are_every_entry_the_numbered_last_by_step():
+    found = [dict(path="/w/r/checkpoints/checkpoint-500", mtime=3), dict(path="/w/r/checkpoints/checkpoint-1000", mtime=2),
+             dict(path="/w/r/checkpoints/ckpt.pt", mtime=9), dict(path="/w/r/checkpoints/last.ckpt", mtime=1)]
+    # a Hugging Face Trainer's checkpoint-1000 is newer than checkpoint-500 (not by name: "1" < "5")
+    assert run.checkpoints(found, own_script=True) == ["last.ckpt", "ckpt.pt", "checkpoint-500", "checkpoint-1000"]
+
+
+def test_checkpoints_refuses_what_is_no_find_result():
+    with pytest.raises(AnsibleFilterError, match="ansible.builtin.find"):
+        run.checkpoints({"files": []})
