@@ -37,7 +37,7 @@ requirements:
 from ansible import constants as C
 from ansible.plugins.callback.default import CallbackModule as DefaultCallbackModule
 
-from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import PRINTED_BY_STDOUT_CALLBACK, event_lines, final_line, progress_line
+from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import PRINTED_BY_STDOUT_CALLBACK, event_lines, final_line, show_retry
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 
 
@@ -76,12 +76,7 @@ class CallbackModule(DefaultCallbackModule):
         self._seen = set()  # node check tables and exclusions printed already
 
     def v2_runner_retry(self, result):
-        for event in event_lines(result.host.get_name(), result.result, self._seen):
-            self._display.display(event)
-        line = progress_line(result.host.get_name(), result.result)
-        if line:
-            self._display.display(line)
-        else:
+        if not show_retry(self._display, result, self._seen):
             super().v2_runner_retry(result)
 
     def _display_events(self, result):

@@ -241,6 +241,17 @@ def event_lines(host, result, seen):
     return [printable(line) for line in lines]
 
 
+def show_retry(display, result, seen):
+    """Shows a watch's retry: its events not shown yet, then its progress line. False when it has
+    no progress line (not a watch's retry: the caller shows it its own way)."""
+    for event in event_lines(result.host.get_name(), result.result, seen):
+        display.display(event)
+    line = progress_line(result.host.get_name(), result.result)
+    if line:
+        display.display(line)
+    return bool(line)
+
+
 class CallbackModule(CallbackBase):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "aggregate"
@@ -257,11 +268,7 @@ class CallbackModule(CallbackBase):
         self._seen = set()
 
     def v2_runner_retry(self, result):
-        for event in event_lines(result.host.get_name(), result.result, self._seen):
-            self._display.display(event)
-        line = progress_line(result.host.get_name(), result.result)
-        if line:
-            self._display.display(line)
+        show_retry(self._display, result, self._seen)
 
     def v2_runner_on_ok(self, result):
         # what happened between the last retry and the end of the watch (a requeue, say)
