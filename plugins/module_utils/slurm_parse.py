@@ -330,13 +330,60 @@ def waits_for_nodes(state, reason):
     return state == "PENDING" and any((reason or "").startswith(r) for r in NODE_UNAVAILABLE_REASONS)
 
 
+# The job record every Slurm module returns (sbatch's and slurm_job_info's jobs[], the done
+# record's source): field -> (its types, its value for a job nobody knows, what it holds).
+# job_record() makes one and nothing else does; a field not listed here is refused.
+_TEXT, _INT, _BOOL = (str, type(None)), (int, type(None)), (bool, type(None))
+JOB_FIELDS = dict(
+    job_id=(_TEXT, None, "the job id (JOBID_TASK for an array's task)"),
+    name=(_TEXT, None, "the job's name"),
+    state=((str,), "UNKNOWN", "Slurm's state, normalised (UNKNOWN for a job nobody knows any more)"),
+    active=((bool,), False, "pending, running or requeued: not ended"),
+    success=(_BOOL, None, "COMPLETED (None where unknown)"),
+    reason=(_TEXT, None, "Slurm's reason, or ours where Slurm has none"),
+    exit_code=(_INT, None, "the batch script's exit code"),
+    signal=(_INT, None, "the signal that ended it"),
+    partition=(_TEXT, None, "its partition"),
+    nodelist=(_TEXT, None, "its nodes as a Slurm host list"),
+    nodes=((list,), (), "its nodes, expanded"),
+    excluded_nodes=((list,), (), "the nodes it may not run on, expanded"),
+    submit_time=(_TEXT, None, "when it was submitted"),
+    start_time=(_TEXT, None, "when it started (or is expected to)"),
+    end_time=(_TEXT, None, "when it ended"),
+    elapsed=(_INT, None, "seconds it ran"),
+    time_limit=(_TEXT, None, "its time limit"),
+    restarts=((int,), 0, "how many times it was requeued"),
+    num_nodes=(_INT, None, "how many nodes it asks for"),
+    waits_for_nodes=((bool,), False, "pending for nodes that are down or drained"),
+    stdout_path=(_TEXT, None, "its output file"),
+    stderr_path=(_TEXT, None, "its error file"),
+    workdir=(_TEXT, None, "its working directory"),
+    command=(_TEXT, None, "its batch script"),
+    comment=(_TEXT, None, "its comment (where llmtrain.slurm.sbatch keeps the job's fingerprint)"),
+    fingerprint=(_TEXT, None, "the fingerprint in its comment"),
+    known=((bool,), False, "a controller or accounting knows it"),
+    source=(_TEXT, None, "scontrol, sacct, or None"),
+)
+
+
+def job_record(job_id, **fields):
+    """A job record (JOB_FIELDS): the fields given, the others at their defaults (a job nobody knows)."""
+    unknown = set(fields) - set(JOB_FIELDS)
+    if unknown:
+        raise TypeError("job_record: no such field %s" % ", ".join(sorted(unknown)))
+    record = dict((key, default) for key, (_types, default, _meaning) in JOB_FIELDS.items())
+    record.update(fields, job_id=None if job_id is None else str(job_id))
+    record["nodes"], record["excluded_nodes"] = list(record["nodes"]), list(record["excluded_nodes"])
+    return record
+
+
 def job_from_scontrol(rec):
-    """One `scontrol show job -o` record -> the job dict the modules return."""
+    """One `scontrol show job -o` record -> the job record the modules return."""
     state = normalize_state(rec.get("JobState"))
     exit_code, signal = parse_exit_code(rec.get("ExitCode"))
     comment = null(rec.get("Comment"))
-    return dict(
-        job_id=rec.get("JobId"),
+    return job_record(
+        rec.get("JobId"),
         name=rec.get("JobName"),
         state=state,
         active=state in ACTIVE_STATES,
@@ -369,12 +416,7 @@ def job_from_scontrol(rec):
 
 def unknown_job(job_id):
     """A job the controller has forgotten and no accounting remembers."""
-    return dict(job_id=str(job_id), name=None, state="UNKNOWN", active=False, success=None,
-                reason="the controller no longer knows this job and no accounting is available",
-                exit_code=None, signal=None, partition=None, nodelist=None, nodes=[], excluded_nodes=[],
-                submit_time=None, start_time=None, end_time=None, elapsed=None, time_limit=None,
-                restarts=0, num_nodes=None, waits_for_nodes=False, stdout_path=None, stderr_path=None, workdir=None, command=None,
-                comment=None, fingerprint=None, known=False, source=None)
+    return job_record(job_id, reason="the controller no longer knows this job and no accounting is available")
 
 
 SQUEUE_FIELDS = ("job_id", "state", "name", "comment")
@@ -420,15 +462,14 @@ def parse_sacct(text):
         state = normalize_state(rec.get("State"))
         exit_code, signal = parse_exit_code(rec.get("ExitCode"))
         comment = null(rec.get("Comment"))
-        job = unknown_job(rec["JobIDRaw"])
-        job.update(name=rec.get("JobName"), state=state, active=state in ACTIVE_STATES,
-                   success=state == "COMPLETED", reason=null(rec.get("Reason")),
-                   exit_code=exit_code, signal=signal, partition=null(rec.get("Partition")),
-                   nodelist=null(rec.get("NodeList")), nodes=expand_hostlist(rec.get("NodeList")),
-                   submit_time=null(rec.get("Submit")), start_time=null(rec.get("Start")),
-                   end_time=null(rec.get("End")), elapsed=parse_duration(rec.get("Elapsed")),
-                   comment=comment, fingerprint=fingerprint_of_comment(comment), known=True,
-                   source="sacct")
+        job = job_record(rec["JobIDRaw"], name=rec.get("JobName"), state=state, active=state in ACTIVE_STATES,
+                         success=state == "COMPLETED", reason=null(rec.get("Reason")),
+                         exit_code=exit_code, signal=signal, partition=null(rec.get("Partition")),
+                         nodelist=null(rec.get("NodeList")), nodes=expand_hostlist(rec.get("NodeList")),
+                         submit_time=null(rec.get("Submit")), start_time=null(rec.get("Start")),
+                         end_time=null(rec.get("End")), elapsed=parse_duration(rec.get("Elapsed")),
+                         comment=comment, fingerprint=fingerprint_of_comment(comment), known=True,
+                         source="sacct")
         jobs.append(job)
     return jobs
 

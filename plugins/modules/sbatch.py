@@ -384,6 +384,11 @@ def job_result(job):
     return {k: job.get(k) for k in JOB_FIELDS}
 
 
+def absent(module, client, p):
+    """state=absent: the active jobs of this name (of the connecting user) cancelled."""
+    cancel_by_name(module, client, p["name"])
+
+
 def cancel_by_name(module, client, name):
     ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == name and j["state"] in ACTIVE_STATES]
     if ids and not module.check_mode:
@@ -446,12 +451,9 @@ def main():
     )
     p = module.params
     client = Slurm(module)
+    # each state's handler ends the module (exit_json or fail_json); Slurm's errors end it here
     try:
-        if p["state"] == "absent":
-            cancel_by_name(module, client, p["name"])
-        if p["state"] == "watched":
-            watched(module, client, p)
-        present(module, client, p)
+        STATES[p["state"]](module, client, p)
     except SlurmError as err:
         module.fail_json(msg=str(err))
 
@@ -624,6 +626,9 @@ def write_record(module, path, job, fp, result):
         done_record.write(path, done_record.of_job(job, fp))
     except (IOError, OSError) as err:
         module.fail_json(msg="cannot write done_file %s: %s" % (path, err), **result)
+
+
+STATES = {"present": present, "watched": watched, "absent": absent}
 
 
 if __name__ == "__main__":

@@ -226,3 +226,27 @@ def test_partition_nodes_counted_per_state():
     assert slurm_parse.parse_state_counts("") == []
     with pytest.raises(ValueError, match="unexpected sinfo line 'PARTITION AVAIL'"):
         slurm_parse.parse_state_counts("PARTITION AVAIL\n")
+
+
+def _typed(record):
+    """The fields of a job record whose value is not of the types JOB_FIELDS gives it."""
+    assert set(record) == set(slurm_parse.JOB_FIELDS), set(record) ^ set(slurm_parse.JOB_FIELDS)
+    return sorted(key for key, (types, _default, _meaning) in slurm_parse.JOB_FIELDS.items()
+                  if not isinstance(record[key], types)
+                  or (key in ("nodes", "excluded_nodes") and not all(isinstance(n, str) for n in record[key])))
+
+
+@pytest.mark.parametrize("name", ["cancelled", "completed", "failed", "metachar_name", "pending", "running", "timeout"])
+def test_every_recorded_scontrol_job_is_a_job_record_of_its_types(name):
+    assert _typed(job(name)) == []
+
+
+def test_sacct_and_unknown_jobs_are_job_records_of_their_types():
+    row = slurm_parse.FIELD_SEP.join(["77", "train", "FAILED", "1:0", "00:00:05", "n1", "", "", "", "gpu", "", ""])
+    assert _typed(slurm_parse.parse_sacct(row + "\n")[0]) == []
+    assert _typed(slurm_parse.unknown_job(5)) == [] and slurm_parse.unknown_job(5)["job_id"] == "5"
+
+
+def test_a_job_record_refuses_a_field_it_does_not_define():
+    with pytest.raises(TypeError, match="no such field nodez"):
+        slurm_parse.job_record("1", nodez=["n1"])

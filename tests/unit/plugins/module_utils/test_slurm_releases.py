@@ -142,3 +142,10 @@ def test_every_release_has_the_fixtures():
         for name in ("scontrol_show_node.txt", "scontrol_show_job_running.txt", "scontrol_show_job_failed.txt",
                      "scontrol_version.txt", "sbatch_parsable.txt", "sbatch_parsable_cluster.txt"):
             assert has(release, name), (release, name)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+@pytest.mark.parametrize("name", ["running", "failed", "timeout"])
+def test_each_releases_jobs_are_job_records_of_their_types(release, name):
+    from ansible_collections.llmtrain.slurm.tests.unit.plugins.module_utils.test_slurm_parse import _typed
+    assert _typed(job(release, name)) == []
