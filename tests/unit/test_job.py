@@ -19,6 +19,9 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_fil
 
 from test_node_package import ship_node_package
 
+# the interpreter the job runs with: slurm_python, or with a container the node's python3 (3.7 or
+# later, docs/containers.md); LLMTRAIN_TEST_JOB_PYTHON=python3.7 tries the oldest
+JOB_PYTHON = os.environ.get("LLMTRAIN_TEST_JOB_PYTHON") or sys.executable
 FAKE_SCONTROL = r'''#!/usr/bin/env python3
 import os, re, sys
 fake = os.environ["FAKE_SLURM"]
@@ -76,7 +79,7 @@ class Fake:
 
     def start(self, command, restart=0):
         env = dict(self.env, SLURM_RESTART_COUNT=str(restart))
-        return subprocess.Popen([sys.executable, "-m", "llmtrain_node.job", json.dumps(self.config), "--"] + command,
+        return subprocess.Popen([JOB_PYTHON, "-m", "llmtrain_node.job", json.dumps(self.config), "--"] + command,
                                 cwd=str(self.root), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
     def run(self, command, restart=0):
@@ -298,3 +301,25 @@ def test_no_master_address_ends_the_job_failed(fake):
     fake.env["SLURM_JOB_NODELIST"] = ""
     status, out = fake.run(fake.step("true"))
     assert status == code("FAILED") and "no master address" in out
+
+
+def oldest_python():
+    """A Python 3.7 on this machine (pyenv's, or on PATH), or None."""
+    import glob
+    import shutil
+    for found in sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.7.*/bin/python3.7"))) + [shutil.which("python3.7")]:
+        if found and subprocess.run([found, "-c", ""], stderr=subprocess.DEVNULL, check=False).returncode == 0:
+            return found
+    return None
+
+
+@pytest.mark.skipif(oldest_python() is None, reason="no Python 3.7 on this machine to run the job with")
+def test_the_job_runs_on_the_oldest_python_it_documents(fake, monkeypatch):
+    """With a container the job runs on the node's own python3, 3.7 or later (docs/containers.md)."""
+    monkeypatch.setattr(sys.modules[__name__], "JOB_PYTHON", oldest_python())
+    fake.env["LLMTRAIN_RUN_DIR"] = str(fake.run_dir)
+    status, out = fake.run(fake.step('printf \'{"signal": "SIGUSR2"}\' > "$LLMTRAIN_RUN_DIR/PREEMPTED"'))
+    assert status == 0 and "requeue 1 of 2" in out, out
+    status, out = fake.run(fake.step("true"), restart=1)
+    assert status == 0, out
+    assert [line.get("how") for line in fake.lines()] == [None, "requeued", None, "finished"]
