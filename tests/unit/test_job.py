@@ -172,6 +172,15 @@ def test_a_checkpointed_stop_requeues_the_job_while_requeues_are_left_then_ends_
     assert fake.calls().count("scontrol requeue 42") == 1
 
 
+def test_the_stop_line_shows_what_the_training_wrote_as_one_line(fake):
+    """A Hugging Face Trainer script writes "step 42" and a line break; a hostile one, escapes."""
+    fake.env["LLMTRAIN_RUN_DIR"] = str(fake.run_dir)
+    status, out = fake.run(fake.step(r"""printf 'step 42\n' > "$LLMTRAIN_RUN_DIR/PREEMPTED" """))
+    assert status == 0 and "llmtrain: stopped with a checkpoint (step 42); requeue 1 of 2" in out, out
+    status, out = fake.run(fake.step(r"""printf 'a\nb\033]0;title\007c\n\n' > "$LLMTRAIN_RUN_DIR/PREEMPTED" """), restart=1)
+    assert "llmtrain: stopped with a checkpoint (a bc); requeue 2 of 2" in out, out
+
+
 def test_a_stop_asked_for_ends_the_job_stopped_not_requeued(fake):
     (fake.run_dir / run_files.STOP).write_text("42\n")
     status, out = fake.run(fake.step("echo training"))

@@ -309,7 +309,9 @@ class Job:
                     "are intact" % (self.file("hangs"), self.file("checkpoints")), err=True)
                 raise End(code("HANG"), "hang")
         if os.path.exists(self.file(run_files.PREEMPTED)):
-            stopped = "stopped with a checkpoint (%s)" % printable(run_files.head(self.file(run_files.PREEMPTED), 512))
+            # what the training wrote there, as one line (a trailing line break is not part of it)
+            stopped = "stopped with a checkpoint (%s)" % printable(
+                run_files.head(self.file(run_files.PREEMPTED), 512).rstrip("\r\n"))
             if self.stray_sigterm():
                 self.requeue_or_stop(
                     "%s on a SIGTERM while Slurm still runs the job: not its time limit, a cancel, a requeue or a "
