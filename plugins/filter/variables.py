@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import difflib
 import functools
-import glob
-import os
 
-import yaml
 from ansible.errors import AnsibleFilterError
 
-# The collection's root, two levels above this file: in a checkout and in the installed collection.
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ansible_collections.llmtrain.slurm.plugins.module_utils import argument_specs
 
 # Former names (CHANGELOG.md): a renamed variable, and the one that replaces it.
 RENAMED = {
@@ -49,28 +45,20 @@ CLOSE = 0.75
 NODES_NAMED = 3
 
 
-def _load(*path):
-    with open(os.path.join(ROOT, *path), encoding="utf-8") as handle:
-        return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
-
-
 @functools.lru_cache(maxsize=1)
 def declared():
     """{role: frozenset of the variables its meta/argument_specs.yml declares}, every entry point."""
-    roles = {}
-    for path in sorted(glob.glob(os.path.join(ROOT, "roles", "*", "meta", "argument_specs.yml"))):
-        role = os.path.basename(os.path.dirname(os.path.dirname(path)))
-        entries = _load(path).get("argument_specs") or {}
-        roles[role] = frozenset(name for entry in entries.values() for name in (entry.get("options") or {}))
+    roles = dict((role, frozenset(name for options in entries.values() for name in options))
+                 for role, entries in argument_specs.specs().items())
     if not roles:
-        raise AnsibleFilterError("unknown_variables: no roles/*/meta/argument_specs.yml under %s" % ROOT)
+        raise AnsibleFilterError("unknown_variables: no roles/*/meta/argument_specs.yml under %s" % argument_specs.ROOT)
     return roles
 
 
 @functools.lru_cache(maxsize=1)
 def computed():
     """The public names the roles compute or record (the run role's _run_computed), defined but no input."""
-    return frozenset(_load("roles", "run", "vars", "main.yml")["_run_computed"])
+    return frozenset(argument_specs.load("roles", "run", "vars", "main.yml")["_run_computed"])
 
 
 def prefixes():
@@ -87,7 +75,7 @@ def message(name, known):
     close = difflib.get_close_matches(name, known, n=1, cutoff=CLOSE)
     if close:
         return "%s is not a variable of llmtrain.slurm: did you mean %s?" % (name, close[0])
-    role = max((role for role in declared() if name.startswith(role + "_")), key=len)
+    role = argument_specs.role_of(name)
     return ("%s is not a variable of llmtrain.slurm: remove it, or find the one meant in "
             "ansible-doc -t role llmtrain.slurm.%s." % (name, role))
 
