@@ -86,12 +86,13 @@ class Job:
         self.signal = None
         self.ending = False
         self.training = None
+        self.nodes = []  # the job's nodes, as scontrol expands its node list
         # the batch node's Python children find the llmtrain_node package first; the steps get
         # the environment the job script had (the package is first on theirs by their own means)
         self.child_env = dict(self.env)
-        scripts = os.path.join(self.run_dir, "scripts")
+        self.scripts = os.path.join(self.run_dir, "scripts")
         parts = self.child_env.get("PYTHONPATH", "").split(os.pathsep)
-        if parts and parts[0] == scripts:
+        if parts and parts[0] == self.scripts:
             parts = parts[1:]
             if any(parts):
                 self.child_env["PYTHONPATH"] = os.pathsep.join(parts)
@@ -100,9 +101,8 @@ class Job:
 
     def python_env(self):
         """The environment of the batch node's Python children: the package first on their path."""
-        scripts = os.path.join(self.run_dir, "scripts")
         rest = self.child_env.get("PYTHONPATH")
-        return dict(self.child_env, PYTHONPATH=scripts + (os.pathsep + rest if rest else ""))
+        return dict(self.child_env, PYTHONPATH=self.scripts + (os.pathsep + rest if rest else ""))
 
     def file(self, name):
         return run_files.path(self.run_dir, name)
@@ -117,8 +117,8 @@ class Job:
             return ""
 
     def hostnames(self, host_list):
-        return [line for line in self.slurm("scontrol", "show", "hostnames", host_list).splitlines()
-                if run_files.HOST_NAME.match(line)]
+        """The names scontrol expands a host list into, as printed."""
+        return self.slurm("scontrol", "show", "hostnames", host_list).splitlines()
 
     # -- before the start line -------------------------------------------------------------------
 
@@ -140,13 +140,13 @@ class Job:
                     f.write(run_id + "\n")
             self.child_env.update(WANDB_RUN_ID=run_id, WANDB_RESUME="allow")
         nodelist = self.env.get("SLURM_JOB_NODELIST", "")
-        first = self.slurm("scontrol", "show", "hostnames", nodelist).splitlines()[:1]
-        if not first or not first[0]:
+        self.nodes = self.hostnames(nodelist)
+        if not self.nodes or not self.nodes[0]:
             say("no master address: 'scontrol show hostnames %s' printed nothing" % printable(nodelist), err=True)
             raise End(code("FAILED"))
-        self.child_env["MASTER_ADDR"] = first[0]
+        self.child_env["MASTER_ADDR"] = self.nodes[0]
         say("job %s start %d on %s, master %s:%s" % (
-            self.job_id, self.start, nodelist, first[0], self.env.get("MASTER_PORT", "")))
+            self.job_id, self.start, nodelist, self.nodes[0], self.env.get("MASTER_PORT", "")))
 
     def record_start(self):
         """The start line: with the nodes of the run's start before that this one lacks."""
@@ -155,8 +155,8 @@ class Job:
         left = ""
         before = run_files.last_start_nodes(starts)
         if before:
-            now = set(self.hostnames(nodelist))
-            gone = [n for n in self.hostnames(before) if n not in now]
+            now = set(self.nodes)
+            gone = [n for n in self.hostnames(before) if n not in now and run_files.HOST_NAME.match(n)]
             if gone:
                 left = self.slurm("scontrol", "show", "hostlist", ",".join(gone)).strip()
                 left = left if run_files.HOST_LIST.match(left) else ""

@@ -52,7 +52,6 @@ CHECKPOINT = re.compile(r"\A(?:step_0*(\d+)(?:[.]pt)?|checkpoint-(\d+))\Z")
 # an array's): a line whose job id or start is not of its type is not one of them.
 START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT)
 END_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, how=TEXT, exit_code=INT, time=TEXT, signal=TEXT)
-END_HOWS = ("finished", "failed", "requeued", "stopped", "hang", "preempted", "killed")
 
 
 def checkpoint_step(name):
@@ -68,7 +67,8 @@ def checkpoint_names(entries, own_script=False):
     named = [(os.path.basename(str(e["path"]).rstrip("/")), e.get("mtime") or 0) for e in entries]
     if not own_script:
         return sorted((n for n, mtime in named if REFERENCE_CHECKPOINT.match(n)), key=checkpoint_step)
-    order = dict((n, (checkpoint_step(n) is not None, checkpoint_step(n) or 0, mtime, n)) for n, mtime in named)
+    steps = dict((n, checkpoint_step(n)) for n, _mtime in named)
+    order = dict((n, (steps[n] is not None, steps[n] or 0, mtime, n)) for n, mtime in named)
     return sorted(order, key=order.get)
 
 
