@@ -1,6 +1,7 @@
 """docs/: the committed reference is exactly what tools/docs.py writes from the sources; the README stays
 short, lists its guides, and no link in README.md, CONTRIBUTING.md or docs/ names a missing file."""
 
+import glob
 import importlib.util
 import os
 import re
@@ -33,6 +34,19 @@ def test_committed_reference_matches_the_sources(tmp_path):
     assert sorted(committed) == sorted(fresh), hint
     stale = [path for path in sorted(fresh) if read(os.path.join(ROOT, "docs", path)) != read(tmp_path / path)]
     assert not stale, "%s (%s)" % (hint, ", ".join(stale))
+
+
+def test_committed_defaults_are_written_from_the_specs():
+    """A role's defaults/main.yml is generated from its argument spec: adding a variable is one entry there."""
+    tool = load_docs_tool()
+    written = tool.defaults_files()
+    assert {"roles/run/defaults/main.yml", "roles/slurm/defaults/main.yml"} <= set(written)
+    on_disk = set(os.path.relpath(path, ROOT) for path in glob.glob(os.path.join(ROOT, "roles", "*", "defaults", "main.yml")))
+    assert sorted(on_disk) == sorted(written), "a role's defaults/main.yml without a spec, or a spec without one"
+    stale = [path for path in sorted(written) if read(os.path.join(ROOT, path)) != written[path]]
+    assert not stale, "roles/*/defaults/main.yml out of date with meta/argument_specs.yml: run `make docs` (%s)" % ", ".join(stale)
+    slurm = read(os.path.join(ROOT, "roles/slurm/defaults/main.yml"))
+    assert "# slurm_nodes: no default" in slurm and "\nslurm_partition: null\n" in slurm
 
 
 def test_every_page_is_linked_from_the_index():
