@@ -16,10 +16,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs, site_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs, run_facts, site_check
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import nccl
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
-    expand_hostlist, out_of_service_nodes, usable_nodes)
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import out_of_service_nodes, usable_nodes
 
 
 def input_errors(values, workers=None):
@@ -33,19 +32,13 @@ def input_errors(values, workers=None):
 
 def hostnames(hostlists):
     """Node names and Slurm hostlists (gpu-[01-04], a,b) -> the node names, in order, once each."""
-    names = {}  # insertion-ordered, and a lookup in constant time: a job's thousands of nodes
-    for item in [hostlists] if isinstance(hostlists, str) else (hostlists or []):
-        names.update(dict.fromkeys(expand_hostlist(str(item))))
-    return list(names)
+    return run_facts.hostnames(hostlists)
 
 
 def excluded_reason(node, bad_nodes):
-    """Why a run keeps off node: the reason its node check recorded in bad_nodes.json, or
-    that slurm_exclude_nodes names it."""
-    entry = (bad_nodes or {}).get(node)
-    if isinstance(entry, dict) and entry.get("reason"):
-        return "%s (node check of job %s, %s)" % (entry["reason"], entry.get("job_id"), entry.get("time"))
-    return "named in slurm_exclude_nodes"
+    """Why a run keeps off node: the reason its node check recorded in bad_nodes.json, or that
+    slurm_exclude_nodes names it."""
+    return run_facts.excluded_reason(node, bad_nodes)
 
 
 def gpu_mismatch_line(row):

@@ -13,6 +13,8 @@
   container settings | llmtrain.slurm.container_argv(workdir) -> {step, task, batch}: how a job runs its Python
   find result files | llmtrain.slurm.checkpoints(own_script) -> the run's checkpoint names, oldest first
   checkpoint name | llmtrain.slurm.checkpoint_step -> its step, or None
+  read_files files | llmtrain.slurm.run_facts(settings, job, ...) -> the run's facts for the report
+  fetched? | llmtrain.slurm.facts_progress(events, log_read, ...) -> where the report's loss records come from
 """
 
 from __future__ import annotations
@@ -22,12 +24,10 @@ import json
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record, trainer_state
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, node_check, run_files, untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record, run_facts, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, node_check, run_files
 
 display = Display()
-# what read_files reads at most of a file (its max_bytes default)
-RUN_JSON_MAX_BYTES = 1048576
 
 
 def env_file_values(text):
@@ -38,17 +38,21 @@ def env_file_values(text):
 def from_run_json(text, default=None, name="a file of the run"):
     """The JSON value of a file of the run (untrusted: read bounded in size and depth, numbers
     finite), or default when it is not one, or not of default's type, said in a warning."""
-    try:
-        value = untrusted.loads(str(text), RUN_JSON_MAX_BYTES)
-    except untrusted.Unreadable as err:
-        display.warning("%s cannot be read (%s): it is left out" % (untrusted.printable(name), err))
-        return default
-    # the JSON type of default (Ansible hands a template's [] and {} over as subclasses of list and dict)
-    kind = next((k for k in (dict, list, str, bool, int, float) if isinstance(default, k)), None)
-    if kind is not None and not isinstance(value, kind):
-        display.warning("%s holds no JSON %s: it is left out" % (untrusted.printable(name), kind.__name__))
-        return default
-    return value
+    return run_facts.run_json(text, default, name, display.warning)
+
+
+def facts(read, settings, job, job_id=None, checkpoints=(), progress=None, reuse=False):
+    """read_files' files of the run directory -> the run's facts for the report (module_utils/run_facts.py:
+    FIELDS), or, when reuse, those its facts.json kept."""
+    return run_facts.kept_or_made(dict(read or {}), bool(reuse), settings=dict(settings), warn=display.warning,
+                                  job=dict(job or {}), job_id=job_id, checkpoints=list(checkpoints or []),
+                                  progress_fact=progress)
+
+
+def facts_progress(metrics_fetched, events=None, log_read=False, patterns=None, event_files=0, local_dir=""):
+    """Where the report's loss records come from (the run's facts' progress)."""
+    return run_facts.progress(bool(metrics_fetched), dict(events or {}), bool(log_read), patterns, int(event_files),
+                              str(local_dir))
 
 
 def log_metrics(text, patterns=None, state=None):
@@ -151,4 +155,5 @@ class FilterModule(object):
                 "event_metrics": event_metrics,
                 "pipeline_fingerprint": pipeline_fingerprint, "pipeline_verdict": pipeline_verdict, "pipeline_record": pipeline_record_text,
                 "gpu_options": gpu_options, "container_argv": container_argv, "checkpoints": checkpoints,
-                "checkpoint_step": checkpoint_step}
+                "checkpoint_step": checkpoint_step,
+                "run_facts": facts, "facts_progress": facts_progress}

@@ -166,39 +166,19 @@ job:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.llmtrain.slurm.plugins.module_utils import run_status
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary, tail_lines
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            workspace=dict(type="path", required=True),
-            run=dict(type="str"),
-            log_lines=dict(type="int", default=0),
-            job_prefix=dict(type="str", default="llmtrain-"),
-            job_log=dict(type="str", default="logs/%x-%j.out"),
-            progress_regex=dict(type="list", elements="str", default=[]),
-            progress_tag=dict(type="str"),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
+def status(slurm):
+    """Every run of the workspace (one queue query), and the detail of one."""
+    module, p, client = slurm.module, slurm.params, slurm.client
     if not os.path.isdir(p["workspace"]):
         module.fail_json(msg="workspace %s is not a directory: set slurm_workspace to the run's shared directory" % p["workspace"])
-    try:
-        patterns = compile_patterns(p["progress_regex"] or DEFAULT_PATTERNS)
-    except ValueError as err:
-        module.fail_json(msg=str(err))
-    client = Slurm(module)
-    try:
-        queue = [j for j in client.queue() if j["name"].startswith(p["job_prefix"])]
-    except (SlurmError, ValueError) as err:
-        module.fail_json(msg=str(err))
+    patterns = compile_patterns(p["progress_regex"] or DEFAULT_PATTERNS)  # a bad pattern: ValueError, said
+    queue = [j for j in client.queue() if j["name"].startswith(p["job_prefix"])]
     uid = os.getuid()
     names = run_status.run_names(p["workspace"], uid)
     distrust = run_status.workspace_problem(p["workspace"], uid)
@@ -227,11 +207,25 @@ def main():
                     module.warn("cannot read %s: %s" % (row["stdout_path"], err))
             result["detail"] = run_status.detail(row, log)
             if row["job_id"]:
-                try:
-                    result["job"] = run_status.job_of(client.show_job(row["job_id"]), row)
-                except SlurmError as err:
-                    module.fail_json(msg=str(err), **result)
-    module.exit_json(**result)
+                slurm.result = result  # Slurm's error now fails with the table
+                result["job"] = run_status.job_of(client.show_job(row["job_id"]), row)
+    return result
+
+
+def main():
+    SlurmModule(
+        dict(
+            workspace=dict(type="path", required=True),
+            run=dict(type="str"),
+            log_lines=dict(type="int", default=0),
+            job_prefix=dict(type="str", default="llmtrain-"),
+            job_log=dict(type="str", default="logs/%x-%j.out"),
+            progress_regex=dict(type="list", elements="str", default=[]),
+            progress_tag=dict(type="str"),
+        ),
+        errors=(ValueError,),
+        supports_check_mode=True,
+    ).run(status)
 
 
 if __name__ == "__main__":

@@ -137,8 +137,8 @@ options:
         successfully, that it did, as JSON with keys C(fingerprint), C(name), C(job_id),
         C(state), C(exit_code), C(end_time) and C(stdout_path).
       - When it records this task's fingerprint, the task returns RV(done=true) with the
-        recorded RV(job_id), RV(state) and RV(exit_code) and asks Slurm nothing, however long
-        ago the job ran. A record of another fingerprint means the job has not run; so does
+        recorded RV(job_id), RV(state) and RV(exit_code) and asks Slurm nothing (with O(attach),
+        one C(squeue) first), however long ago the job ran. A record of another fingerprint means the job has not run; so does
         one that cannot be read, with a warning.
       - Written, atomically and with mode C(0644), when the task submits the job (where its
         directory exists) and whenever it sees that job completed successfully (found completed
@@ -169,6 +169,19 @@ options:
         what they got since the last one. Without it, each look reads the last MiB of each file.
       - Written in check mode too (it is the watch's own bookkeeping, not a change).
     type: path
+    version_added: 0.2.0
+  attach:
+    description:
+      - With O(state=present), re-attach to an active (pending or running) job of this O(name) of the
+        connecting user whatever its fingerprint (one a rerun with other settings would otherwise
+        submit beside it), before anything else is decided, O(done_file) included. RV(attached) is
+        then true and RV(job_id) that job's; nothing is submitted, and O(keep_script) is written only
+        when that job runs this task's script (else it keeps the script that job runs). Of several
+        such jobs, the newest.
+      - The one way a stage's job is never doubled by a rerun - its name is the run's, its settings may
+        change between runs.
+    type: bool
+    default: false
     version_added: 0.2.0
   wait:
     description: Wait until the job has left the active states.
@@ -250,6 +263,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+attached:
+  description:
+    - The task re-attached to an active job instead of submitting one - of this fingerprint, or with O(attach)
+      any of this name (its fingerprint may differ).
+  returned: with state=present
+  type: bool
+  sample: false
 job_id:
   description: The job's id; null in check mode when it would be submitted.
   returned: with state=present
@@ -363,13 +383,12 @@ cancelled:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, job_watch, sbatch_argv, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import holds, replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import failure_message, output_tail
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES, unknown_job
 from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
 
@@ -386,21 +405,24 @@ def job_result(job):
 
 def absent(module, client, p):
     """state=absent: the active jobs of this name (of the connecting user) cancelled."""
-    cancel_by_name(module, client, p["name"])
-
-
-def cancel_by_name(module, client, name):
-    ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == name and j["state"] in ACTIVE_STATES]
+    ids = [j["job_id"] for j in client.jobs_of_user() if j["name"] == p["name"] and j["state"] in ACTIVE_STATES]
     if ids and not module.check_mode:
         client.cancel(ids)
-    module.exit_json(changed=bool(ids), cancelled=ids)
+    return dict(changed=bool(ids), cancelled=ids)
 
 
-def existing_job(client, name, fp, submitted=None):
+def newest_active(jobs, name):
+    """The newest active job of this name among the user's jobs (squeue's), or None."""
+    active = [j for j in jobs if j["name"] == name and j["state"] in ACTIVE_STATES]
+    return max(active, key=lambda j: int(j["job_id"].split("_")[0])) if active else None
+
+
+def existing_job(client, name, fp, submitted=None, jobs=None):
     """The job this task would submit, if Slurm still has it active, or completed. submitted:
     with done_file, the id its record holds of the job submitted last; a completed job counts
-    only when it is that one, so that removing done_file runs the job again."""
-    mine = [j for j in client.jobs_of_user()
+    only when it is that one, so that removing done_file runs the job again. jobs: the user's
+    jobs, when already listed."""
+    mine = [j for j in (client.jobs_of_user() if jobs is None else jobs)
             if j["name"] == name and sbatch_argv.fingerprint_of_comment(j["comment"]) == fp]
     mine.sort(key=lambda j: int(j["job_id"].split("_")[0]), reverse=True)
     for job in mine:
@@ -421,47 +443,39 @@ def existing_job(client, name, fp, submitted=None):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    slurm = SlurmModule(
+        dict(
             name=dict(type="str", required=True),
             script=dict(type="path"),
             content=dict(type="str"),
             chdir=dict(type="path"),
             options=dict(type="dict", default={}),
             env=dict(type="dict", default={}),
-            state=dict(type="str", default="present", choices=["present", "watched", "absent"]),
+            state=dict(type="str", default="present", choices=list(STATES)),
+            attach=dict(type="bool", default=False),
             job_id=dict(type="str"),
             done_file=dict(type="path"),
             exclude=dict(type="list", elements="str", default=[]),
             bad_nodes_file=dict(type="path"),
             keep_script=dict(type="path"),
             wait=dict(type="bool", default=False),
-            wait_timeout=dict(type="float", default=3600.0),
-            poll_interval=dict(type="float", default=1.0),
-            unreachable_timeout=dict(type="float", default=0),
             cancel_on_timeout=dict(type="bool", default=True),
             log_tail_lines=dict(type="int", default=30),
             event_state_file=dict(type="path"),
             **job_watch.ARGUMENT_SPEC
         ),
+        wait=3600,
         mutually_exclusive=[("script", "content")],
         required_if=[("state", "present", ("script", "content"), True), ("state", "watched", ("script", "content"), True),
                      ("state", "watched", ("job_id",))],
         supports_check_mode=True,
     )
-    p = module.params
-    client = Slurm(module)
-    # each state's handler ends the module (exit_json or fail_json); Slurm's errors end it here
-    try:
-        STATES[p["state"]](module, client, p)
-    except SlurmError as err:
-        module.fail_json(msg=str(err))
+    # each state's body returns the module's result (or fails); Slurm's errors end it in SlurmModule
+    slurm.dispatch(dict((state, lambda s, body=body: body(s.module, s.client, s.params)) for state, body in STATES.items()))
 
 
 def identity(module, p):
     """(content, option argv, export argv, env, fingerprint) of the job the task describes."""
-    if p["poll_interval"] < 1:
-        module.fail_json(msg="poll_interval must be at least 1 (one Slurm query per second at most)")
     # an option set to null or false is not given (nor part of the fingerprint): a task may list
     # every option it could set, and one left unset does not make another job of the same one
     options = dict((k.replace("_", "-") if isinstance(k, str) else k, v) for k, v in p["options"].items()
@@ -509,13 +523,23 @@ def watched(module, client, p):
                          **result)
     if result["done"] and p["done_file"] and not module.check_mode:
         write_record(module, p["done_file"], dict(job, name=p["name"]), fp, result)
-    module.exit_json(**result)
+    return result
 
 
 def present(module, client, p):
     content, option_argv, export_argv, env, fp = identity(module, p)
+    result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None, done=False, attached=False)
+
     kept = sbatch_argv.kept_script(content, p["name"], p["chdir"], option_argv + export_argv)
-    result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None, done=False)
+    # an active job of this name, whatever it runs, is the stage's job (attach): never doubled
+    jobs = client.jobs_of_user() if p["attach"] else None
+    attached = newest_active(jobs, p["name"]) if p["attach"] else None
+    if attached is not None:
+        # the kept script is that job's: the same text when it runs this task's, else left as it is
+        if p["keep_script"] and sbatch_argv.fingerprint_of_comment(attached["comment"]) == fp:
+            keep_script(module, p["keep_script"], kept, result)
+        result.update(job_result(client.show_job(attached["job_id"])), attached=True)
+        return result
 
     submitted = None
     if p["done_file"]:
@@ -530,7 +554,7 @@ def present(module, client, p):
                           stdout_path=record.get("stdout_path"))
             if p["keep_script"]:
                 keep_script(module, p["keep_script"], kept, result)
-            module.exit_json(**result)
+            return result
 
     if p["chdir"] and not os.path.isdir(p["chdir"]):
         if not module.check_mode:
@@ -552,13 +576,14 @@ def present(module, client, p):
     # written before the job is submitted: a job sbatch rejects can be submitted again by hand
     if p["keep_script"]:
         keep_script(module, p["keep_script"], kept, result)
-    found = existing_job(client, p["name"], fp, submitted)
+    found = existing_job(client, p["name"], fp, submitted, jobs)
     if found is not None:
         job = client.show_job(found["job_id"]) if found.get("source") != "sacct" else found
+        result["attached"] = found["state"] in ACTIVE_STATES
     elif module.check_mode:
         result.update(job_result(unknown_job("")), job_id=None, state=None, reason=None,
                       changed=True, submitted=True, cmd=argv)
-        module.exit_json(**result)
+        return result
     else:
         # the job makes its files with the user's umask less group and other write, whatever the
         # login shell's (002 is common): nothing it makes in the run directory is then refused
@@ -603,7 +628,7 @@ def present(module, client, p):
         module.fail_json(msg=failure_message(job), log_tail=output_tail(job, p["log_tail_lines"]), **result)
     if result["done"] and p["done_file"] and not module.check_mode:
         write_record(module, p["done_file"], dict(job, name=p["name"]), fp, result)
-    module.exit_json(**result)
+    return result
 
 
 def keep_script(module, path, content, result):

@@ -184,46 +184,42 @@ ansible_facts:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.llmtrain.slurm.plugins.module_utils import container
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
+
+
+def look(slurm):
+    """The cluster as Slurm has it, and what the options ask besides."""
+    p, client = slurm.params, slurm.client
+    info = dict(version=client.version(), partitions=client.partitions(), nodes=client.nodes())
+    result = slurm.result
+    result.update(ansible_facts=dict(slurm_cluster=info), **info)
+    if p["reservations"] or p["associations"]:
+        result["user"] = client.user()
+    if p["reservations"]:
+        result["reservations"] = client.reservations()
+    if p["associations"]:
+        result["associations"], result["associations_note"] = client.associations(result["user"])
+    if p["container"]:
+        def run(argv):
+            if not slurm.module.get_bin_path(argv[0]):
+                return 127, "", "%s: not found" % argv[0]
+            return slurm.module.run_command(argv, environ_update=dict(USER=client.user()))  # ch-run needs USER
+
+        errors, notes = container.preflight(p["container"], run)
+        result["container"] = dict(errors=errors, notes=notes)
+    if p["bad_nodes"]:
+        result["bad_nodes"], unusable = load_bad_nodes(p["bad_nodes"])
+        if unusable:
+            slurm.module.warn(unusable)
+    return result
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(bad_nodes=dict(type="path"), reservations=dict(type="bool", default=False),
-                                              associations=dict(type="bool", default=False),
-                                              container=dict(type="dict")),
-                           supports_check_mode=True)
-    client = Slurm(module)
-    try:
-        info = dict(version=client.version(), partitions=client.partitions(), nodes=client.nodes())
-    except (SlurmError, ValueError) as err:
-        module.fail_json(msg=str(err))
-    result = dict(changed=False, ansible_facts=dict(slurm_cluster=info), **info)
-    if module.params["reservations"] or module.params["associations"]:
-        result["user"] = client.user()
-    if module.params["reservations"]:
-        try:
-            result["reservations"] = client.reservations()
-        except (SlurmError, ValueError) as err:
-            module.fail_json(msg=str(err))
-    if module.params["associations"]:
-        result["associations"], result["associations_note"] = client.associations(result["user"])
-    if module.params["container"]:
-        def run(argv):
-            if not module.get_bin_path(argv[0]):
-                return 127, "", "%s: not found" % argv[0]
-            return module.run_command(argv, environ_update=dict(USER=client.user()))  # ch-run needs USER
-
-        errors, notes = container.preflight(module.params["container"], run)
-        result["container"] = dict(errors=errors, notes=notes)
-    if module.params["bad_nodes"]:
-        result["bad_nodes"], unusable = load_bad_nodes(module.params["bad_nodes"])
-        if unusable:
-            module.warn(unusable)
-    module.exit_json(**result)
+    SlurmModule(dict(bad_nodes=dict(type="path"), reservations=dict(type="bool", default=False),
+                     associations=dict(type="bool", default=False), container=dict(type="dict")),
+                errors=(ValueError,), supports_check_mode=True).run(look)
 
 
 if __name__ == "__main__":

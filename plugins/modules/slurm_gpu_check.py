@@ -119,11 +119,10 @@ cmd:
 import inspect
 import json
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu
 from ansible_collections.llmtrain.slurm.plugins.module_utils.gpu_check import compare
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import expand_hostlist, usable
 
 
@@ -181,9 +180,43 @@ def format_table(rows):
     return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)) for line in lines]
 
 
+def check(slurm):
+    """Each node's GPUs as one step detects them, against what Slurm registers."""
+    p, client, module = slurm.params, slurm.client, slurm.module
+    result = slurm.result
+    result.update(nodes=[], mismatches=[], table=[])
+    all_nodes = client.nodes()
+    if p["partition"]:
+        names = [part["name"] for part in client.partitions()]
+        if p["partition"] not in names:
+            raise SlurmError("partition %r does not exist; Slurm has %s" % (p["partition"], ", ".join(names) or "none"))
+    nodes = select_nodes(all_nodes, p["partition"], p["nodes"])
+    if not nodes:
+        raise SlurmError("no node to check (partition %s, nodes %s)" % (p["partition"], p["nodes"]))
+    ready = [n for n in nodes if usable(n)]
+    detections = {}
+    if ready:
+        argv = step_argv(client.bin("srun"), ready, p["partition"], p["python"],
+                         requested_gres(ready, p["gres"]), p["time_limit"], p["srun_extra_args"])
+        result["cmd"] = argv[:-2] + ["<detection script>", argv[-1]]
+        rc, out, err = module.run_command(argv)
+        detections = parse_detections(out)
+        if rc != 0 and not detections:
+            slurm.fail("the GPU detection step did not run: %s failed (rc %d): %s"
+                       % (" ".join(result["cmd"]), rc, (err or out).strip()[-1500:]))
+
+    rows = [compare(node, detections.get(node["name"]), p["python"]) for node in nodes]
+    result.update(nodes=rows, mismatches=[r["name"] for r in rows if not r["match"]], table=format_table(rows))
+    if p["mode"] == "strict" and result["mismatches"]:
+        slurm.fail("GPU check failed on %d of %d node(s):\n%s" % (
+            len(result["mismatches"]), len(rows),
+            "\n".join("%s: %s. Likely fix: %s." % (r["name"], r["reason"], r["fix"]) for r in rows if not r["match"])))
+    return result
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    SlurmModule(
+        dict(
             partition=dict(type="str"),
             nodes=dict(type="list", elements="str"),
             python=dict(type="str", default="python3"),
@@ -193,43 +226,7 @@ def main():
             srun_extra_args=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
-    )
-    p = module.params
-    client = Slurm(module)
-    result = dict(changed=False, nodes=[], mismatches=[], table=[])
-    try:
-        all_nodes = client.nodes()
-        if p["partition"]:
-            names = [part["name"] for part in client.partitions()]
-            if p["partition"] not in names:
-                raise SlurmError("partition %r does not exist; Slurm has %s"
-                                 % (p["partition"], ", ".join(names) or "none"))
-        nodes = select_nodes(all_nodes, p["partition"], p["nodes"])
-        if not nodes:
-            raise SlurmError("no node to check (partition %s, nodes %s)" % (p["partition"], p["nodes"]))
-        ready = [n for n in nodes if usable(n)]
-        detections, step_error = {}, None
-        if ready:
-            argv = step_argv(client.bin("srun"), ready, p["partition"], p["python"],
-                             requested_gres(ready, p["gres"]), p["time_limit"], p["srun_extra_args"])
-            result["cmd"] = argv[:-2] + ["<detection script>", argv[-1]]
-            rc, out, err = module.run_command(argv)
-            detections = parse_detections(out)
-            if rc != 0 and not detections:
-                step_error = "%s failed (rc %d): %s" % (" ".join(result["cmd"]), rc, (err or out).strip()[-1500:])
-    except SlurmError as exc:
-        module.fail_json(msg=str(exc), **result)
-    if step_error:
-        module.fail_json(msg="the GPU detection step did not run: " + step_error, **result)
-
-    rows = [compare(node, detections.get(node["name"]), p["python"]) for node in nodes]
-    result.update(nodes=rows, mismatches=[r["name"] for r in rows if not r["match"]], table=format_table(rows))
-    if p["mode"] == "strict" and result["mismatches"]:
-        module.fail_json(msg="GPU check failed on %d of %d node(s):\n%s" % (
-            len(result["mismatches"]), len(rows),
-            "\n".join("%s: %s. Likely fix: %s." % (r["name"], r["reason"], r["fix"]) for r in rows if not r["match"])),
-            **result)
-    module.exit_json(**result)
+    ).run(check)
 
 
 if __name__ == "__main__":

@@ -282,44 +282,38 @@ progress_warnings:
       repeats such as (a+)+ or \\s*:?\\s*"
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.llmtrain.slurm.plugins.module_utils import job_watch
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
 
 
+def look(slurm):
+    """The jobs, looked at until they settle or wait_timeout passes."""
+    p = slurm.params
+    patterns = job_watch.patterns_of(slurm.module, p)
+    waiter = Waiter(interval=p["poll_interval"], unreachable_timeout=p["unreachable_timeout"])
+    try:
+        jobs, ended = waiter.wait(lambda: job_watch.look_up(slurm.client, p["job_id"], p["name"]), job_watch.settled,
+                                  p["wait_timeout"])
+    except ControllerUnreachable as err:
+        slurm.fail(str(err), controller_unreachable=True, checks=waiter.checks)
+    return job_watch.describe(slurm.module, p, jobs, ended, patterns, dict(changed=False, checks=waiter.checks),
+                              slurm.client)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    SlurmModule(
+        dict(
             job_id=dict(type="list", elements="str"),
             name=dict(type="str"),
-            wait_timeout=dict(type="float", default=0),
-            poll_interval=dict(type="float", default=1.0),
-            unreachable_timeout=dict(type="float", default=0),
             **job_watch.ARGUMENT_SPEC
         ),
+        wait=0,
         required_one_of=[("job_id", "name")],
         mutually_exclusive=[("job_id", "name")],
         supports_check_mode=True,
-    )
-    p = module.params
-    if p["wait_timeout"] < 0:
-        module.fail_json(msg="wait_timeout=%s must be 0 (check once) or more" % p["wait_timeout"])
-    if p["poll_interval"] < 1:
-        module.fail_json(msg="poll_interval must be at least 1 (one Slurm query per second at most)")
-    patterns = job_watch.patterns_of(module, p)
-    client = Slurm(module)
-    waiter = Waiter(interval=p["poll_interval"], unreachable_timeout=p["unreachable_timeout"])
-    try:
-        jobs, ended = waiter.wait(lambda: job_watch.look_up(client, p["job_id"], p["name"]), job_watch.settled,
-                                  p["wait_timeout"])
-    except ControllerUnreachable as err:
-        module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks)
-    except SlurmError as err:
-        module.fail_json(msg=str(err))
-    module.exit_json(**job_watch.describe(module, p, jobs, ended, patterns, dict(changed=False, checks=waiter.checks),
-                                          client))
+    ).run(look)
 
 
 if __name__ == "__main__":

@@ -151,11 +151,10 @@ import os
 import secrets
 import shutil
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.llmtrain.slurm.plugins.module_utils import container, node_package, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import atomic, node_check
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
 
 
@@ -234,9 +233,58 @@ def read_records(workdir, nodes, token, timeout, python):
     return records
 
 
+def check(slurm):
+    """One step on the partition's idle nodes checks each; the nodes not idle are listed, not checked."""
+    p, client, module = slurm.params, slurm.client, slurm.module
+    result = slurm.result
+    result.update(nodes=[], not_checked=[], bad={}, table=[])
+    partitions = client.partitions()
+    partition = p["partition"] or next((part["name"] for part in partitions if part.get("default")), None)
+    if partition not in [part["name"] for part in partitions]:
+        raise SlurmError("partition %r does not exist; Slurm has %s"
+                         % (partition, ", ".join(part["name"] for part in partitions) or "none"))
+    # kept as printed: the nodes read what Slurm registers for them from it
+    listing = client.node_listing()
+    members = [n for n in parse_nodes(listing) if partition in n["partitions"]]
+    ready = [n for n in members if idle(n)]
+    result["not_checked"] = [not_checked_row(n) for n in members if not idle(n)]
+    step_error = None
+    if ready:
+        token = secrets.token_hex(12)
+        workdir = os.path.join(p["scratch_dir"], ".llmtrain-node-check-" + token)
+        problems = place_scripts(workdir, token, listing)
+        if problems:
+            raise SlurmError("\n".join(problems))
+        try:
+            argv = step_argv(client.bin("srun"), p, partition, ready, workdir, token)
+            result["cmd"] = argv
+            # the nodes write their records with the user's umask less group and other write
+            env = dict(SLURM_UMASK="%04o" % trusted_dirs.strict_umask(), USER=client.user())  # ch-run needs USER
+            rc, out, err = module.run_command(argv, environ_update=env)
+            records = read_records(workdir, ready, token, p["time_limit"] * 60, p["python"])
+            if rc != 0 and all(not r.get("answered", True) for r in records):
+                step_error = "%s failed (rc %d): %s" % (" ".join(argv[:argv.index("--")]), rc,
+                                                        (err or out).strip()[-1500:])
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        result["nodes"] = records
+    if step_error:
+        slurm.fail("the node check step did not run (a node may have become busy since it was listed "
+                   "as idle: run it again): " + step_error)
+    result["bad"] = dict((r["node"], "; ".join(r["problems"])) for r in result["nodes"] if not r["ok"])
+    lines = node_check.table(result["nodes"]) if result["nodes"] else node_check.table([])
+    result["table"] = lines + ["%s  not checked: %s (%s)" % (row["name"], row["state"].upper(), row["reason"])
+                               for row in result["not_checked"]]
+    if p["mode"] == "strict" and result["bad"]:
+        slurm.fail("Node check found %d bad node(s) of %d checked:\n%s" % (
+            len(result["bad"]), len(result["nodes"]),
+            "\n".join("%s: %s" % item for item in sorted(result["bad"].items()))))
+    return result
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
+    SlurmModule(
+        dict(
             partition=dict(type="str"),
             python=dict(type="str", default="python3"),
             gpus=dict(type="int", default=0),
@@ -253,56 +301,9 @@ def main():
             srun_extra_args=dict(type="list", elements="str", default=[]),
             container=dict(type="dict"),
         ),
+        errors=(OSError,),
         supports_check_mode=True,
-    )
-    p = module.params
-    client = Slurm(module)
-    result = dict(changed=False, nodes=[], not_checked=[], bad={}, table=[])
-    try:
-        partitions = client.partitions()
-        partition = p["partition"] or next((part["name"] for part in partitions if part.get("default")), None)
-        if partition not in [part["name"] for part in partitions]:
-            raise SlurmError("partition %r does not exist; Slurm has %s"
-                             % (partition, ", ".join(part["name"] for part in partitions) or "none"))
-        # kept as printed: the nodes read what Slurm registers for them from it
-        listing = client.node_listing()
-        members = [n for n in parse_nodes(listing) if partition in n["partitions"]]
-        ready = [n for n in members if idle(n)]
-        result["not_checked"] = [not_checked_row(n) for n in members if not idle(n)]
-        step_error = None
-        if ready:
-            token = secrets.token_hex(12)
-            workdir = os.path.join(p["scratch_dir"], ".llmtrain-node-check-" + token)
-            problems = place_scripts(workdir, token, listing)
-            if problems:
-                raise SlurmError("\n".join(problems))
-            try:
-                argv = step_argv(client.bin("srun"), p, partition, ready, workdir, token)
-                result["cmd"] = argv
-                # the nodes write their records with the user's umask less group and other write
-                env = dict(SLURM_UMASK="%04o" % trusted_dirs.strict_umask(), USER=client.user())  # ch-run needs USER
-                rc, out, err = module.run_command(argv, environ_update=env)
-                records = read_records(workdir, ready, token, p["time_limit"] * 60, p["python"])
-                if rc != 0 and all(not r.get("answered", True) for r in records):
-                    step_error = "%s failed (rc %d): %s" % (" ".join(argv[:argv.index("--")]), rc,
-                                                            (err or out).strip()[-1500:])
-            finally:
-                shutil.rmtree(workdir, ignore_errors=True)
-            result["nodes"] = records
-    except (SlurmError, OSError) as exc:
-        module.fail_json(msg=str(exc), **result)
-    if step_error:
-        module.fail_json(msg="the node check step did not run (a node may have become busy since it was listed "
-                             "as idle: run it again): " + step_error, **result)
-    result["bad"] = dict((r["node"], "; ".join(r["problems"])) for r in result["nodes"] if not r["ok"])
-    lines = node_check.table(result["nodes"]) if result["nodes"] else node_check.table([])
-    result["table"] = lines + ["%s  not checked: %s (%s)" % (row["name"], row["state"].upper(), row["reason"])
-                               for row in result["not_checked"]]
-    if p["mode"] == "strict" and result["bad"]:
-        module.fail_json(msg="Node check found %d bad node(s) of %d checked:\n%s" % (
-            len(result["bad"]), len(result["nodes"]),
-            "\n".join("%s: %s" % item for item in sorted(result["bad"].items()))), **result)
-    module.exit_json(**result)
+    ).run(check)
 
 
 if __name__ == "__main__":

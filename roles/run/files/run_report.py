@@ -12,18 +12,8 @@ inputs give the same report (it holds no time of its own). A week of records (60
 is read in seconds and a few hundred MB: of each loss record only the fields the report shows
 are kept, and the per-node maps of a script's own records are summed as they are read.
 
-Facts (every key optional):
-    run_name, workspace, model {...} (the reference trainer's) or
-    script {path, args, chdir, source_dir, files, digest, checkpoints} (your own), env {NAME: value},
-    cluster {partition, slurm_version, nodes: [names], gpus_per_node, procs_per_node},
-    node_check_table [lines], node_check_time, node_check_job, gpu_policy,
-    excluded_nodes {node: reason},
-    network {job_id, time, backend, ranks, busbw, latency_us, limit, fraction, min_fraction,
-             seconds, slow {node: reason}, slow_fabric,
-             nodes [{node, interfaces, gbps, busbw, fraction, latency_us}]} (the network check),
-    jobs [{kind, job_id, state, exit_code, elapsed, nodelist, start_time, end_time, restarts}],
-    checkpoint {path, step} or null, straggler_threshold,
-    not_fetched {path: why} (the run's files the collect step left on the cluster)
+Facts (every key optional): plugins/module_utils/run_facts.py defines them (FIELDS) and makes them;
+the collect step writes them.
 
 Every value from those files is untrusted text (a training script may write any record, and
 many facts come from files jobs wrote on the cluster): each file is read as the collection reads

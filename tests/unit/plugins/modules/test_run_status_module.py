@@ -4,6 +4,7 @@ detail, and the detail's log tail and traceback from the job's log."""
 import json
 import os
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm_client
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import QUEUE_FORMAT
 from ansible_collections.llmtrain.slurm.plugins.modules import run_status
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, job_text, run, scontrol_job, squeue_rows
@@ -33,7 +34,7 @@ def test_one_query_for_every_run_and_the_failed_one_in_detail(monkeypatch, capsy
                         ["5", "RUNNING", "other-job", "None", "1", "n3", "2026-12-05T00:00:00"])
     s = Slurm(monkeypatch, [(QUEUE, (0, queue, "")), (scontrol_job(8), (1, "", "slurm_load_jobs error: Invalid job id specified"))],
               bins=("squeue", "scontrol", "sacct"))
-    monkeypatch.setattr(run_status.Slurm, "sacct_available", lambda self: False)
+    monkeypatch.setattr(slurm_client.Slurm, "sacct_available", lambda self: False)
     result = run(run_status.main, dict(workspace=str(tmp_path), run="b", log_lines=3), capsys)
     s.done()
     assert [(r["run"], r["state"], r["why"]) for r in result["runs"]] == [

@@ -742,3 +742,54 @@ def test_an_option_set_to_null_or_false_is_not_given_nor_part_of_the_job(monkeyp
     s.done()
     assert result["fingerprint"] == fp and result["cmd"] == submit_argv(fp=fp, extra=["--nodes=2"])
     assert fp_of(options={"nodes": 2, "account": "ml-team"}) != fp
+
+
+# ---------------------------------------------------------------- attach
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_attach_re_attaches_to_the_runs_active_job_whatever_it_runs(monkeypatch, capsys, tmp_path, check_mode):
+    """A rerun with other settings (another fingerprint) never doubles the run's active job: not even a
+    done record of this task's job makes it submit or return done, and the kept script stays that job's."""
+    done_file, script = tmp_path / "done.json", tmp_path / "pretrain.sbatch"
+    record(done_file)
+    script.write_text("#!/bin/bash\necho the script job 22 runs\n")
+    before = kept(script)
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, squeue_rows(["21", "COMPLETED", "train", "llmtrain:" + fp_of()],
+                                 ["22", "RUNNING", "train", "llmtrain:0000000000000000"],
+                                 ["23", "PENDING", "other", "llmtrain:" + fp_of()]), "")),
+        (scontrol_job(22), (0, job_text("running", 22), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, attach=True, done_file=str(done_file),
+                                   keep_script=str(script)), capsys, check_mode=check_mode)
+    s.done()
+    assert result["attached"] and result["job_id"] == "22" and result["state"] == "RUNNING"
+    assert not result["changed"] and not result["submitted"] and not result["done"] and result["cmd"] is None
+    assert kept(script) == before
+
+
+def test_attach_to_a_job_of_this_script_keeps_its_script(monkeypatch, capsys, tmp_path):
+    script = tmp_path / "pretrain.sbatch"
+    s = Slurm(monkeypatch, active(fp_of()))
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, attach=True, keep_script=str(script)), capsys)
+    s.done()
+    assert result["attached"] and result["job_id"] == "21" and kept(script)[:2] == (KEPT, 0o755)
+
+
+def test_attach_with_no_active_job_submits_after_one_squeue(monkeypatch, capsys):
+    fp = fp_of()
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, squeue_rows(["16", "CANCELLED", "train", "llmtrain:0000000000000000"]), "")),
+        (submit_argv(fp=fp), (0, "17\n", "")),
+        (scontrol_job(17), (0, job_text("pending", 17), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, attach=True), capsys)
+    s.done()
+    assert result["submitted"] and not result["attached"] and result["job_id"] == "17"
+
+
+def test_a_job_of_this_fingerprint_re_attached_to_says_so(monkeypatch, capsys):
+    s = Slurm(monkeypatch, active(fp_of()))
+    result = run(sbatch.main, dict(name="train", content=SCRIPT), capsys)
+    s.done()
+    assert result["attached"] and not result["submitted"]
