@@ -183,6 +183,21 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
+  watch:
+    description:
+      - With O(state=present), watch the job the task submitted or found (re-attached to, or completed) as
+        O(state=watched) does, for up to O(wait_timeout) seconds, and return what that watch finds beside the
+        submission's RV(submitted), RV(attached) and RV(cmd) - not a job whose O(done_file) record alone
+        says it completed, nor one check mode did not submit. RV(watched) says whether it did.
+      - "With C(until) (its condition on RV(watched), RV(jobs)), one task submits or re-attaches and then
+        watches: a retry of the task (action plugin) watches the job its first attempt returned and never
+        submits again, even when that job has failed; whether the task changed anything and the
+        submission's return values carry over. The callback P(llmtrain.slurm.job_progress#callback)
+        prints a progress line per retry."
+      - Mutually exclusive with O(wait).
+    type: bool
+    default: false
+    version_added: 0.2.0
   wait:
     description: Wait until the job has left the active states.
     type: bool
@@ -263,6 +278,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+watched:
+  description: With O(watch), the task watched the job (RV(jobs) and the rest of a watch's return values are there).
+  returned: always
+  type: bool
+  sample: true
+from_record:
+  description: The task returned from O(done_file)'s record, asking Slurm nothing about the job.
+  returned: with state=present
+  type: bool
+  sample: false
 attached:
   description:
     - The task re-attached to an active job instead of submitting one - of this fingerprint, or with O(attach)
@@ -352,7 +377,7 @@ excluded:
   description:
     - With O(bad_nodes_file), what was done for the job when its node check (or hang watch) held it, one entry per
       release; and one for each requeue whose delay was lifted (its C(excluded) empty).
-  returned: with wait or state=watched
+  returned: with wait, state=watched or watch
   type: list
   elements: dict
   sample:
@@ -363,7 +388,7 @@ excluded:
       message: "job 42: node check excluded slurm-worker-2 (no network interface ib0 ...); requeued without it"
 jobs:
   description:
-    - With O(state=watched), the job as M(llmtrain.slurm.slurm_job_info) returns it (one item), and beside
+    - With O(state=watched) or O(watch), the job as M(llmtrain.slurm.slurm_job_info) returns it (one item), and beside
       it that module's RV(llmtrain.slurm.slurm_job_info#module:finished),
       RV(llmtrain.slurm.slurm_job_info#module:checks), RV(llmtrain.slurm.slurm_job_info#module:progress),
       RV(llmtrain.slurm.slurm_job_info#module:stragglers), RV(llmtrain.slurm.slurm_job_info#module:unreadable_records),
@@ -371,7 +396,7 @@ jobs:
       RV(llmtrain.slurm.slurm_job_info#module:network_check), RV(llmtrain.slurm.slurm_job_info#module:hang),
       RV(llmtrain.slurm.slurm_job_info#module:recovery) and RV(llmtrain.slurm.slurm_job_info#module:log), as
       its options ask for them.
-  returned: with state=watched
+  returned: with state=watched or watch
   type: list
   elements: dict
 cancelled:
@@ -453,6 +478,7 @@ def main():
             env=dict(type="dict", default={}),
             state=dict(type="str", default="present", choices=list(STATES)),
             attach=dict(type="bool", default=False),
+            watch=dict(type="bool", default=False),
             job_id=dict(type="str"),
             done_file=dict(type="path"),
             exclude=dict(type="list", elements="str", default=[]),
@@ -465,7 +491,7 @@ def main():
             **job_watch.ARGUMENT_SPEC
         ),
         wait=3600,
-        mutually_exclusive=[("script", "content")],
+        mutually_exclusive=[("script", "content"), ("wait", "watch")],
         required_if=[("state", "present", ("script", "content"), True), ("state", "watched", ("script", "content"), True),
                      ("state", "watched", ("job_id",))],
         supports_check_mode=True,
@@ -503,19 +529,27 @@ def identity(module, p):
 def watched(module, client, p):
     """state=watched: the job p["job_id"] watched for up to wait_timeout seconds (until it ends or
     waits for nodes), settled when its node check held it, recorded in done_file once it completed."""
-    fp = identity(module, p)[4]
+    return watch_job(module, client, p, p["job_id"], identity(module, p)[4], dict(changed=False, submitted=False))
+
+
+def watch_job(module, client, p, job_id, fp, base):
+    """What a watch of job_id for up to wait_timeout seconds finds, on top of base (what the task
+    already returns: the submission's result, with present and watch)."""
     patterns = job_watch.patterns_of(module, p)
     waiter = Waiter(p["poll_interval"], p["unreachable_timeout"])
     settler = Settler(client, p["bad_nodes_file"], module.check_mode)
+    result = dict(base, fingerprint=fp, watched=True)
     try:
-        jobs, ended = waiter.wait(lambda: settler(job_watch.look_up(client, [p["job_id"]], None)),
+        jobs, ended = waiter.wait(lambda: settler(job_watch.look_up(client, [job_id], None)),
                                   lambda jobs: settler.failure is not None or job_watch.settled(jobs), p["wait_timeout"])
     except ControllerUnreachable as err:
-        module.fail_json(msg=str(err), controller_unreachable=True, checks=waiter.checks, excluded=settler.events)
-    result = dict(changed=bool(settler.events or settler.cancelled), fingerprint=fp, submitted=False,
-                  checks=waiter.checks, excluded=settler.events)
+        module.fail_json(msg=str(err), controller_unreachable=True, **dict(result, checks=waiter.checks,
+                                                                           excluded=settler.events))
+    result.update(changed=bool(base["changed"] or settler.events or settler.cancelled), checks=waiter.checks,
+                  excluded=settler.events)
     job_watch.describe(module, p, jobs, ended, patterns, result, client)
     job = jobs[-1]
+    result.update((key, job[key]) for key in JOB_FIELDS if key in job)
     # the record names this task's job: one that runs another script (re-attached to by name) is not it
     result["done"] = job["state"] == "COMPLETED" and job.get("fingerprint") == fp
     if settler.failure:
@@ -527,8 +561,19 @@ def watched(module, client, p):
 
 
 def present(module, client, p):
+    """state=present: the job submitted, or found (re-attached to, done), then with watch, watched as
+    state=watched watches it - not one whose record alone says it is done, nor one check mode did not submit."""
+    result = submit(module, client, p)
+    if p["watch"] and result.get("job_id") and not result["from_record"]:
+        result = watch_job(module, client, p, result["job_id"], result["fingerprint"], result)
+    return result
+
+
+def submit(module, client, p):
+    """The job submitted, unless done_file records it, or Slurm has it active or completed."""
     content, option_argv, export_argv, env, fp = identity(module, p)
-    result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None, done=False, attached=False)
+    result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None, done=False, attached=False,
+                  from_record=False, watched=False)
 
     kept = sbatch_argv.kept_script(content, p["name"], p["chdir"], option_argv + export_argv)
     # an active job of this name, whatever it runs, is the stage's job (attach): never doubled
@@ -549,7 +594,7 @@ def present(module, client, p):
         # a record of this job that is not (yet) COMPLETED names the job submitted last
         submitted = record["job_id"] if record and record.get("state") != "COMPLETED" else False
         if record and record.get("state") == "COMPLETED":
-            result.update(job_result(unknown_job(record.get("job_id"))), reason=None, done=True,
+            result.update(job_result(unknown_job(record.get("job_id"))), reason=None, done=True, from_record=True,
                           state=record.get("state"), exit_code=record.get("exit_code"),
                           stdout_path=record.get("stdout_path"))
             if p["keep_script"]:

@@ -331,7 +331,9 @@ def test_ctrl_c_of_the_watcher_leaves_the_job_running_and_a_rerun_reattaches(loc
     at_interrupt = training_step(run)
     assert job_state(job_id) == "RUNNING"
     wait_for(lambda: training_step(run) > at_interrupt + 3, 60, "the job to go on training")
-    again = run_playbook_now(run_vars(run))
+    # the rerun has another setting of the job (its preemption signal's lead, so another script and
+    # fingerprint): it re-attaches to the run's running job all the same, never a second one beside it
+    again = run_playbook_now(run_vars(run, pretrain_signal_lead=240))
     assert again.rc == 0, again.output[-6000:]
     observe("ctrl-c", training_jobs=len(jobs(run)), resumes=len(events(run, "resume")))
     assert [job for job, _state_now in jobs(run)] == [job_id]

@@ -502,3 +502,44 @@ def test_your_scripts_progress_comes_from_its_event_files_before_its_log(monkeyp
     assert (result["progress"]["step"], result["progress"]["source"]) == (0, "log")
     warning = [w for w in result["progress_warnings"].values() if "pretrain_progress_tag" in w]
     assert warning and "'train_loss'" in warning[0] and "'val_loss'" in warning[0]
+
+
+# ---------------------------------------------------------------- sbatch state=present with watch
+
+def test_present_with_watch_submits_then_watches_the_job_in_the_same_call(monkeypatch, capsys):
+    Clock(monkeypatch)
+    content = "#!/bin/bash\nsrun true\n"
+    fp = sbatch_argv.fingerprint("train", content, {}, {}, None)
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, "", "")),
+        (["/usr/bin/sbatch", "--parsable", "--job-name=train", "--comment=llmtrain:" + fp], (0, "21\n", "")),
+        (scontrol_job(21), (0, job_text("pending", 21), "")),
+        (scontrol_job(21), (0, job_text("running", 21), "")),  # the watch's look
+    ])
+    result = run(sbatch.main, dict(name="train", content=content, attach=True, watch=True, wait_timeout=0), capsys)
+    s.done()
+    assert result["submitted"] and result["changed"] and result["watched"] and not result["attached"]
+    assert result["job_id"] == "21" and result["jobs"][0]["state"] == "RUNNING" and result["state"] == "RUNNING"
+    assert result["fingerprint"] == fp and not result["done"]
+
+
+def test_present_with_watch_watches_nothing_the_record_says_is_done_nor_a_job_check_mode_did_not_submit(
+        monkeypatch, capsys, tmp_path):
+    content = "#!/bin/bash\nsrun true\n"
+    fp = sbatch_argv.fingerprint("train", content, {}, {}, None)
+    done_file = tmp_path / "train.done.json"
+    done_file.write_text(json.dumps(dict(fingerprint=fp, name="train", job_id="16", state="COMPLETED", exit_code=0,
+                                         end_time="t", stdout_path="/o/16.out")))
+    s = Slurm(monkeypatch, [], bins=())
+    result = run(sbatch.main, dict(name="train", content=content, watch=True, done_file=str(done_file)), capsys)
+    s.done()  # Slurm asked nothing
+    assert result["done"] and result["from_record"] and not result["watched"] and "jobs" not in result
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", ""))])
+    result = run(sbatch.main, dict(name="train", content=content, attach=True, watch=True), capsys, check_mode=True)
+    s.done()
+    assert result["submitted"] and result["job_id"] is None and not result["watched"]
+
+
+def test_watch_and_wait_are_refused_together(monkeypatch, capsys):
+    result = run(sbatch.main, dict(name="train", content="x", watch=True, wait=True), capsys)
+    assert result["failed"] and "mutually exclusive" in result["msg"]
