@@ -36,12 +36,12 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_t
 from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import end_how, run_starts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES
 
-RUN_MARKERS = ("scripts/pretrain.sbatch", "train.done.json", run_files.STARTS)
-DONE_FILE = "train.done.json"
+RUN_MARKERS = ("scripts/pretrain.sbatch", run_files.DONE, run_files.STARTS)
+DONE_FILE = run_files.DONE
 STARTS_FILE = run_files.STARTS
 STOP_FILE = run_files.STOP
-METRICS_FILE = "metrics.jsonl"
-BAD_NODES_FILE = "bad_nodes.json"
+METRICS_FILE = run_files.METRICS
+BAD_NODES_FILE = run_files.BAD_NODES
 # the tail of starts.jsonl read: each start adds its line, the trainer's event and its end line
 STARTS_READ = 32
 # the done record's fields the status reads, of their types

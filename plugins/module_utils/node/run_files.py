@@ -29,11 +29,56 @@ import re
 from .untrusted import COUNT, INT, JOB, TEXT, loads
 
 STARTS = "starts.jsonl"
+FACTS = "facts.json"
+DONE = "train.done.json"
+METRICS = "metrics.jsonl"
+BAD_NODES = "bad_nodes.json"
 STOP = "STOP"
 STOP_NOTICE = "STOP_NOTICE"
 PREEMPTED = "PREEMPTED"
 HANG = "HANG"
 REQUEUES_UNCOUNTED = "requeues_uncounted"
+
+# Every file and directory of the run directory (<slurm_workspace>/<run_name>): what it holds, who writes
+# it, and where it is defined and read. A path role YAML names under run_dir is one of these
+# (tests/unit/test_run_layout.py).
+LAYOUT = {
+    STARTS: "a line per start and end of each job (START_FIELDS, END_FIELDS) and the trainer's start/resume "
+            "events: job.py writes, recovery.py, run_status.py, run_report.py read",
+    STOP: "the job id playbooks/stop.yml stops (a marker, MARKER_MAX_BYTES): job.py reads",
+    STOP_NOTICE: "a stop notice that came while the job's checks ran: job.py",
+    PREEMPTED: "the signal the training stopped on with a checkpoint: the trainer writes, job.py reads",
+    HANG: "the hang watch ended the training: node/hang.py writes, job.py reads",
+    REQUEUES_UNCOUNTED: "'<job id> <start>' per requeue run_requeue_max does not count: job.py",
+    FACTS: "the run's facts for its report: module_utils/run_facts.py (FIELDS) makes them, the collect step "
+           "writes them, run_report.py reads them",
+    DONE: "the record of the finished training job (done_record.py, RECORD_FIELDS): sbatch writes and reads it",
+    METRICS: "the trainer's loss records (LLMTRAIN_METRICS_FILE): metrics.py, the watch and the report read",
+    BAD_NODES: "the nodes the run's checks found bad, with why: node/bad_nodes.py merges and writes, "
+               "exclusion.py and sbatch read",
+    "node_times.json": "each node's step times over the run (the reference trainer's): run_report.py reads",
+    "checkpoints": "the checkpoints (checkpoint_names, checkpoint_step): the trainer writes, the watch, "
+                   "the collect step and the inference stage read",
+    "logs": "one log per job id (logs/%x-%j.out), and the watch's place in your event files",
+    "hangs": "<job>-<start>/summary.json and each rank's stacks: node/hang.py writes, job_watch.py and the "
+             "report read",
+    "node_check": "<job name>.json, a job's node check: node/node_check.py writes, check_summary.py reads",
+    "network_check": "<job name>.json, a job's network check: node/network_check.py writes, check_summary.py reads",
+    "env": "cluster.env and each node's env file (the nccl_env role)",
+    "scripts": "the job scripts and the code the jobs run (the deploy stage; the node package)",
+    "src": "your code with run_source_dir (the deploy stage, source_sync.py)",
+    "data": "the tokenized dataset and its record data/prepare.done.json (the deploy stage)",
+    "tensorboard": "the reference trainer's TensorBoard event files",
+    "wandb": "offline W&B runs (run_wandb_mode: offline)",
+    "archive": "<time>/: a finished run moved aside by run_force",
+    "deployed.json": "what the deploy stage wrote (source_sync.py)",
+    "pipeline.json": "the finished pipeline's fingerprint and its stages' records (pipeline_record.py)",
+    "preflight.json": "what the preflight checked and found (the preflight role)",
+    "prompts.json": "the inference stage's prompts",
+    "samples.txt": "the generated text (the inference stage)",
+    "samples.json": "the generated text as records (the inference stage)",
+    "generate.done.json": "the record of the finished generation job (done_record.py)",
+}
 
 # what a job reads of starts.jsonl (its end) for the nodes of the start before, and of a marker
 STARTS_TAIL_BYTES = 1 << 20
