@@ -134,3 +134,22 @@ def test_your_scripts_checkpoints_are_every_entry_the_numbered_last_by_step():
 def test_checkpoints_refuses_what_is_no_find_result():
     with pytest.raises(AnsibleFilterError, match="ansible.builtin.find"):
         run.checkpoints({"files": []})
+
+
+def test_the_run_facts_filters_hand_their_arguments_to_run_facts_and_say_what_they_leave_out(monkeypatch):
+    """The filters are thin: llmtrain.slurm.run_facts makes the facts (module_utils/run_facts.py, tested there),
+    warns through Ansible's display, and returns the kept facts with reuse; facts_progress takes its defaults."""
+    warned = []
+    monkeypatch.setattr(run.display, "warning", warned.append)
+    settings = {"run_name": "tiny", "workspace": "/ws/tiny", "job_name": "llmtrain-tiny", "model": {"n_layer": 2},
+                "script": None, "partition": None, "gpus_per_node": 0, "procs_per_node": 1, "gpu_policy": "strict",
+                "straggler_threshold": 0.2, "exclude_nodes": []}
+    read = {"bad_nodes.json": "[]", "facts.json": json.dumps({"run_name": "kept"})}
+    facts = run.facts(read, settings, {"job_id": "9", "state": "RUNNING"}, checkpoints=["step_000010.pt"],
+                      progress=run.facts_progress(True))
+    assert facts["jobs"][0]["job_id"] == "9" and facts["checkpoint"]["step"] == 10
+    assert facts["progress"] == {"source": "metrics"} and facts["excluded_nodes"] == {}
+    assert warned == ["bad_nodes.json holds no JSON dict: it is left out"]
+    assert run.facts(read, settings, {}, reuse=True) == {"run_name": "kept"}
+    assert run.facts_progress(False) == {"source": None, "tags": [], "event_files": 0}
+    assert run.FilterModule().filters()["run_facts"] is run.facts

@@ -3,7 +3,6 @@ of the run directory, each fact defined in FIELDS, every file of the run read as
 
 import json
 
-from ansible_collections.llmtrain.slurm.plugins.filter import run
 from ansible_collections.llmtrain.slurm.plugins.module_utils import run_facts
 
 SETTINGS = {"run_name": "tiny", "workspace": "/shared/ws/tiny", "job_name": "llmtrain-tiny",
@@ -79,20 +78,25 @@ def test_a_file_a_job_spoilt_is_left_out_and_said_never_raised():
 def test_a_run_not_watched_now_reports_the_facts_its_watch_kept():
     kept = {"run_name": "tiny", "jobs": [{"kind": "train", "job_id": "7"}]}
     read = dict(READ, **{"facts.json": json.dumps(kept)})
-    assert run.facts(read, SETTINGS, {}, job_id="41", reuse=True) == kept
-    assert run.facts(read, SETTINGS, JOB, job_id="41", reuse=False)["jobs"][0]["job_id"] == "41"
+
+    def facts(read, job, reuse):
+        return run_facts.kept_or_made(read, reuse, settings=SETTINGS, warn=[].append, job=job, job_id="41",
+                                      checkpoints=[], progress_fact=None)
+
+    assert facts(read, {}, True) == kept
+    assert facts(read, JOB, False)["jobs"][0]["job_id"] == "41"
     # none kept: made now
-    assert run.facts(READ, SETTINGS, JOB, reuse=True)["cluster"]["partition"] == "debug"
+    assert facts(READ, JOB, True)["cluster"]["partition"] == "debug"
 
 
 def test_where_the_loss_records_come_from():
     events = {"records": 12, "source": "events", "tag": "train/loss", "files": ["/home/u/runs/tiny/events/a/ev.1"],
               "unreadable": 0, "tags": ["train/loss"]}
-    assert run.facts_progress(True, events) == {"source": "metrics"}
-    assert run.facts_progress(False, events, local_dir="/home/u/runs/tiny") == {
+    assert run_facts.progress(True, events, False, None, 0, "") == {"source": "metrics"}
+    assert run_facts.progress(False, events, False, None, 0, "/home/u/runs/tiny") == {
         "source": "events", "tag": "train/loss", "files": ["events/a/ev.1"], "unreadable": 0}
-    assert run.facts_progress(False, {"records": 0, "tags": ["acc"]}, True, ["loss=(?P<loss>\\S+)"]) == {
+    assert run_facts.progress(False, {"records": 0, "tags": ["acc"]}, True, ["loss=(?P<loss>\\S+)"], 0, "") == {
         "source": "log", "patterns": ["loss=(?P<loss>\\S+)"]}
-    assert run.facts_progress(False, {"records": 0, "tags": ["acc"]}, False, None, 2) == {
+    assert run_facts.progress(False, {"records": 0, "tags": ["acc"]}, False, None, 2, "") == {
         "source": None, "tags": ["acc"], "event_files": 2}
-    assert run.facts_progress(False) == {"source": None, "tags": [], "event_files": 0}
+    assert run_facts.progress(False, {}, False, None, 0, "") == {"source": None, "tags": [], "event_files": 0}
