@@ -163,6 +163,10 @@ def run_pipeline(steps):
                 latency=watch_latency(lines), polls=watch_polls(lines))
 
 
+# the banner of the task that submits and watches the training job
+WATCH_TASK = "TASK [llmtrain.slurm.pretrain : Train - submit the training job"
+
+
 def watch_latency(lines):
     """The training job's own end line (in its log) -> the watch task's result on the terminal."""
     log_dir = WORKSPACE / RUN / "logs"
@@ -184,7 +188,7 @@ def watch_window(lines):
     """(time of the watch task's banner, time of its result line) on the terminal; None when absent."""
     first = None
     for stamp, line in lines:
-        if line.startswith("TASK [llmtrain.slurm.pretrain : Watch the training job"):
+        if line.startswith(WATCH_TASK):
             first = stamp
         elif first is not None and re.match(r"^(ok|changed|fatal): \[", line):
             return first, stamp

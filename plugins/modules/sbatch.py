@@ -271,6 +271,22 @@ EXAMPLES = r"""
     state: absent
   when: prepare_again | default(false) | bool
 
+- name: Submit the training job, or re-attach to the run's active one, then watch it, a progress line per retry
+  llmtrain.slurm.sbatch:
+    name: pretrain-tiny
+    content: "{{ lookup('ansible.builtin.template', 'train.sbatch.j2') }}"
+    chdir: /shared/runs/tiny
+    attach: true
+    watch: true
+    done_file: /shared/runs/tiny/train.done.json
+    metrics_file: /shared/runs/tiny/metrics.jsonl
+    wait_timeout: 10
+  register: train
+  # a retry watches the job the first attempt returned; it never submits again
+  until: train is failed or not train.watched or not train.jobs[0].active
+  retries: 8640
+  delay: 0
+
 - name: Cancel it
   llmtrain.slurm.sbatch:
     name: pretrain-tiny
