@@ -592,14 +592,17 @@ def submit(module, client, p):
                   from_record=False, watched=False)
 
     kept = sbatch_argv.kept_script(content, p["name"], p["chdir"], option_argv + export_argv)
-    # an active job of this name, whatever it runs, is the stage's job (attach): never doubled
-    jobs = client.jobs_of_user() if p["attach"] else None
+    # an active job of this name, whatever it runs, is the stage's job (attach): never doubled. A
+    # controller that does not answer (restarting) is waited for up to unreachable_timeout, as a watch does.
+    patient = Waiter(p["poll_interval"], p["unreachable_timeout"])
+    jobs = patient.wait(client.jobs_of_user, lambda _jobs: True, 0)[0] if p["attach"] else None
     attached = newest_active(jobs, p["name"]) if p["attach"] else None
     if attached is not None:
         # the kept script is that job's: the same text when it runs this task's, else left as it is
         if p["keep_script"] and sbatch_argv.fingerprint_of_comment(attached["comment"]) == fp:
             keep_script(module, p["keep_script"], kept, result)
-        result.update(job_result(client.show_job(attached["job_id"])), attached=True)
+        job = patient.wait(lambda: client.show_job(attached["job_id"]), lambda _job: True, 0)[0]
+        result.update(job_result(job), attached=True)
         return result
 
     submitted = None

@@ -806,7 +806,7 @@ def test_controller_restart_while_watching(local_cluster):
     # the rerun re-attaches; a restart while it watches (shorter than the timeout) is ridden out
     values["pretrain_controller_timeout"] = 600
     again = Playbook(values)
-    wait_for(lambda: "then watch the training job" in again.output(), 120, "the rerun to watch", again)
+    wait_for(lambda: "] job %s RUNNING" % job_id in again.output(), 120, "the rerun to watch", again)
     stop_controller()
     time.sleep(15)
     start_controller(argv)

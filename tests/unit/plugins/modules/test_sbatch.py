@@ -793,3 +793,17 @@ def test_a_job_of_this_fingerprint_re_attached_to_says_so(monkeypatch, capsys):
     result = run(sbatch.main, dict(name="train", content=SCRIPT), capsys)
     s.done()
     assert result["attached"] and not result["submitted"]
+
+
+def test_attach_waits_for_a_controller_that_does_not_answer_up_to_unreachable_timeout(monkeypatch, capsys):
+    """A rerun started while the controller restarts re-attaches once it answers, as a watch rides an outage out."""
+    monkeypatch.setattr(waiter.time, "sleep", lambda seconds: None)
+    down = (1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)")
+    s = Slurm(monkeypatch, [(SQUEUE, down), (SQUEUE, down)] + active("0000000000000000"))
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, attach=True, unreachable_timeout=600), capsys)
+    s.done()
+    assert result["attached"] and result["job_id"] == "21" and not result["submitted"]
+    s = Slurm(monkeypatch, [(SQUEUE, down)])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, attach=True), capsys)
+    s.done()
+    assert result["failed"] and result["controller_unreachable"] and "Run this again" in result["msg"]
