@@ -452,10 +452,15 @@ def absent(module, client, p):
     return dict(changed=bool(ids), cancelled=ids)
 
 
+def job_number(job):
+    """The number that orders a user's jobs by submission (an array task's by its array job)."""
+    return int(job["job_id"].split("_")[0])
+
+
 def newest_active(jobs, name):
     """The newest active job of this name among the user's jobs (squeue's), or None."""
     active = [j for j in jobs if j["name"] == name and j["state"] in ACTIVE_STATES]
-    return max(active, key=lambda j: int(j["job_id"].split("_")[0])) if active else None
+    return max(active, key=job_number) if active else None
 
 
 def existing_job(client, name, fp, submitted=None, jobs=None):
@@ -465,7 +470,7 @@ def existing_job(client, name, fp, submitted=None, jobs=None):
     jobs, when already listed."""
     mine = [j for j in (client.jobs_of_user() if jobs is None else jobs)
             if j["name"] == name and sbatch_argv.fingerprint_of_comment(j["comment"]) == fp]
-    mine.sort(key=lambda j: int(j["job_id"].split("_")[0]), reverse=True)
+    mine.sort(key=job_number, reverse=True)
     for job in mine:
         if job["state"] in ACTIVE_STATES:
             return job
