@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / ".collections"), str(ROOT / "roles" / "deploy" / "files"), str(ROOT / "bench")]
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import job_log, metrics, slurm_parse  # noqa: E402
+from ansible_collections.llmtrain.slurm.plugins.module_utils import metrics, slurm_parse  # noqa: E402
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_log  # noqa: E402
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import network_check, node_check  # noqa: E402
 
 SIZES = [8, 64, 512, 2048, 8192]

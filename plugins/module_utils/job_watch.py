@@ -12,7 +12,7 @@ import time
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.check_summary import network_check_summary, node_check_summary
-from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import log_summary
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import log_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message

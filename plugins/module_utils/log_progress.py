@@ -12,7 +12,7 @@ import signal
 import threading
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
-from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import MAX_LINE_CHARS, tail_lines
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import MAX_LINE_CHARS, tail_lines
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.record_patterns import DEFAULT_PATTERNS, ESCAPES, NUMBER, UNTIMED_CHARS
 
 # The patterns of popular public trainers' log lines (NUMBER, SEP, DEFAULT_PATTERNS) live in

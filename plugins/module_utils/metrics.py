@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import read_back
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import read_back
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 
 # A record is read whole up to untrusted.METRICS_RECORD_MAX_BYTES; a longer line is counted as unreadable.

@@ -519,3 +519,14 @@ def usable_count(counts):
 def out_of_service_nodes(nodes, partition):
     """The nodes of partition that usable_nodes leaves out."""
     return [node for node in nodes if partition in node["partitions"] and not usable(node)]
+
+
+def failure_message(job):
+    """One line of how a job ended (a job record of job_record()), for a person."""
+    parts = ["job %s (%s) ended %s" % (job["job_id"], job.get("name") or "?", job["state"])]
+    if job.get("exit_code") is not None:
+        parts.append("exit code %s" % job["exit_code"])
+    if job.get("signal"):
+        parts.append("signal %s" % job["signal"])
+    parts.append("reason: %s" % (job.get("reason") or JOB_STATES.get(job["state"], {}).get("meaning", "unknown")))
+    return ", ".join(parts)

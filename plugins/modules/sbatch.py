@@ -427,7 +427,8 @@ import os
 from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, job_watch, sbatch_argv, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import holds, replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
-from ansible_collections.llmtrain.slurm.plugins.module_utils.job_log import failure_message, output_tail
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import output_tail
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import failure_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES, unknown_job

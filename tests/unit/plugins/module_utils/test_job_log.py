@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import job_log
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_log
 
 
 def test_tail_lines_reads_from_the_end(tmp_path):

@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import job_log
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_log
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "bench"))
 import scale_inputs  # noqa: E402  pylint: disable=wrong-import-position

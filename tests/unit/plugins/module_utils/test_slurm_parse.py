@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import job_log, slurm_parse
+from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm_parse
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import fixture
 
 
@@ -37,14 +37,14 @@ def test_completed_job_with_identity_comment():
 def test_failed_job():
     j = job("failed")
     assert (j["state"], j["exit_code"], j["signal"], j["reason"]) == ("FAILED", 3, 0, "NonZeroExitCode")
-    assert job_log.failure_message(j) == "job 17 (fx-failed) ended FAILED, exit code 3, reason: NonZeroExitCode"
+    assert slurm_parse.failure_message(j) == "job 17 (fx-failed) ended FAILED, exit code 3, reason: NonZeroExitCode"
 
 
 def test_cancelled_job_ends_by_signal_15():
     j = job("cancelled")
     assert (j["state"], j["exit_code"], j["signal"], j["active"]) == ("CANCELLED", 0, 15, False)
     assert j["end_time"] == "2026-11-29T21:44:47" and j["elapsed"] == 13
-    assert "signal 15" in job_log.failure_message(j)
+    assert "signal 15" in slurm_parse.failure_message(j)
 
 
 def test_timed_out_job():

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A job's output, for a person: its last lines, its error lines, the traceback of the
-rank that failed first and its node, and one line that says how the job ended."""
+rank that failed first and its node. It imports nothing from Ansible: it runs on the nodes as part
+of the llmtrain_node package too (the job's failure notification, job.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import collections
 import os
 import re
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node.record_patterns import MAX_LINE_CHARS
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import JOB_STATES
+from .record_patterns import MAX_LINE_CHARS
 
 
 # Logs appended across requeues with NCCL_DEBUG=INFO reach gigabytes, and output without
@@ -164,12 +164,12 @@ SUMMARY_RANK = re.compile(r"^\s+rank\s+: (\d+) \(local_rank: \d+\)")
 SRUN_TASK_FAILED = re.compile(r"^srun: error: ([^\s:]+): task (\d+): Exited with exit code")
 
 
-def last_start(handle, block=READ_BYTES):
-    """The offset of the line the last start of a job begins with in its output file (0 when
-    the log has none), read backwards from the end."""
+def last_start(handle, block=READ_BYTES, floor=0):
+    """The offset of the line the last start of a job begins with in its output file (floor when
+    the log has none after floor), read backwards from the end."""
     end = handle.seek(0, os.SEEK_END)
-    while end > 0:
-        begin = max(0, end - block)
+    while end > floor:
+        begin = max(floor, end - block)
         handle.seek(begin)
         # a line break before the file's first line; bytes past `end` for a start line cut there
         data = (b"\n" if begin == 0 else b"") + handle.read(end - begin + 128)
@@ -177,7 +177,7 @@ def last_start(handle, block=READ_BYTES):
         if found:
             return begin + found[-1].start(1) - (1 if begin == 0 else 0)
         end = begin
-    return 0
+    return floor
 
 
 def _shorten(block):
@@ -269,12 +269,12 @@ class _Tracebacks:
         return rank, cause[2], "cause" not in self.first, self.hosts.get(rank) if rank else self.srun_failed
 
 
-def log_summary(path, tail=30, errors=8):
+def log_summary(path, tail=30, errors=8, max_bytes=None):
     """What a failed job's log says, for a person, from the line its last start began with
     (the whole log when it has none): its last `tail` lines, the first `errors` error lines (and
     after them Slurm's own lines of why the job or a step ended, SLURM_END_LINES at most),
     the traceback of the rank that failed first, and that rank's node where the log says it.
-    The log is read once, forwards, in bounded memory.
+    The log is read once, forwards, in bounded memory; with max_bytes, no more than its last max_bytes.
 
     When one rank raises, the others report lost peers ("Connection closed by peer", NCCL's
     watchdog) and the launcher its own traceback; the first traceback whose exception is not
@@ -282,7 +282,8 @@ def log_summary(path, tail=30, errors=8):
     last, found, start = collections.deque(maxlen=max(tail, 0)), [], None
     tracebacks, lines = _Tracebacks(), _Lines()
     with open(path, "rb") as handle:
-        handle.seek(last_start(handle))
+        floor = max(0, handle.seek(0, os.SEEK_END) - max_bytes) if max_bytes else 0
+        handle.seek(last_start(handle, floor=floor))
         while True:
             data = handle.read(READ_BYTES)
             for line in lines.feed(data, last=not data):
@@ -310,13 +311,3 @@ def log_summary(path, tail=30, errors=8):
         "lost_peer": lost_peer,
         "tracebacks": dict(tracebacks.counts),
     }
-
-
-def failure_message(job):
-    parts = ["job %s (%s) ended %s" % (job["job_id"], job.get("name") or "?", job["state"])]
-    if job.get("exit_code") is not None:
-        parts.append("exit code %s" % job["exit_code"])
-    if job.get("signal"):
-        parts.append("signal %s" % job["signal"])
-    parts.append("reason: %s" % (job.get("reason") or JOB_STATES.get(job["state"], {}).get("meaning", "unknown")))
-    return ", ".join(parts)
