@@ -30,6 +30,8 @@ BENCHMARKS = [
     ("Trainer on GPU (GPT-2 124M, bf16, compile)", [sys.executable, "bench/trainer_gpu.py", "--format", "markdown"]),
     ("TensorBoard event files: a poll against the file's size",
      [sys.executable, "bench/event_files_bench.py", "--format", "markdown"]),
+    ("Notifications (run_notify): event to message, a hanging webhook, the end's figures at 2,048 nodes",
+     [sys.executable, "bench/notify_bench.py", "--format", "markdown"]),
     ("Scale: the collection's code at up to 8,192 nodes, on generated inputs",
      [sys.executable, "bench/scale_bench.py", "--format", "markdown"]),
 ]

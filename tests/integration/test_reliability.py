@@ -18,8 +18,10 @@ import time
 
 import pytest
 
-from cluster import (BIN, CLUSTER_DIR, NETNS_PREFIX, NODE_RE, NODES, ROOT, RUNS, STREAM, WORKSPACE,
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
+from cluster import (BIN, CLUSTER_DIR, NETNS_PREFIX, NODE_RE, NODES, ROOT, RUNS, STREAM, SUBNET, WORKSPACE,
                      BackgroundPlaybook, job_ids, node, slurm, slurm_env, wait_for)
+from webhook_receiver import Receiver
 from wandb_records import wandb_history, wandb_test_env
 
 STAGES = "nccl_env,deploy,pretrain"
@@ -192,8 +194,13 @@ def load_checkpoint(run, step, sharded=False):
 def reference(local_cluster):
     """An uninterrupted run: the step count and losses a faulted run must end with."""
     run = fresh("reference")
-    result = run_playbook_now(run_vars(run, pause=0))
+    # with a webhook whose receiver is down: nothing of the run waits on it or fails by it
+    down = Receiver(SUBNET + ".1")
+    down.close()
+    result = run_playbook_now(run_vars(run, pause=0, run_notify=[dict(url=down.url("/hook/secret-token"))]))
     assert result.rc == 0, result.output[-6000:]
+    assert "llmtrain: the end notification to %s.1 was not sent: " % SUBNET in job_logs(run), job_logs(run)[-3000:]
+    assert "secret-token" not in job_logs(run)
     return {r["step"]: r["loss"] for r in step_records(run)}
 
 
@@ -421,34 +428,60 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
 
 @pytest.mark.releases
 def test_a_node_lost_with_a_spare_free_is_told_by_the_start_that_ended_and_the_run_finishes(local_cluster):
-    """A 2-node run on the 3-node partition: one node of it dies, the job is requeued and starts again
-    on the spare within the same play. The watch looks once a minute, so the next start has begun
-    (and written its line) when it looks: the requeue is told from the ended start's own lines."""
+    """A 2-node run on the 3-node partition, with run_notify's webhooks at a receiver of the test's
+    on the cluster's bridge (what the nodes reach): a stop notice (SIGUSR2, as a preemption's or a
+    site's --signal) requeues it once; then one node of its second start dies, the job is requeued
+    and starts again on the spare within the same play. The watch looks once a minute, so the next
+    start has begun (and written its line) when it looks: the requeue is told from the ended
+    start's own lines. The receiver gets each event, in order, once, within 5 s of it."""
     run = fresh("node-loss-spare")
-    play = Playbook(run_vars(run, steps=40, slurm_nodes=2, pretrain_poll_interval=60))
-    wait_for(lambda: training_step(run) >= 12, 180, "training to pass step 12", play)
-    job_id = only_job(run)
-    first_nodes = slurm("squeue", "--noheader", "--jobs", job_id, "--format=%N").strip()
-    lost = slurm("scontrol", "show", "hostnames", first_nodes).split()[-1]  # not the batch node
+    receiver = Receiver(SUBNET + ".1")
     try:
+        play = Playbook(run_vars(run, steps=40, slurm_nodes=2, pretrain_poll_interval=60, run_notify=[
+            dict(url=receiver.url("/json/secret-token"), format="json"), dict(url=receiver.url("/slack"))]))
+        wait_for(lambda: training_step(run) >= 6, 180, "training to pass step 6", play)
+        job_id = only_job(run)
+        slurm("scancel", "--batch", "--signal=USR2", job_id)
+        wait_for(lambda: events(run, "resume") and training_step(run) >= 16, 240,
+                 "the second start to train past step 16", play)
+        second_nodes = slurm("squeue", "--noheader", "--jobs", job_id, "--format=%N").strip()
+        lost = slurm("scontrol", "show", "hostnames", second_nodes).split()[-1]  # not the batch node
         for pid in netns_pids(lost):
             os.kill(pid, signal.SIGKILL)
         at_kill = training_step(run)
         result = play.wait(600)
     finally:
         run_playbook_local_cluster()
+        receiver.close()
     assert result.rc == 0, result.output[-6000:]
     print("\n".join(re.findall(r".*job \d+:? start \d+ .*", result.output)))
-    # start 1, on its own nodes, and the node it lost: whether the watch saw the job wait or not
-    told = re.search(r"job %s: start 1 on %s ended(?: \(\w+\))? and the job (?:is requeued \(start 2 next\): lost %s "
-                     r"\(down|was requeued; start 2 began on \S+ before the watch looked: without %s, which start 1 had)"
-                     % (job_id, re.escape(first_nodes), re.escape(lost), re.escape(lost)), result.output)
+    # start 2, on its own nodes, and the node it lost: whether the watch saw the job wait or not
+    told = re.search(r"job %s: start 2 on %s ended(?: \(\w+\))? and the job (?:is requeued \(start 3 next\): lost %s "
+                     r"\(down|was requeued; start 3 began on \S+ before the watch looked: without %s, which start 2 had)"
+                     % (job_id, re.escape(second_nodes), re.escape(lost), re.escape(lost)), result.output)
     assert told, result.output[-6000:]
-    assert not re.search(r"start [2-9] on \S+ ended", result.output), result.output[-6000:]
-    resumed = events(run, "resume")[0]
+    assert not re.search(r"start [3-9] on \S+ ended", result.output), result.output[-6000:]
+    resumed = events(run, "resume")[-1]
     observe("node-loss-spare", killed_at_step=at_kill, resumed_at=resumed["step"], line=told.group(0))
     assert resumed["step"] <= at_kill and resumed["step"] % 10 == 0  # its last checkpoint before the loss
     assert_every_step_once(run, 40)
+    # what the channel heard: each event once, in order, each within 5 s of when it happened
+    records = [body for path, body, _at in receiver.posts if path.startswith("/json/")]
+    said = [body["text"] for path, body, _at in receiver.posts if path == "/slack"]
+    assert [(r["event"], r["start"]) for r in records] == [
+        ("start", 1), ("requeue", 1), ("start", 2), ("requeue", 2), ("start", 3), ("end", 3)], records
+    assert said == [r["text"].replace("<", "&lt;").replace(">", "&gt;") for r in records]
+    assert all(r["job_id"] == job_id and r["run"] == run for r in records)
+    assert records[1]["why"].startswith("a stop notice: stopped with a checkpoint (") and "requeue 1 of" in records[1]["why"]
+    assert records[3]["lost"][0]["node"] == lost and records[3]["lost"][0]["reason"], records[3]
+    assert records[4]["lost"] == records[3]["lost"] and records[4]["node_count"] == 2
+    assert records[5]["step"] == 40 and records[5]["node_hours"] > 0 and records[5]["gpu_hours"] == 0
+    late = [(r["event"], round(at - run_files.stamp(r["time"]), 1)) for path, r, at in receiver.posts
+            if path.startswith("/json/") and at - run_files.stamp(r["time"]) > 6]  # (its time is in whole seconds)
+    assert not late, late
+    # the webhooks' URLs are in no log, script or report
+    assert not any("secret-token" in text for text in (job_logs(run), result.output, open(os.path.join(
+        WORKSPACE, run, "scripts", "pretrain.sbatch")).read(), open(os.path.join(RUNS, run, "report.md")).read()))
 
 
 def rank_pids(name, job_id):

@@ -119,7 +119,8 @@ def test_a_finished_training_adds_its_start_and_end_lines_and_marks_the_done_rec
     assert "training with master n1:29500, path none" in out
     assert "llmtrain: job 42 ends with exit code 0 at " in out
     start, end = fake.lines()
-    assert start == dict(job_id="42", start=1, nodes="n[1-3]", left="", time=start["time"])
+    assert start == dict(job_id="42", start=1, nodes="n[1-3]", left="", time=start["time"],
+                         node_count=3)
     assert end == dict(event="end", job_id="42", start=1, how="finished", exit_code=0, time=end["time"])
     done = json.loads((fake.run_dir / "train.done.json").read_text())
     assert done["state"] == "COMPLETED" and done["exit_code"] == "0:0"
@@ -139,7 +140,8 @@ def test_a_start_names_the_nodes_the_start_before_had_that_it_lacks(fake):
         + "not json\n")
     status, out = fake.run(fake.step("true"), restart=1)
     assert status == 0, out
-    assert fake.lines()[2] == dict(job_id="42", start=2, nodes="n[1-3]", left="n4", time=fake.lines()[2]["time"])
+    assert fake.lines()[2] == dict(job_id="42", start=2, nodes="n[1-3]", left="n4",
+                                 time=fake.lines()[2]["time"], node_count=3)
 
 
 def test_a_host_list_that_could_be_an_option_is_not_read(fake):

@@ -1,14 +1,16 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Checks of the run_* variables (the run role's): the run's name, your training code's paths
-(that the files exist is checked where they are read, on the controller), requeues, W&B."""
+(that the files exist is checked where they are read, on the controller), requeues, W&B, webhooks."""
 
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, one_line, strings
 from ansible_collections.llmtrain.slurm.plugins.module_utils.argument_specs import choices
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.notify import FORMATS as NOTIFY_FORMATS
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # characters W&B refuses in a project name
@@ -45,4 +47,34 @@ def errors(values):
     if values.get("run_wandb_mode", "online") not in choices("run_wandb_mode"):
         found.append("run_wandb_mode=%r must be online (the nodes reach W&B) or offline (wandb sync later)."
                      % (values["run_wandb_mode"],))
+    found += notify_errors(values.get("run_notify", []))
+    return found
+
+
+def notify_errors(hooks):
+    """run_notify's entries: {url: http(s)://..., format: slack|json}. A URL is never shown (it holds a token)."""
+    fix = "such as run_notify: [{url: \"{{ vault_slack_webhook }}\", format: slack}]"
+    if hooks is None:
+        return []
+    if not isinstance(hooks, list):
+        return ["run_notify must be a list of webhooks, %s." % fix]
+    found = []
+    for index, hook in enumerate(hooks):
+        if not isinstance(hook, dict) or not isinstance(hook.get("url"), str):
+            found.append("run_notify[%d] must be a webhook with a url, %s." % (index, fix))
+            continue
+        try:
+            parts = urlsplit(hook["url"])
+            good = parts.scheme in ("http", "https") and bool(parts.hostname) and one_line(hook["url"])
+        except ValueError:
+            good = False
+        if not good:
+            found.append("run_notify[%d].url must be an http:// or https:// URL on one line (not shown here: it may "
+                         "hold a token)." % index)
+        if hook.get("format", "slack") not in NOTIFY_FORMATS:
+            found.append("run_notify[%d].format=%r must be one of %s." % (index, hook.get("format"),
+                                                                          ", ".join(NOTIFY_FORMATS)))
+        unknown = sorted(str(k) for k in hook if k not in ("url", "format"))
+        if unknown:
+            found.append("run_notify[%d] has %s: a webhook has url and format alone." % (index, ", ".join(unknown)))
     return found

@@ -95,3 +95,8 @@ BY_NAME = {entry.name: entry for entry in TABLE}
 def code(name):
     """The number of the exit code called name (KeyError for a name the table does not hold)."""
     return BY_NAME[name].code
+
+
+def name_of(status):
+    """The name of an exit status of the table (None for another)."""
+    return next((entry.name for entry in TABLE if entry.code == status), None)

@@ -5,11 +5,12 @@ in place of its shell, once the script has set the run's environment:
 
     python -m llmtrain_node.job CONFIG_JSON -- TRAINING STEP'S COMMAND (srun ... sh -c '...')
 
-CONFIG_JSON (rendered by the pretrain role): {run_dir, requeue_max, uncounted_max, done_file,
+CONFIG_JSON (rendered by the pretrain role): {run_dir, run_name, requeue_max, uncounted_max, done_file,
 checks: [the node check's command, the network check's], script_chdir (your script's working
 directory, or null), wandb_run (the W&B run id's prefix, or null), hang: null or {python: the
 batch Python's command, args: the hang watch's options, prefix: the words before its dump's
-command}}.
+command}, notify (run_notify has webhooks: env/notify.json), gpus_per_node, signal_lead
+(pretrain_signal_lead: how long before its time limit the job is told to stop)}.
 
 What it does, in order:
 1. your script's working directory must exist (else EXIT_SETTING); MASTER_ADDR is the job's first
@@ -23,7 +24,12 @@ What it does, in order:
 4. the training step runs, with the hang watch beside it; a stop notice to this process now is
    passed on to the training step; the training stopping with a checkpoint (PREEMPTED) requeues
    the job, uncounted where the SIGTERM that stopped it was not Slurm's (stray_sigterm);
-5. a signal that ends this process (a cancel's or the time limit's SIGTERM) is named in the end line.
+5. a signal that ends this process (a cancel's or the time limit's SIGTERM) is named in the end line;
+6. with run_notify, each of these is sent to the run's webhooks (notify.py): the start (with the
+   nodes the start before had and this one lacks, and Slurm's reason for each: a lost node's
+   requeue is told there), a requeue and why, a stop, a failure (the rank that failed first, its
+   node, its exception's line, from the job's log), the end (the last step and loss, the wall
+   time and the GPU-hours of every start, from starts.jsonl).
 
 Every decision is here, not in the job script, so that it is tested without Slurm
 (tests/unit/test_job.py runs it against fake srun, scontrol and scancel commands).
@@ -40,12 +46,25 @@ import subprocess
 import sys
 import time
 
-from . import job_end, run_files
-from .exit_codes import code
-from .untrusted import printable
+from . import job_end, job_log, notify, run_files
+from .exit_codes import code, name_of
+from .untrusted import HANG_SUMMARY_MAX_BYTES, METRICS_RECORD_MAX_BYTES, Unreadable, loads, printable, read
 
 ENDING_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1")
 SHOW_JOB_MAX_BYTES = 65536
+# what a failure's notification reads of the job's log (its last start's lines, at most this end)
+LOG_READ_MAX_BYTES = 32 << 20
+# what the end's notification reads of metrics.jsonl for the last step and loss
+METRICS_TAIL_BYTES = 256 << 10
+# a stop notice within the signal lead (pretrain_signal_lead) and this much of the job's end time is
+# the time limit's (Slurm sends it up to 60 s late)
+LIMIT_NOTICE_SLACK_S = 90
+# how many lost nodes a notification names, with their reasons
+LOST_NODES_NAMED = 8
+# the job states in which a killed start is Slurm's requeue of the job (a node lost: NODE_FAIL until
+# the job is requeued, as it has --requeue): the next start tells it, with the nodes lost
+REQUEUE_STATES = ("PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RUNNING", "COMPLETING", "CONFIGURING",
+                  "RESIZING", "SIGNALING", "STAGE_OUT", "NODE_FAIL")
 
 
 def utc_now(fraction=False):
@@ -87,6 +106,7 @@ class Job:
         self.ending = False
         self.training = None
         self.nodes = []  # the job's nodes, as scontrol expands its node list
+        self.senders = []  # the notifications' sender processes
         # the batch node's Python children find the llmtrain_node package first; the steps get
         # the environment the job script had (the package is first on theirs by their own means)
         self.child_env = dict(self.env)
@@ -119,6 +139,32 @@ class Job:
     def hostnames(self, host_list):
         """The names scontrol expands a host list into, as printed."""
         return self.slurm("scontrol", "show", "hostnames", host_list).splitlines()
+
+    def show(self, what, name):
+        """`scontrol show <what> -o <name>`'s first lines' fields {key: value} (bounded)."""
+        text = self.slurm("scontrol", "show", what, "-o", name)[:SHOW_JOB_MAX_BYTES]
+        # a value runs to the next " Key=" (a node's Reason has blanks: "Not responding [slurm@...]")
+        return [dict(re.findall(r"(?:^| )(\w+)=(.*?)(?= \w+=|$)", line)) for line in text.splitlines() if "=" in line]
+
+    def notify(self, kind, wait=False, start=None, **details):
+        """Sends an event of this start (or of the start given) to the run's webhooks (run_notify), in
+        order after those sent before; waits for it only where asked (the training has stopped)."""
+        if not self.config.get("notify"):
+            return
+        notify.wait(self.senders)
+        self.senders = [s for s in [notify.post(self.run_dir, notify.event_record(
+            kind, self.config.get("run_name") or os.path.basename(self.run_dir), self.job_id, start or self.start,
+            **details),
+            [sys.executable], self.python_env())] if s is not None]
+        if wait:
+            notify.wait(self.senders)
+
+    def lost_nodes(self, left):
+        """[{node, reason}] of the nodes the start before had and this one lacks, with Slurm's reason."""
+        names = [n for n in self.hostnames(left) if run_files.HOST_NAME.match(n)][:LOST_NODES_NAMED]
+        shown = dict((n.get("NodeName"), n) for n in self.show("node", ",".join(names))) if names else {}
+        return [dict(node=n, reason=notify.cut(shown.get(n, {}).get("Reason") or shown.get(n, {}).get("State") or "",
+                                               120)) for n in names]
 
     # -- before the start line -------------------------------------------------------------------
 
@@ -160,7 +206,18 @@ class Job:
             if gone:
                 left = self.slurm("scontrol", "show", "hostlist", ",".join(gone)).strip()
                 left = left if run_files.HOST_LIST.match(left) else ""
-        run_files.append_line(starts, run_files.start_record(self.job_id, self.start, nodelist, left, utc_now()))
+        run_files.append_line(starts, run_files.start_record(self.job_id, self.start, nodelist, left, utc_now(),
+                                                             len(self.nodes)))
+        if not self.config.get("notify"):
+            return
+        lost = self.lost_nodes(left) if left else []
+        if self.start > 1 and not notify.told(self.run_dir, self.job_id, self.start - 1):
+            # Slurm requeued the start before (a node lost, its batch node too, an admin's requeue): it
+            # could not say so itself
+            self.notify("requeue", start=self.start - 1, lost=lost, why="Slurm requeued it" + (": lost %s" % ", ".join(
+                "%s (%s)" % (n["node"], n["reason"] or "no reason given") for n in lost) if lost else ""))
+        self.notify("start", nodes=notify.cut(nodelist, notify.NODES_MAX_CHARS), node_count=len(self.nodes),
+                    lost=lost)
 
     def record_end(self, status):
         """The end line, and a finished start marks the run's done record."""
@@ -179,6 +236,107 @@ class Job:
                 why = "cannot write %s: %s" % (self.config["done_file"], err)
             if why:
                 say(why, err=True)
+        if self.config.get("notify"):
+            self.notify_end(how, status)
+            notify.wait(self.senders)
+
+    # -- the notifications of a start's end (with run_notify) --------------------------------------
+
+    def notify_end(self, how, status):
+        """The notification of how this start ended, where job.py has not sent one as it decided."""
+        if how == "finished":
+            self.notify("end", **self.run_totals())
+        elif how == "hang":
+            self.notify("failure", **self.hang_details("the training hung and pretrain_hang_policy=fail ended it "
+                                                       "(exit code %d); the checkpoints are intact" % status))
+        elif how == "failed" and self.nodes_down():
+            pass  # a node lost: Slurm requeues the job, and its next start tells it, with the node and why
+        elif how == "failed":
+            self.notify("failure", **self.log_details("exit code %d%s" % (
+                status, " (%s: docs/exit-codes.md)" % name_of(status) if name_of(status) else "")))
+        elif how == "requeued" and status == code("REQUEUED_HELD"):
+            self.notify("requeue", why="a check found bad nodes (bad_nodes.json): requeued held, to start again "
+                        "without them once the watch (playbooks/pretrain.yml) excludes them")
+        elif how == "killed":
+            job = (self.show("job", self.job_id) or [{}])[0]
+            state, reason = job.get("JobState", ""), job.get("Reason", "")
+            hang = self.hang_summary()
+            if hang is not None and state in REQUEUE_STATES:
+                self.notify("requeue", **self.hang_details("the training hung and the hang watch requeued the job"))
+            elif state == "CANCELLED":
+                self.notify("stop", why="cancelled (%s, scancel or an administrator)" % (self.signal or "a signal"))
+            elif state == "TIMEOUT":
+                self.notify("failure", why="its time limit ended it (%s) before it stopped with a checkpoint: set "
+                            "slurm_signal_lead so that it saves one first" % (self.signal or "a signal"))
+            elif state not in REQUEUE_STATES:
+                self.notify("failure", why="ended by %s; Slurm says %s (%s)" % (
+                    self.signal or "a signal", notify.cut(state or "nothing", 40), notify.cut(reason or "-", 80)))
+            # else Slurm requeues the job: its next start says so, with the nodes lost
+
+    def nodes_down(self):
+        """Whether Slurm has a node of this job down or not responding (a training step that lost a node
+        ends once Slurm declared it failed, as srun waits for its task there)."""
+        return bool(self.slurm("sinfo", "--noheader", "--Node", "--nodes=" + self.env.get("SLURM_JOB_NODELIST", ""),
+                               "--states=down,fail,no_respond", "--format=%N").strip())
+
+    def hang_summary(self):
+        """This start's hang summary (hangs/<job>-<start>/summary.json, node/hang.py's), or None."""
+        try:
+            summary = read(os.path.join(self.file("hangs"), "%s-%d" % (self.job_id, self.start), "summary.json"),
+                           HANG_SUMMARY_MAX_BYTES)
+        except (OSError, Unreadable):
+            return None
+        return summary if isinstance(summary, dict) else None
+
+    def hang_details(self, why):
+        summary = self.hang_summary() or {}
+        suspects = summary.get("suspects") if isinstance(summary.get("suspects"), dict) else {}
+        named = sorted(suspects)[:LOST_NODES_NAMED]
+        silent = summary.get("silent_s")
+        if isinstance(silent, int):
+            why += " after %d s without progress" % silent
+        if named:
+            why += "; stuck: %s" % ", ".join("%s (%s)" % (notify.cut(n, 64), notify.cut(suspects[n], 120))
+                                             for n in named)
+        return dict(why=why, node=notify.cut(named[0], 64) if named else None)
+
+    def log_details(self, why):
+        """The failure's rank, node and exception line, from this start's lines of the job's log."""
+        details = dict(why=why)
+        try:
+            log = os.readlink("/proc/self/fd/1")
+            if not os.path.isfile(log):
+                return details
+            summary = job_log.log_summary(log, tail=0, errors=0, max_bytes=LOG_READ_MAX_BYTES)
+        except OSError:
+            return details
+        if summary["failed_rank"] is not None:
+            details["rank"] = int(summary["failed_rank"])
+        if summary["node"]:
+            details["node"] = notify.cut(summary["node"], 64)
+        if summary["traceback"]:
+            details["exception"] = notify.cut(summary["traceback"][-1])
+        return details
+
+    def run_totals(self):
+        """The end's figures: the last step and loss of metrics.jsonl, the wall time from the run's
+        first start, the GPU- and node-hours of its starts (starts.jsonl, bounded)."""
+        totals = {}
+        for line in reversed(run_files.tail_lines(self.file(run_files.METRICS), METRICS_TAIL_BYTES)):
+            try:
+                record = loads(line, METRICS_RECORD_MAX_BYTES)
+            except ValueError:
+                continue
+            step, loss = (record.get("step"), record.get("loss")) if isinstance(record, dict) else (None, None)
+            if isinstance(step, int) and not isinstance(step, bool) and isinstance(loss, (int, float)) \
+                    and not isinstance(loss, bool):
+                totals.update(step=step, loss=float(loss))
+                break
+        ledger = run_files.ledger(self.file(run_files.STARTS), time.time(), int(self.config.get("gpus_per_node") or 0))
+        if ledger:
+            totals.update(wall_s=int(ledger["wall_s"]), gpu_hours=round(ledger["gpu_hours"], 3),
+                          node_hours=round(ledger["node_hours"], 3))
+        return totals
 
     # -- signals ---------------------------------------------------------------------------------
 
@@ -216,13 +374,15 @@ class Job:
 
     # -- the decisions ---------------------------------------------------------------------------
 
-    def requeue_or_stop(self, why, uncounted=False):
+    def requeue_or_stop(self, why, uncounted=False, cause=""):
         """Stopping with a checkpoint, or before training started: stopped on request (STOP), else
         requeued while run_requeue_max allows (a requeue it does not count: uncounted_max a job),
         else ended PREEMPTED with the checkpoints intact."""
         if run_files.stop_requested(self.run_dir, self.job_id):
             say("%s; stopped on request (playbooks/stop.yml), not requeued: playbooks/pretrain.yml resumes the run "
                 "from its newest checkpoint" % why)
+            self.notify("stop", why="%s; stopped on request (playbooks/stop.yml): playbooks/pretrain.yml resumes "
+                        "the run from its newest checkpoint" % why)
             raise End(code("STOPPED"), "stopped")
         requeue_max, uncounted_max = int(self.config["requeue_max"]), int(self.config["uncounted_max"])
         done_uncounted = run_files.uncounted_requeues(self.run_dir, self.job_id)
@@ -238,10 +398,13 @@ class Job:
         if which:
             self.how = "requeued"
             say("%s; %s" % (why, which))
+            self.notify("requeue", wait=True, why="%s%s; %s" % (cause, why, which))
             subprocess.run(["scontrol", "requeue", self.job_id], env=self.child_env, check=False)
             raise End(0, "requeued")
         say("%s and run_requeue_max=%d requeues are used up; the checkpoints in %s are intact: run the playbook "
             "again to continue" % (why, requeue_max, self.file("checkpoints")), err=True)
+        self.notify("failure", why="%s%s and run_requeue_max=%d requeues are used up; the checkpoints are intact: "
+                    "run playbooks/pretrain.yml again to continue" % (cause, why, requeue_max))
         raise End(code("PREEMPTED"), "preempted")
 
     def stray_sigterm(self):
@@ -254,6 +417,21 @@ class Job:
             return False
         shown = " %s " % self.slurm("scontrol", "show", "job", "-o", self.job_id)[:SHOW_JOB_MAX_BYTES]
         return " JobState=RUNNING " in shown and not re.search(r" PreemptTime=[0-9]", shown)
+
+    def notice_cause(self):
+        """What the stop notice that stopped the training was, for its notification: a preemption's
+        (Slurm's PreemptTime), the time limit's (its end within the signal lead), or a stop notice."""
+        if not self.config.get("notify"):
+            return ""
+        job = (self.show("job", self.job_id) or [{}])[0]
+        if re.match(r"[0-9]", job.get("PreemptTime", "")):
+            return "a preemption notice: "
+        try:
+            left = time.mktime(time.strptime(job.get("EndTime", ""), "%Y-%m-%dT%H:%M:%S")) - time.time()
+        except ValueError:
+            left = None
+        near = int(self.config.get("signal_lead") or 0) + LIMIT_NOTICE_SLACK_S
+        return "its time limit nears: " if left is not None and left <= near else "a stop notice: "
 
     # -- the job ---------------------------------------------------------------------------------
 
@@ -317,7 +495,7 @@ class Job:
                     "%s on a SIGTERM while Slurm still runs the job: not its time limit, a cancel, a requeue or a "
                     "preemption (a resent request to end an earlier start, after a lost node came back)" % stopped,
                     uncounted=True)
-            self.requeue_or_stop(stopped)
+            self.requeue_or_stop(stopped, cause=self.notice_cause())
         say("job %s ends with exit code %d at %s" % (self.job_id, status, utc_now(fraction=True)))
         raise End(status, "finished" if status == 0 else "failed")
 

@@ -6,8 +6,9 @@ starts.jsonl, and the job's writes and reads of them (job.py). The controller si
 (recovery.py, run_status.py) reads the same names and fields from here.
 
 starts.jsonl, one JSON object per line:
-- a start of a job, written by the job as it starts: {job_id, start, nodes, left, time}; `left`:
-  the nodes of the start before (this job's or an earlier job's of the run) that this one lacks;
+- a start of a job, written by the job as it starts: {job_id, start, nodes, left, time, node_count};
+  `left`: the nodes of the start before (this job's or an earlier job's of the run) that this one
+  lacks; node_count: how many nodes it has (lines before it was written lack it);
 - the reference trainer's start and resume events ({event: start|resume, job_id, start, ...});
 - the end of a start, written by the job as it ends: {event: end, job_id, start, how, exit_code,
   [signal], time}; how: finished, failed, requeued, stopped, hang, preempted or killed.
@@ -22,9 +23,11 @@ This file imports nothing from Ansible: it runs on the nodes as part of the llmt
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import re
+import time as clock
 
 from .untrusted import COUNT, INT, JOB, TEXT, loads
 
@@ -38,6 +41,8 @@ STOP_NOTICE = "STOP_NOTICE"
 PREEMPTED = "PREEMPTED"
 HANG = "HANG"
 REQUEUES_UNCOUNTED = "requeues_uncounted"
+NOTIFY_HOOKS = "env/notify.json"
+NOTIFY_SENT = "notify_sent.json"
 
 # Every file and directory of the run directory (<slurm_workspace>/<run_name>): what it holds, who writes
 # it, and where it is defined and read. A path role YAML names under run_dir is one of these
@@ -56,6 +61,7 @@ LAYOUT = {
     METRICS: "the trainer's loss records (LLMTRAIN_METRICS_FILE): metrics.py, the watch and the report read",
     BAD_NODES: "the nodes the run's checks found bad, with why: node/bad_nodes.py merges and writes, "
                "exclusion.py and sbatch read",
+    NOTIFY_SENT: "the times of the run's last notifications sent, for their rate (node/notify.py): job.py",
     "node_times.json": "each node's step times over the run (the reference trainer's): run_report.py reads",
     "checkpoints": "the checkpoints (checkpoint_names, checkpoint_step): the trainer writes, the watch, "
                    "the collect step and the inference stage read",
@@ -64,7 +70,9 @@ LAYOUT = {
              "report read",
     "node_check": "<job name>.json, a job's node check: node/node_check.py writes, check_summary.py reads",
     "network_check": "<job name>.json, a job's network check: node/network_check.py writes, check_summary.py reads",
-    "env": "cluster.env and each node's env file (the nccl_env role)",
+    "env": "cluster.env and each node's env file (the nccl_env role); secrets.env (slurm_secret_env) and "
+           "notify.json (run_notify's webhooks, NOTIFY_HOOKS: the pretrain role writes, node/notify.py reads), "
+           "each with mode 0600",
     "scripts": "the job scripts and the code the jobs run (the deploy stage; the node package)",
     "src": "your code with run_source_dir (the deploy stage, source_sync.py)",
     "data": "the tokenized dataset and its record data/prepare.done.json (the deploy stage)",
@@ -95,7 +103,7 @@ REFERENCE_CHECKPOINT = re.compile(r"\Astep_0*(\d+)(?:[.]pt)?\Z")
 CHECKPOINT = re.compile(r"\A(?:step_0*(\d+)(?:[.]pt)?|checkpoint-(\d+))\Z")
 # The fields of each kind of line, of the types they must have (a job id of digits, JOBID_TASK for
 # an array's): a line whose job id or start is not of its type is not one of them.
-START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT)
+START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT, node_count=COUNT)
 END_FIELDS = dict(event=TEXT, job_id=JOB, start=COUNT, how=TEXT, exit_code=INT, time=TEXT, signal=TEXT)
 
 
@@ -131,8 +139,11 @@ def append_line(file_path, record):
         os.close(fd)
 
 
-def start_record(job_id, start, nodes, left, time):
-    return dict(job_id=str(job_id), start=int(start), nodes=nodes, left=left, time=time)
+def start_record(job_id, start, nodes, left, time, node_count=None):
+    record = dict(job_id=str(job_id), start=int(start), nodes=nodes, left=left, time=time)
+    if node_count is not None:
+        record["node_count"] = int(node_count)
+    return record
 
 
 def end_record(job_id, start, how, exit_code, time, signal=None):
@@ -168,16 +179,25 @@ def tail_lines(file_path, max_bytes=STARTS_TAIL_BYTES):
     return [line for line in lines if line.strip()]
 
 
-def last_start_nodes(file_path):
-    """The nodes of the newest start line of starts.jsonl whose host list is one (None if none is)."""
-    for line in reversed(tail_lines(file_path)):
+def records(file_path):
+    """The readable JSON objects of starts.jsonl's bounded tail, oldest first."""
+    found = []
+    for line in tail_lines(file_path):
         if len(line) > LINE_MAX_BYTES:
             continue
         try:
             record = loads(line, LINE_MAX_BYTES)
         except ValueError:
             continue
-        nodes = record.get("nodes") if isinstance(record, dict) and "event" not in record else None
+        if isinstance(record, dict):
+            found.append(record)
+    return found
+
+
+def last_start_nodes(file_path):
+    """The nodes of the newest start line of starts.jsonl whose host list is one (None if none is)."""
+    for record in reversed(records(file_path)):
+        nodes = record.get("nodes") if "event" not in record else None
         if isinstance(nodes, str) and HOST_LIST.match(nodes):
             return nodes
     return None
@@ -193,3 +213,49 @@ def stop_requested(run_dir, job_id):
     """playbooks/stop.yml asked this job to stop: STOP's first line names it."""
     lines = head(path(run_dir, STOP), 64).splitlines()
     return bool(lines) and lines[0] == str(job_id)
+
+
+def stamp(text):
+    """Seconds since the epoch of a line's UTC time (2026-12-06T05:40:00Z), or None."""
+    try:
+        return calendar.timegm(clock.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
+def ledger(file_path, now, gpus_per_node):
+    """{wall_s, node_hours, gpu_hours, starts, partial} of the run's starts (starts.jsonl's start and
+    end lines: each start's time to its end's, or to now when it has none yet and is the newest,
+    times its nodes), or None when it holds no start. partial: the file's tail held fewer lines
+    than it has (STARTS_TAIL_BYTES), so the figures are those of its newest starts."""
+    starts, ends = [], {}
+    for record in records(file_path):
+        key = (str(record.get("job_id")), record.get("start"))
+        if record.get("event") == "end":
+            ends[key] = stamp(record.get("time"))
+        elif "event" not in record:
+            count = record.get("node_count")
+            began = stamp(record.get("time"))
+            if isinstance(count, int) and not isinstance(count, bool) and began is not None:
+                starts.append((key, began, count))
+    if not starts:
+        return None
+    node_s = 0.0
+    for index, (key, began, count) in enumerate(starts):
+        ended = ends.get(key)
+        if ended is None:
+            ended = now if index == len(starts) - 1 else began  # an older start without an end line: unknown
+        node_s += max(0.0, ended - began) * count
+    try:
+        partial = os.path.getsize(file_path) > STARTS_TAIL_BYTES
+    except OSError:
+        partial = False
+    first = starts[0][1]
+    if partial:  # the run's first start: the file's first line
+        try:
+            record = loads(head(file_path, LINE_MAX_BYTES).split("\n", 1)[0], LINE_MAX_BYTES)
+        except ValueError:
+            record = None
+        first = (stamp(record.get("time")) if isinstance(record, dict) else None) or first
+    return dict(wall_s=max(0.0, now - first), node_hours=node_s / 3600.0, gpu_hours=node_s * gpus_per_node / 3600.0,
+                starts=len(starts), partial=partial)

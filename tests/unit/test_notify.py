@@ -1,0 +1,252 @@
+"""run_notify: the training job posts its events to webhooks itself (llmtrain_node.notify, called by
+llmtrain_node.job). The job runs as its job script runs it (test_job.py's Fake: the shipped package,
+fake scontrol and scancel), and the webhooks are a real HTTP server of the test's on 127.0.0.1:
+what a channel would receive, in order, in both formats."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.run import notify_errors
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import notify, run_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import code
+
+from test_job import JOB_PYTHON, Fake
+from webhook_receiver import Receiver
+
+
+@pytest.fixture
+def receiver():
+    got = Receiver("127.0.0.1")
+    yield got
+    got.close()
+
+
+@pytest.fixture
+def fake(tmp_path):
+    made = Fake(tmp_path)
+    made.config.update(notify=True, run_name="r1", gpus_per_node=8)
+    return made
+
+
+def hooks(fake, *entries, mode=0o600):
+    path = fake.run_dir / run_files.NOTIFY_HOOKS
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(list(entries)))
+    path.chmod(mode)
+
+
+def run_logged(fake, command, restart=0):
+    """The job with its output in a log file, as Slurm gives it one (the failure is read from there)."""
+    log = fake.root / "job.out"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([JOB_PYTHON, "-m", "llmtrain_node.job", json.dumps(fake.config), "--"] + command,
+                                cwd=str(fake.root), env=dict(fake.env, SLURM_RESTART_COUNT=str(restart)),
+                                stdout=out, stderr=subprocess.STDOUT)
+        proc.wait(60)
+    return proc.returncode, log.read_text()
+
+
+def test_a_finished_run_posts_its_start_and_end_in_both_formats(fake, receiver):
+    hooks(fake, dict(url=receiver.url("/slack/T000/B000/secret"), format="slack"),
+          dict(url=receiver.url("/json"), format="json"))
+    (fake.run_dir / "metrics.jsonl").write_text(
+        json.dumps(dict(step=59, loss=2.5)) + "\n" + json.dumps(dict(step=60, loss=2.25, lr=0.1)) + "\n"
+        + json.dumps(dict(step=60, val_loss=2.4)) + "\n")
+    status, out = fake.run(fake.step("sleep 1"))
+    assert status == 0, out
+    slack = [body for path, body, _ in receiver.posts if path.startswith("/slack")]
+    records = [body for path, body, _ in receiver.posts if path == "/json"]
+    assert [r["event"] for r in records] == ["start", "end"]
+    start, end = records
+    assert start["run"] == "r1" and start["job_id"] == "42" and start["start"] == 1
+    assert start["nodes"] == "n[1-3]" and start["node_count"] == 3
+    assert slack[0] == {"text": "run r1: job 42 start 1 began on 3 node(s) n[1-3]"}
+    # the last step with a loss; a second of 3 nodes x 8 GPUs
+    assert end["step"] == 60 and end["loss"] == 2.25
+    assert end["wall_s"] >= 1 and end["gpu_hours"] == pytest.approx(end["node_hours"] * 8, abs=0.01)
+    assert end["node_hours"] == pytest.approx(3 * end["wall_s"] / 3600, abs=0.002)
+    assert slack[1]["text"].startswith("run r1 finished (job 42 start 1): step 60, loss 2.25; ")
+    assert "GPU-hours" in slack[1]["text"] and end["text"] == slack[1]["text"]
+    assert set(start) <= set(notify.EVENT_FIELDS) and set(end) <= set(notify.EVENT_FIELDS)
+
+
+def test_a_requeue_says_why_before_it_is_asked_and_a_file_cannot_mention_or_escape(fake, receiver):
+    hooks(fake, dict(url=receiver.url(), format="slack"), dict(url=receiver.url("/json"), format="json"))
+    # what the training wrote in its marker: a Slack mention, a link and a terminal escape
+    marker = fake.run_dir / run_files.PREEMPTED
+    status, out = fake.run(fake.step("printf 'step 42 <!channel> <http://x|y> \\033]52;c;aGk=\\007 &' > %s" % marker))
+    assert status == 0, out
+    assert "scontrol requeue 42" in fake.calls()
+    slack = [body["text"] for path, body, _ in receiver.posts if path == "/hook"]
+    assert slack[0].startswith("run r1: job 42 start 1 began")
+    assert slack[1] == ("run r1: job 42 start 1 is requeued: a stop notice: stopped with a checkpoint (step 42 "
+                        "&lt;!channel&gt; &lt;http://x|y&gt;  &amp;); requeue 1 of 2")
+    record = [body for path, body, _ in receiver.posts if path == "/json"][1]
+    assert record["event"] == "requeue" and "\x1b" not in record["why"] and "\x07" not in record["why"]
+    # the requeue was posted before the job asked Slurm for it: nobody hears of a requeue that has happened unsaid
+    assert len(receiver.posts) == 4
+
+
+def test_the_next_start_tells_a_requeue_slurm_made_with_the_lost_node_and_slurms_reason(fake, receiver):
+    hooks(fake, dict(url=receiver.url("/json"), format="json"))
+    (fake.run_dir / run_files.STARTS).write_text(
+        json.dumps(dict(job_id="42", start=1, nodes="n[1-4]", left="", time="2026-12-06T05:00:00Z", node_count=4))
+        + "\n" + json.dumps(dict(event="end", job_id="42", start=1, how="killed", exit_code=143,
+                                 signal="SIGTERM", time="2026-12-06T05:10:00Z")) + "\n")
+    (fake.slurm / "show_node").write_text("NodeName=n4 Arch=x86_64 State=DOWN+NOT_RESPONDING Reason=Not responding "
+                                          "[slurm@2026-12-06T05:09:58]")
+    fake_scontrol = fake.bin / "scontrol"
+    fake_scontrol.write_text(fake_scontrol.read_text() + '''elif args[:2] == ["show", "node"]:
+    print(open(os.path.join(fake, "show_node")).read())
+''')
+    status, out = fake.run(fake.step("true"), restart=1)
+    assert status == 0, out
+    requeue, start, end = [body for _, body, _ in receiver.posts]
+    reason = "Not responding [slurm@2026-12-06T05:09:58]"
+    assert requeue["event"] == "requeue" and requeue["start"] == 1 and requeue["lost"] == [dict(node="n4", reason=reason)]
+    assert requeue["text"] == "run r1: job 42 start 1 is requeued: Slurm requeued it: lost n4 (%s)" % reason
+    assert start["event"] == "start" and start["start"] == 2 and start["lost"] == requeue["lost"]
+    assert "without n4 (%s), which the start before had" % reason in start["text"]
+    # start 1's 10 minutes on 4 nodes, and start 2's
+    assert end["event"] == "end" and end["node_hours"] >= 4 * 600 / 3600
+
+
+def test_a_failure_names_the_first_failed_rank_its_node_and_its_exception(fake, receiver):
+    hooks(fake, dict(url=receiver.url("/json"), format="json"))
+    status, log = run_logged(fake, fake.step('''
+        echo "[rank1]: Traceback (most recent call last):"
+        echo "[rank1]:   File \\"train.py\\", line 3, in <module>"
+        echo "[rank1]: RuntimeError: Connection closed by peer"
+        echo "[rank3]: Traceback (most recent call last):"
+        echo "[rank3]:   File \\"train.py\\", line 9, in step"
+        echo "[rank3]: ValueError: loss is nan at step 12"
+        echo "    host      : n2"
+        echo "    rank      : 3 (local_rank: 1)"
+        exit 1'''))
+    assert status == 1, log
+    failure = [body for _, body, _ in receiver.posts][-1]
+    assert failure["event"] == "failure" and failure["why"] == "exit code 1 (FAILED: docs/exit-codes.md)"
+    assert (failure["rank"], failure["node"], failure["exception"]) == (3, "n2", "ValueError: loss is nan at step 12")
+    assert failure["text"].endswith("failed: exit code 1 (FAILED: docs/exit-codes.md); first failed: rank 3 on n2: "
+                                    "ValueError: loss is nan at step 12")
+
+
+def test_a_webhook_that_hangs_does_not_hold_the_training_and_one_that_is_down_fails_nothing(fake, tmp_path):
+    started = tmp_path / "training-started"
+    hanging = Receiver("127.0.0.1", hold=str(started))
+    try:
+        closed = Receiver("127.0.0.1")
+        down = closed.url("/down/token-123")
+        closed.close()  # nothing listens there now
+        hooks(fake, dict(url=hanging.url(), format="json"), dict(url=down, format="json"))
+        status, out = fake.run(fake.step("touch %s" % started))
+        # the training ran while the start's post hung (the receiver held it until the training's file came)
+        assert status == 0, out
+        assert [body["event"] for _, body, _ in hanging.posts] == ["start", "end"]
+        # the webhook that is down is said with its host alone: its path holds a token
+        assert "llmtrain: the start notification to 127.0.0.1 was not sent: " in out, out
+        assert "token-123" not in out
+        assert fake.lines()[-1]["how"] == "finished"
+    finally:
+        hanging.close()
+
+
+def test_the_webhooks_file_must_be_the_users_alone_and_without_it_nothing_is_sent(fake, receiver):
+    hooks(fake, dict(url=receiver.url(), format="slack"), mode=0o644)
+    status, out = fake.run(fake.step("true"))
+    assert status == 0 and receiver.posts == []
+    assert "notify.json is not a file of yours that only you can read (mode 0600): no notification is sent" in out
+    os.unlink(fake.run_dir / run_files.NOTIFY_HOOKS)
+    status, out = fake.run(fake.step("true"))
+    assert status == 0 and receiver.posts == [] and "notif" not in out
+
+
+def test_the_rate_holds_back_a_flood_and_says_so_and_never_a_stop_failure_or_end(tmp_path):
+    now = 1000000.0
+    sent = [notify.rate(str(tmp_path), "requeue", now + i) for i in range(notify.RATE_MAX + 3)]
+    assert sent[:notify.RATE_MAX] == [(True, 0)] * notify.RATE_MAX
+    assert sent[notify.RATE_MAX:] == [(False, 0)] * 3
+    assert notify.rate(str(tmp_path), "failure", now + 20) == (True, 3)
+    assert notify.rate(str(tmp_path), "start", now + 21) == (False, 0)
+    # once the window has passed
+    assert notify.rate(str(tmp_path), "start", now + notify.RATE_WINDOW_S + 30) == (True, 1)
+    text = notify.describe(dict(event="stop", run="r", job_id="1", start=1, why="x", held=3))
+    assert text == "run r: job 1 start 1 stopped: x (3 event(s) before this one were not sent: more than 10 in 10 minutes)"
+
+
+def test_the_ledger_counts_each_start_to_its_end_times_its_nodes(tmp_path):
+    path = tmp_path / "starts.jsonl"
+    lines = [dict(job_id="7", start=1, nodes="n[1-4]", left="", time="2026-12-06T00:00:00Z", node_count=4),
+             dict(event="start", job_id="7", start=1, step=0),
+             dict(event="end", job_id="7", start=1, how="requeued", exit_code=0, time="2026-12-06T01:00:00Z"),
+             dict(job_id="7", start=2, nodes="n[1-3]", left="n4", time="2026-12-06T01:30:00Z", node_count=3)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + "{not json\n")
+    now = run_files.stamp("2026-12-06T03:30:00Z")
+    assert run_files.ledger(str(path), now, 8) == dict(wall_s=3.5 * 3600, node_hours=4 + 6, gpu_hours=80,
+                                                       starts=2, partial=False)
+    assert run_files.ledger(str(tmp_path / "none"), now, 8) is None
+
+
+def test_run_notify_entries_are_checked_without_showing_a_url():
+    assert notify_errors([dict(url="https://hooks.slack.com/services/T/B/x", format="slack"),
+                          dict(url="http://10.0.0.1:8080/hook", format="json")]) == []
+    found = notify_errors([dict(url="ftp://h/secret-token"), dict(url="https://h/x", format="teams"),
+                           "https://h/y", dict(url="https://h/z", channel="#ml")])
+    assert found == [
+        "run_notify[0].url must be an http:// or https:// URL on one line (not shown here: it may hold a token).",
+        "run_notify[1].format='teams' must be one of slack, json.",
+        'run_notify[2] must be a webhook with a url, such as run_notify: [{url: "{{ vault_slack_webhook }}", '
+        'format: slack}].',
+        "run_notify[3] has channel: a webhook has url and format alone."]
+    assert not any("secret-token" in message for message in found)
+
+
+def test_a_stop_notice_is_told_as_a_preemptions_or_the_time_limits_by_what_slurm_says(fake, receiver):
+    hooks(fake, dict(url=receiver.url("/json"), format="json"))
+    fake.config["signal_lead"] = 300
+    marker = fake.run_dir / run_files.PREEMPTED
+    soon = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 200))
+    later = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3 * 3600))
+    said = []
+    for shown in ("JobId=42 JobState=RUNNING PreemptTime=%s EndTime=%s" % (later, later),
+                  "JobId=42 JobState=RUNNING PreemptTime=None EndTime=%s" % soon,
+                  "JobId=42 JobState=RUNNING PreemptTime=None EndTime=%s" % later):
+        (fake.slurm / "show_job").write_text(shown)
+        receiver.posts.clear()
+        status, out = fake.run(fake.step("echo step 9 > %s" % marker))
+        assert status == 0, out
+        said.append([body["why"] for _, body, _ in receiver.posts if body["event"] == "requeue"][0].split(":")[0])
+    assert said == ["a preemption notice", "its time limit nears", "a stop notice"]
+
+
+def test_a_check_that_holds_the_job_for_bad_nodes_and_a_failed_check_are_told(fake, receiver):
+    hooks(fake, dict(url=receiver.url("/json"), format="json"))
+    fake.config["checks"] = [["sh", "-c", "exit %d" % code("REQUEUED_HELD")]]
+    status, out = fake.run(fake.step("true"))
+    assert status == code("REQUEUED_HELD"), out
+    held = receiver.posts[-1][1]
+    assert held["event"] == "requeue" and held["why"].startswith("a check found bad nodes (bad_nodes.json)")
+    fake.config["checks"] = [["sh", "-c", "exit %d" % code("NODE_CHECK_FAILED")]]
+    status, out = fake.run(fake.step("true"))
+    failed = receiver.posts[-1][1]
+    assert failed["event"] == "failure" and failed["why"] == "exit code %d (NODE_CHECK_FAILED: docs/exit-codes.md)" % (
+        code("NODE_CHECK_FAILED"))
+
+
+def test_a_training_that_lost_a_node_is_told_by_the_next_start_not_as_a_failure(fake, receiver):
+    """srun ends the step once Slurm declared the node failed; Slurm then requeues the job."""
+    hooks(fake, dict(url=receiver.url("/json"), format="json"))
+    (fake.bin / "sinfo").write_text("#!/bin/sh\necho n2\n")
+    (fake.bin / "sinfo").chmod(0o755)
+    status, out = fake.run(fake.step("exit 1"))
+    assert status == 1, out
+    assert [body["event"] for _, body, _ in receiver.posts] == ["start"]
+    (fake.bin / "sinfo").unlink()
+    status, out = fake.run(fake.step("true"), restart=1)
+    assert [(body["event"], body["start"]) for _, body, _ in receiver.posts] == [
+        ("start", 1), ("requeue", 1), ("start", 2), ("end", 2)]
+    assert receiver.posts[1][1]["why"] == "Slurm requeued it"
