@@ -13,9 +13,10 @@ scancel answering from small scripts on PATH), the webhook a real HTTP server on
 - training start, webhook hanging: from the job's process start to the training step's first
   instruction, with a webhook that never answers (its sender gives up after 10 s), against one that
   answers at once.
-The end's figures (run_files.ledger and the last loss) are timed on a starts.jsonl of a week's
-starts of a 2,048-node job (a start every 2 hours, each line with a fragmented host list of its
-nodes) and a metrics.jsonl of a record a second.
+The hours (run_files.usage_totals of usage.json, what the end message and the status show: one
+small file whatever the run's length) and the report's rows (run_files.usage of starts.jsonl) are
+timed after a week's starts of a 2,048-node job (a start every 2 hours, each start line with a
+fragmented host list of its nodes).
 """
 
 import argparse
@@ -128,6 +129,8 @@ def fragmented(nodes, start):
 
 
 def end_figures():
+    """The end's and the status's hours (usage.json, and the running start) and the report's rows (a
+    start line and an end line per start) on a week of starts of a 2,048-node job."""
     with tempfile.TemporaryDirectory() as tmp:
         starts = os.path.join(tmp, run_files.STARTS)
         first = 1_790_000_000
@@ -140,14 +143,21 @@ def end_figures():
                         + "\n")
                 f.write(json.dumps(run_files.end_record("9", index + 1, "requeued", 0, time.strftime(
                     "%Y-%m-%dT%H:%M:%SZ", time.gmtime(at + START_EVERY_S - 60)))) + "\n")
+                run_files.add_usage(tmp, "9", index + 1, at, at + START_EVERY_S - 60, NODES, 8)
         size = os.path.getsize(starts)
         now = first + count * START_EVERY_S
         clock = time.process_time()
         for _ in range(RUNS):
-            ledger = run_files.ledger(starts, now, 8)
-        cpu_ms = (time.process_time() - clock) * 1000 / RUNS
-    return dict(starts=count, size_kb=size / 1024, cpu_ms=cpu_ms, read_kb=min(size, run_files.STARTS_TAIL_BYTES) / 1024,
-                counted=ledger["starts"], partial=ledger["partial"], gpu_hours=ledger["gpu_hours"])
+            totals = run_files.usage_totals(run_files.read_usage(tmp), None, now)
+        totals_ms = (time.process_time() - clock) * 1000 / RUNS
+        clock = time.process_time()
+        for _ in range(RUNS):
+            rows = run_files.usage(run_files.records(starts), now)
+        rows_ms = (time.process_time() - clock) * 1000 / RUNS
+        usage_bytes = os.path.getsize(os.path.join(tmp, run_files.USAGE))
+    return dict(starts=count, size_kb=size / 1024, totals_ms=totals_ms, rows_ms=rows_ms, usage_bytes=usage_bytes,
+                counted=len(rows), gpu_hours=totals["gpu_hours"], row_gpu_hours=sum(
+                    r["seconds"] * r["node_count"] for r in rows) * 8 / 3600)
 
 
 def render(result, form):
@@ -158,10 +168,10 @@ def render(result, form):
         ("training start after the job's process start, webhook answering at once", "%.0f ms" % d["train_ms"]),
         ("training start after the job's process start, webhook not answering",
          "%.0f ms" % d["slow_train_ms"]),
-        ("end figures: %d starts of %d nodes (a week, one every %d h), starts.jsonl %.0f KiB" % (
-            e["starts"], NODES, START_EVERY_S // 3600, e["size_kb"]),
-         "%.1f ms CPU, %.0f KiB read, %d starts counted%s" % (
-             e["cpu_ms"], e["read_kb"], e["counted"], " (partial: the newest)" if e["partial"] else "")),
+        ("hours for the end message and the status: usage.json (%d bytes) after %d starts of %d nodes" % (
+            e["usage_bytes"], e["starts"], NODES), "%.2f ms CPU" % e["totals_ms"]),
+        ("the report's rows: a week's starts.jsonl (%.0f KiB, a start every %d h)" % (
+            e["size_kb"], START_EVERY_S // 3600), "%.1f ms CPU, %d starts" % (e["rows_ms"], e["counted"])),
     ]
     if form == "markdown":
         lines = ["Medians of %d runs of the shipped job on this machine (%d with the webhook not answering)." % (

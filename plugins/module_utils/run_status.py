@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
@@ -58,7 +59,7 @@ ENDED = ("finished", "stopped")
 BY_CODE = {entry.code: entry for entry in reversed(TABLE)}
 # the longest text of a cell; the detail has the whole of it
 CELL_CHARS = 48
-COLUMNS = ("run", "state", "job", "nodes", "step", "loss", "tokens/s", "ETA", "last event", "bad nodes")
+COLUMNS = ("run", "state", "job", "nodes", "step", "loss", "tokens/s", "ETA", "GPU-h", "last event", "bad nodes")
 
 
 def run_names(workspace, uid):
@@ -222,7 +223,7 @@ def empty_row(workspace, name):
     return dict(run=name, run_dir=os.path.join(workspace, name), state=None, why=None, job_id=None, slurm_state=None,
                 nodes=None, num_nodes=None, step=None, total_steps=None, loss=None, tokens_per_s=None, eta_s=None,
                 last_event=None, bad_nodes=[], checkpoint=None, checkpoint_step=None, stdout_path=None,
-                exit_code=None, how=None)
+                exit_code=None, how=None, usage=None)
 
 
 def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, workspace_distrust=None, tag=None):
@@ -264,6 +265,11 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
         row["eta_s"] = None
     hang = newest_hang(os.path.join(run_dir, "hangs"), job_id)
     row["last_event"] = last_event(state, end, prog, hang, start)
+    # the hours of the starts that ended (usage.json: one small file whatever the run's length), and
+    # of the start that runs now, from its start line
+    running = start if state in ("running", "stopping") and not (end and start and end.get("start") == start.get(
+        "start")) else None
+    row["usage"] = run_files.usage_totals(run_files.read_usage(run_dir), running, time.time())
     return row
 
 
@@ -279,6 +285,13 @@ def _duration(seconds):
         seconds // 3600, seconds % 3600 // 60, seconds % 60)
 
 
+def _hours(usage):
+    """The GPU-hours cell: '-' when no start has ended or runs; without GPUs, the node-hours."""
+    if not usage:
+        return "-"
+    return "%.1f" % usage["gpu_hours"] if usage["gpu_hours"] else "0 (%.1f node-h)" % usage["node_hours"]
+
+
 def cells(row):
     """The table's cells of a row, as text."""
     state = row["state"] + (" (%s)" % row["why"] if row["why"] and row["state"] in ("queued", "requeued") else
@@ -292,7 +305,7 @@ def cells(row):
     loss = row["loss"]
     texts = [row["run"], state, row["job_id"] or "-", nodes, step,
              "-" if not isinstance(loss, (int, float)) else "%.4g" % loss, _number(row["tokens_per_s"], 0),
-             _duration(row["eta_s"]), row["last_event"] or (row["why"] or "-"), bad_text or "-"]
+             _duration(row["eta_s"]), _hours(row["usage"]), row["last_event"] or (row["why"] or "-"), bad_text or "-"]
     texts = [untrusted.printable(text) for text in texts]
     return [text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 3] + "..." for text in texts]
 
@@ -328,6 +341,9 @@ def _detail(row, log):
     lines.append("  newest checkpoint: %s" % checkpoint)
     if row["last_event"]:
         lines.append("  last event: %s" % row["last_event"])
+    if row["usage"]:
+        lines.append("  used: %.2f GPU-hours, %.2f node-hours over %d start(s) (usage.json and the running start)"
+                     % (row["usage"]["gpu_hours"], row["usage"]["node_hours"], row["usage"]["starts"]))
     if row["bad_nodes"]:
         lines.append("  bad nodes (bad_nodes.json, later jobs keep off them): %s" % ", ".join(row["bad_nodes"]))
     if row["state"] == "stopped":

@@ -149,6 +149,10 @@ def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resum
     failed = re.match(r"%s +failed \(exit 1\) +(\d+) .*ended failed" % run_b, rows[run_b])
     assert failed, rows
     assert re.match(r"%s +finished +\d+ +\S+ +20/20 " % run_c, rows[run_c]), rows
+    # what c used (a CPU cluster: no GPUs), from usage.json: its job's start, nodes x time
+    used = json.load(open(os.path.join(WORKSPACE, run_c, "usage.json")))
+    assert used["starts"] == 1 and used["gpu_s"] == 0 and used["node_s"] > 0, used
+    assert " 0 (%.1f node-h) " % (used["node_s"] / 3600) in rows[run_c], rows
     detail = shown(status("-e", "run_name=" + run_b, "-e", "status_log_lines=20"), "Show in detail run %s" % run_b)
     assert detail[0] == "Run %s: failed (exit 1 (FAILED))" % run_b, detail
     # the script's own traceback (its lines carry no rank: torch.distributed.run's summary names rank 1)

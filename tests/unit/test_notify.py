@@ -111,8 +111,8 @@ def test_the_next_start_tells_a_requeue_slurm_made_with_the_lost_node_and_slurms
     assert requeue["text"] == "run r1: job 42 start 1 is requeued: Slurm requeued it: lost n4 (%s)" % reason
     assert start["event"] == "start" and start["start"] == 2 and start["lost"] == requeue["lost"]
     assert "without n4 (%s), which the start before had" % reason in start["text"]
-    # start 1's 10 minutes on 4 nodes, and start 2's
-    assert end["event"] == "end" and end["node_hours"] >= 4 * 600 / 3600
+    # start 2's hours: start 1's batch node lost it before its end (no end line of its own) counts none
+    assert end["event"] == "end" and end["node_hours"] < 0.01
 
 
 def test_a_failure_names_the_first_failed_rank_its_node_and_its_exception(fake, receiver):
@@ -178,17 +178,34 @@ def test_the_rate_holds_back_a_flood_and_says_so_and_never_a_stop_failure_or_end
     assert text == "run r: job 1 start 1 stopped: x (3 event(s) before this one were not sent: more than 10 in 10 minutes)"
 
 
-def test_the_ledger_counts_each_start_to_its_end_times_its_nodes(tmp_path):
-    path = tmp_path / "starts.jsonl"
+def test_usage_adds_each_start_once_and_a_running_start_to_now(tmp_path):
+    run = str(tmp_path)
+    at = run_files.stamp("2026-12-06T00:00:00Z")
+    run_files.add_usage(run, "7", 1, at, at + 3600, 4, 8)
+    run_files.add_usage(run, "7", 1, at, at + 3600, 4, 8)  # the same start again: counted once
+    run_files.add_usage(run, "7", 2, at + 5400, at + 9000, 3, 8)
+    usage = run_files.read_usage(run)
+    assert usage == dict(first="2026-12-06T00:00:00Z", starts=2, node_s=7 * 3600.0, gpu_s=56 * 3600.0,
+                         gpus_per_node=8, last="7 2")
+    now = at + 4 * 3600
+    running = dict(time="2026-12-06T03:00:00Z", node_count=2)
+    assert run_files.usage_totals(usage, running, now) == dict(wall_s=4 * 3600.0, node_hours=9.0, gpu_hours=72.0,
+                                                               starts=3)
+    assert run_files.usage_totals({}, None, now) is None
+    (tmp_path / run_files.USAGE).write_text('{"starts": "3", "node_s": 1e400, "first": 5}')
+    assert run_files.read_usage(run) == {}  # none of its fields of its type
+
+
+def test_each_starts_use_is_its_nodes_from_its_start_line_to_its_end_line(tmp_path):
     lines = [dict(job_id="7", start=1, nodes="n[1-4]", left="", time="2026-12-06T00:00:00Z", node_count=4),
              dict(event="start", job_id="7", start=1, step=0),
              dict(event="end", job_id="7", start=1, how="requeued", exit_code=0, time="2026-12-06T01:00:00Z"),
-             dict(job_id="7", start=2, nodes="n[1-3]", left="n4", time="2026-12-06T01:30:00Z", node_count=3)]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines) + "{not json\n")
-    now = run_files.stamp("2026-12-06T03:30:00Z")
-    assert run_files.ledger(str(path), now, 8) == dict(wall_s=3.5 * 3600, node_hours=4 + 6, gpu_hours=80,
-                                                       starts=2, partial=False)
-    assert run_files.ledger(str(tmp_path / "none"), now, 8) is None
+             dict(job_id="7", start=2, nodes="n[1-3]", left="n4", time="2026-12-06T01:30:00Z", node_count=3),
+             dict(job_id="7", start=3, nodes="n[1-3]", left="", time="2026-12-06T02:30:00Z", node_count=3)]
+    used = run_files.usage(lines, run_files.stamp("2026-12-06T03:30:00Z"))
+    # start 2 has no end line (its batch node lost): none; start 3 runs to now
+    assert [(u["start"], u["node_count"], u["seconds"], u["running"]) for u in used] == [
+        (1, 4, 3600.0, False), (2, 3, 0.0, False), (3, 3, 3600.0, True)]
 
 
 def test_run_notify_entries_are_checked_without_showing_a_url():

@@ -107,6 +107,7 @@ class Job:
         self.training = None
         self.nodes = []  # the job's nodes, as scontrol expands its node list
         self.senders = []  # the notifications' sender processes
+        self.began = None  # when this start's line was written (time.time())
         # the batch node's Python children find the llmtrain_node package first; the steps get
         # the environment the job script had (the package is first on theirs by their own means)
         self.child_env = dict(self.env)
@@ -206,6 +207,7 @@ class Job:
             if gone:
                 left = self.slurm("scontrol", "show", "hostlist", ",".join(gone)).strip()
                 left = left if run_files.HOST_LIST.match(left) else ""
+        self.began = time.time()
         run_files.append_line(starts, run_files.start_record(self.job_id, self.start, nodelist, left, utc_now(),
                                                              len(self.nodes)))
         if not self.config.get("notify"):
@@ -236,6 +238,11 @@ class Job:
                 why = "cannot write %s: %s" % (self.config["done_file"], err)
             if why:
                 say(why, err=True)
+        try:
+            run_files.add_usage(self.run_dir, self.job_id, self.start, self.began, time.time(), len(self.nodes),
+                                int(self.config.get("gpus_per_node") or 0))
+        except OSError as err:
+            say("cannot add this start's hours to %s: %s" % (self.file(run_files.USAGE), err), err=True)
         if self.config.get("notify"):
             self.notify_end(how, status)
             notify.wait(self.senders)
@@ -320,7 +327,7 @@ class Job:
 
     def run_totals(self):
         """The end's figures: the last step and loss of metrics.jsonl, the wall time from the run's
-        first start, the GPU- and node-hours of its starts (starts.jsonl, bounded)."""
+        first start, the GPU- and node-hours of its starts (usage.json, this start's added)."""
         totals = {}
         for line in reversed(run_files.tail_lines(self.file(run_files.METRICS), METRICS_TAIL_BYTES)):
             try:
@@ -332,10 +339,10 @@ class Job:
                     and not isinstance(loss, bool):
                 totals.update(step=step, loss=float(loss))
                 break
-        ledger = run_files.ledger(self.file(run_files.STARTS), time.time(), int(self.config.get("gpus_per_node") or 0))
-        if ledger:
-            totals.update(wall_s=int(ledger["wall_s"]), gpu_hours=round(ledger["gpu_hours"], 3),
-                          node_hours=round(ledger["node_hours"], 3))
+        used = run_files.usage_totals(run_files.read_usage(self.run_dir))
+        if used:
+            totals.update(wall_s=int(used["wall_s"]), gpu_hours=round(used["gpu_hours"], 3),
+                          node_hours=round(used["node_hours"], 3))
         return totals
 
     # -- signals ---------------------------------------------------------------------------------

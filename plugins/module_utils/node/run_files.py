@@ -29,7 +29,8 @@ import os
 import re
 import time as clock
 
-from .untrusted import COUNT, INT, JOB, TEXT, loads
+from .atomic import replace_file
+from .untrusted import COUNT, INT, JOB, NUMBER, TEXT, Unreadable, fields, loads, read
 
 STARTS = "starts.jsonl"
 FACTS = "facts.json"
@@ -41,6 +42,9 @@ STOP_NOTICE = "STOP_NOTICE"
 PREEMPTED = "PREEMPTED"
 HANG = "HANG"
 REQUEUES_UNCOUNTED = "requeues_uncounted"
+USAGE = "usage.json"
+USAGE_MAX_BYTES = 4096
+USAGE_FIELDS = dict(first=TEXT, starts=COUNT, node_s=NUMBER, gpu_s=NUMBER, gpus_per_node=COUNT, last=TEXT)
 NOTIFY_HOOKS = "env/notify.json"
 NOTIFY_SENT = "notify_sent.json"
 
@@ -61,6 +65,8 @@ LAYOUT = {
     METRICS: "the trainer's loss records (LLMTRAIN_METRICS_FILE): metrics.py, the watch and the report read",
     BAD_NODES: "the nodes the run's checks found bad, with why: node/bad_nodes.py merges and writes, "
                "exclusion.py and sbatch read",
+    USAGE: "the run's node- and GPU-seconds over the starts that ended (USAGE_FIELDS; add_usage): job.py "
+           "writes, run_status.py and run_report.py read",
     NOTIFY_SENT: "the times of the run's last notifications sent, for their rate (node/notify.py): job.py",
     "node_times.json": "each node's step times over the run (the reference trainer's): run_report.py reads",
     "checkpoints": "the checkpoints (checkpoint_names, checkpoint_step): the trainer writes, the watch, "
@@ -223,39 +229,67 @@ def stamp(text):
         return None
 
 
-def ledger(file_path, now, gpus_per_node):
-    """{wall_s, node_hours, gpu_hours, starts, partial} of the run's starts (starts.jsonl's start and
-    end lines: each start's time to its end's, or to now when it has none yet and is the newest,
-    times its nodes), or None when it holds no start. partial: the file's tail held fewer lines
-    than it has (STARTS_TAIL_BYTES), so the figures are those of its newest starts."""
+def usage(lines, now):
+    """Each start's use of its nodes, from starts.jsonl's start and end lines (lines: its JSON objects,
+    oldest first): [{job_id, start, node_count, began, seconds, running}], seconds from its start
+    line's time to its end line's, or to now for the newest start when it has none yet (running); an
+    older start without an end line (its batch node lost) counts none. Lines written before start
+    lines carried node_count are left out."""
     starts, ends = [], {}
-    for record in records(file_path):
+    for record in lines:
         key = (str(record.get("job_id")), record.get("start"))
         if record.get("event") == "end":
             ends[key] = stamp(record.get("time"))
         elif "event" not in record:
-            count = record.get("node_count")
-            began = stamp(record.get("time"))
+            count, began = record.get("node_count"), stamp(record.get("time"))
             if isinstance(count, int) and not isinstance(count, bool) and began is not None:
                 starts.append((key, began, count))
-    if not starts:
-        return None
-    node_s = 0.0
+    used = []
     for index, (key, began, count) in enumerate(starts):
         ended = ends.get(key)
-        if ended is None:
-            ended = now if index == len(starts) - 1 else began  # an older start without an end line: unknown
-        node_s += max(0.0, ended - began) * count
+        running = ended is None and index == len(starts) - 1
+        seconds = max(0.0, (now if running else ended if ended is not None else began) - began)
+        used.append(dict(job_id=key[0], start=key[1], node_count=count, began=began, seconds=seconds,
+                         running=running))
+    return used
+
+
+def read_usage(run_dir):
+    """usage.json (USAGE_FIELDS of their types, the others left out), or {} when there is none."""
     try:
-        partial = os.path.getsize(file_path) > STARTS_TAIL_BYTES
-    except OSError:
-        partial = False
-    first = starts[0][1]
-    if partial:  # the run's first start: the file's first line
-        try:
-            record = loads(head(file_path, LINE_MAX_BYTES).split("\n", 1)[0], LINE_MAX_BYTES)
-        except ValueError:
-            record = None
-        first = (stamp(record.get("time")) if isinstance(record, dict) else None) or first
-    return dict(wall_s=max(0.0, now - first), node_hours=node_s / 3600.0, gpu_hours=node_s * gpus_per_node / 3600.0,
-                starts=len(starts), partial=partial)
+        usage_record = read(path(run_dir, USAGE), USAGE_MAX_BYTES)
+    except (OSError, Unreadable):
+        return {}
+    return fields(usage_record, USAGE_FIELDS) if isinstance(usage_record, dict) else {}
+
+
+def add_usage(run_dir, job_id, start, began, ended, node_count, gpus_per_node):
+    """Adds a start's nodes x its time (seconds since the epoch) to usage.json, once a start: the run's
+    hours for any length of it in one small file (the job writes it as each start ends)."""
+    usage_record = read_usage(run_dir)
+    key = "%s %d" % (job_id, start)
+    if usage_record.get("last") == key:
+        return usage_record
+    node_s = max(0.0, ended - began) * node_count
+    usage_record = dict(
+        first=usage_record.get("first") or clock.strftime("%Y-%m-%dT%H:%M:%SZ", clock.gmtime(began)),
+        starts=usage_record.get("starts", 0) + 1, node_s=usage_record.get("node_s", 0) + node_s,
+        gpu_s=usage_record.get("gpu_s", 0) + node_s * gpus_per_node, gpus_per_node=gpus_per_node, last=key)
+    replace_file(path(run_dir, USAGE), json.dumps(usage_record).encode("utf-8"))
+    return usage_record
+
+
+def usage_totals(usage_record, running=None, now=None):
+    """{wall_s, node_hours, gpu_hours, starts} of usage.json's record, and of a running start
+    ({time, node_count} of its start line) to now; None when neither says anything."""
+    node_s, gpu_s, starts = usage_record.get("node_s", 0), usage_record.get("gpu_s", 0), usage_record.get("starts", 0)
+    first = stamp(usage_record.get("first"))
+    began = stamp(running.get("time")) if running else None
+    if began is not None and isinstance(running.get("node_count"), int):
+        extra = max(0.0, now - began) * running["node_count"]
+        node_s, gpu_s, starts = node_s + extra, gpu_s + extra * usage_record.get("gpus_per_node", 0), starts + 1
+        first = first or began
+    if first is None:
+        return None
+    return dict(wall_s=max(0.0, (now or clock.time()) - first), node_hours=node_s / 3600.0, gpu_hours=gpu_s / 3600.0,
+                starts=starts)

@@ -30,6 +30,7 @@ import shlex
 import statistics
 import string
 import sys
+import time
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.txt"
@@ -45,6 +46,7 @@ from stragglers import add_record, node_times_table, totals_table  # noqa: E402 
 from node import untrusted  # noqa: E402  pylint: disable=wrong-import-position
 from node.hang import SHOWN_NODES  # noqa: E402  pylint: disable=wrong-import-position
 from node.atomic import replace_with  # noqa: E402  pylint: disable=wrong-import-position
+from node.run_files import usage  # noqa: E402  pylint: disable=wrong-import-position
 DEFAULT_STRAGGLER_THRESHOLD = 0.2
 # What of a loss record the report shows: the rest (per-node times, a script's own fields) is not kept,
 # so a week of records fits in a few hundred MB.
@@ -712,20 +714,51 @@ STARTS_FILE = "starts.jsonl"
 STARTS_MAX_BYTES = 16 * 1048576
 
 
-def read_starts(path):
-    """starts.jsonl (the job script's line per start) -> {(job_id, start): {nodes, left, ...}}; {} when
-    it is missing. Its last STARTS_MAX_BYTES only; lines that are no start record are left out."""
+def read_start_lines(path):
+    """starts.jsonl's JSON objects, oldest first ([] when it is missing): its last STARTS_MAX_BYTES only."""
     if not os.path.exists(path):
-        return {}
-    starts = {}
+        return []
+    lines = []
     with open(path, "rb") as handle:
         handle.seek(max(0, os.path.getsize(path) - STARTS_MAX_BYTES))
         for line in handle.read().decode("utf-8", "replace").splitlines():
             record = untrusted.record(line, untrusted.METRICS_RECORD_MAX_BYTES)
-            # the job script's lines (the trainer's events there have no nodes)
-            if isinstance(record, dict) and isinstance(record.get("start"), int) and isinstance(record.get("nodes"), str):
-                starts[(str(record.get("job_id")), record["start"])] = record
-    return starts
+            if isinstance(record, dict):
+                lines.append(record)
+    return lines
+
+
+def read_starts(lines):
+    """starts.jsonl's lines -> {(job_id, start): {nodes, left, ...}} of the job's start lines (the
+    trainer's events there have no nodes)."""
+    return dict(((str(r.get("job_id")), r["start"]), r) for r in lines
+                if isinstance(r.get("start"), int) and isinstance(r.get("nodes"), str))
+
+
+USAGE_ROWS_SHOWN = 50
+
+
+def usage_lines(lines, facts, now):
+    """What the run's training job used: each start's nodes x its time (its start and end lines), and
+    the total, in node-hours and GPU-hours (slurm_gpus_per_node)."""
+    used = usage(lines, now)
+    if not used:
+        return ["Resources: %s (no start line with its node count in starts.jsonl)." % NOT_RECORDED]
+    cluster = facts.get("cluster") if isinstance(facts.get("cluster"), dict) else {}
+    gpus = cluster.get("gpus_per_node") if is_number(cluster.get("gpus_per_node")) else 0
+    rows = [[u["job_id"], u["start"], u["node_count"], time.strftime("%Y-%m-%d %H:%M", time.gmtime(u["began"])),
+             "%.2f%s" % (u["seconds"] / 3600, " (running)" if u["running"] else ""),
+             "%.2f" % (u["seconds"] * u["node_count"] / 3600), "%.2f" % (u["seconds"] * u["node_count"] * gpus / 3600)]
+            for u in used[-USAGE_ROWS_SHOWN:]]
+    node_s = sum(u["seconds"] * u["node_count"] for u in used)
+    out = ["Each start of the training job: its nodes for the time from its start line to its end line "
+           "(starts.jsonl), %s GPU(s) a node." % md(gpus), ""]
+    if len(used) > USAGE_ROWS_SHOWN:
+        out += ["The newest %d of %d starts:" % (USAGE_ROWS_SHOWN, len(used)), ""]
+    out += table(["Job", "Start", "Nodes", "Began (UTC)", "Hours", "Node-hours", "GPU-hours"], rows)
+    out += ["", "Total: %.2f node-hours, %.2f GPU-hours over %d start(s)." % (node_s / 3600, node_s * gpus / 3600,
+                                                                             len(used))]
+    return out
 
 
 def start_nodes(event, starts):
@@ -846,7 +879,7 @@ def recovery_lines(events, starts=None, hung=()):
     return lines
 
 
-def render(run_name, metrics, summary, facts, samples, plot_note, times, starts=None, hangs=()):
+def render(run_name, metrics, summary, facts, samples, plot_note, times, lines=(), hangs=()):
     events = metrics[1] if metrics else []
     out = ["# Run %s" % md(run_name), "", "## Summary", ""]
     out += fetch_lines(facts) + summary_lines(metrics, summary, events, facts)
@@ -864,8 +897,9 @@ def render(run_name, metrics, summary, facts, samples, plot_note, times, starts=
     out += ["", "## NCCL / UCX / Gloo environment", ""] + env_lines(facts)
     out += ["", "## Network", ""] + network_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)
+    out += ["", "## Resources used", ""] + usage_lines(lines, facts, time.time())
     if metrics is not None and not isinstance(facts.get("script"), dict):
-        out += ["", "## Recoveries", ""] + recovery_lines(events, starts, {name for name, _hang in hangs})
+        out += ["", "## Recoveries", ""] + recovery_lines(events, read_starts(lines), {name for name, _hang in hangs})
     out += ["", "## Hangs", ""] + hang_lines(list(hangs))
     out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)
     out += ["", "## Samples", ""]
@@ -954,7 +988,7 @@ def main(argv=None):
 
     report_path = os.path.join(run_dir, REPORT_FILE)
     report = render(run_name, metrics, summary, facts, samples, plot_note, times,
-                    read_starts(os.path.join(run_dir, STARTS_FILE)), read_hangs(run_dir))
+                    read_start_lines(os.path.join(run_dir, STARTS_FILE)), read_hangs(run_dir))
 
     def write_report(temp):
         with open(temp, "w", encoding="utf-8") as handle:

@@ -100,6 +100,10 @@ def report_of(run_dir, *extra):
 
 def test_full_report(tmp_path):
     run_dir = make_run(tmp_path, metrics_records(), FACTS, "PROMPT: The history of\n| a `pipe` <b>\n")
+    (run_dir / "starts.jsonl").write_text(json.dumps(dict(
+        job_id="44", start=1, nodes="slurm-worker-[0-2]", left="", time="2026-01-01T10:00:00Z", node_count=3)) + "\n"
+        + json.dumps(dict(event="end", job_id="44", start=1, how="finished", exit_code=0, time="2026-01-01T10:01:10Z"))
+        + "\n")
     report = report_of(run_dir)
     assert report.startswith("# Run gpt2-124m\n")
     for expected in [
@@ -279,6 +283,24 @@ def test_recoveries_list_each_start_after_the_first(tmp_path):
     assert "None: the run trained from its first start to its end in one go." in report_of(make_run(tmp_path / "b", plain))
 
 
+def test_resources_used_are_each_starts_nodes_for_its_time_and_their_total(tmp_path):
+    run = make_run(tmp_path, metrics_records(), dict(FACTS, cluster=dict(FACTS["cluster"], gpus_per_node=8)))
+    lines = [dict(job_id="45", start=1, nodes="w[0-3]", left="", time="2026-01-01T10:00:00Z", node_count=4),
+             dict(job_id="45", start=1, event="start", step=0),
+             dict(event="end", job_id="45", start=1, how="requeued", exit_code=0, time="2026-01-01T11:30:00Z"),
+             dict(job_id="45", start=2, nodes="w[0-2]", left="w3", time="2026-01-01T11:31:00Z", node_count=3),
+             dict(event="end", job_id="45", start=2, how="finished", exit_code=0, time="2026-01-01T12:31:00Z"),
+             dict(job_id="44", start=1, nodes="w[0-3]", left="", time="2025-12-31T10:00:00Z")]  # no node count: before
+    with open(os.path.join(run, "starts.jsonl"), "w") as handle:
+        handle.write("".join(json.dumps(line) + "\n" for line in lines) + "{cut sho")
+    section = report_of(run).split("## Resources used\n\n", 1)[1].split("\n## ", 1)[0]
+    assert section.splitlines()[2:6] == [
+        "| Job | Start | Nodes | Began (UTC) | Hours | Node-hours | GPU-hours |", "|---|---|---|---|---|---|---|",
+        "| 45 | 1 | 4 | 2026-01-01 10:00 | 1.50 | 6.00 | 48.00 |", "| 45 | 2 | 3 | 2026-01-01 11:31 | 1.00 | 3.00 | 24.00 |"]
+    assert section.endswith("Total: 9.00 node-hours, 72.00 GPU-hours over 2 start(s).\n")
+    assert "Resources: not recorded" in report_of(make_run(tmp_path / "none", metrics_records(), FACTS))
+
+
 def test_preempted_run(tmp_path):
     records = metrics_records()[:7]  # up to the preempted event
     report = report_of(make_run(tmp_path, records, FACTS))
@@ -396,7 +418,7 @@ def test_step_time_per_node_names_the_slow_node(tmp_path):
 # ---------------------------------------------------------------- untrusted text
 
 SECTIONS = ["## Summary", "## Loss", "## Cluster", "## Model", "## Node check", "## Step time per node",
-            "## NCCL / UCX / Gloo environment", "## Network", "## Jobs", "## Hangs", "## Checkpoint", "## Samples"]
+            "## NCCL / UCX / Gloo environment", "## Network", "## Jobs", "## Resources used", "## Hangs", "## Checkpoint", "## Samples"]
 FORGED = "2\n\n## Summary\n- Status: finished <script>alert(1)</script>"
 
 
@@ -477,7 +499,7 @@ def sections_of(facts):
     and the recoveries from the reference trainer's events."""
     found = ["## Training script" if s == "## Model" and "script" in facts else s for s in SECTIONS]
     if "script" not in facts:
-        found.insert(found.index("## Jobs") + 1, "## Recoveries")
+        found.insert(found.index("## Resources used") + 1, "## Recoveries")
     return found
 
 

@@ -3,10 +3,11 @@ job's own record of its end (node/job_end.py)."""
 
 import json
 import os
+import time
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import run_status
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_end
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_end, run_files
 
 PATTERNS = compile_patterns(DEFAULT_PATTERNS)
 
@@ -145,9 +146,19 @@ def test_the_table_and_the_detail_say_what_a_user_checks(tmp_path):
              metrics=[dict(step=40, total_steps=100, loss=2.51234, tokens_per_s=1234.4, eta_s=3700)],
              bad={"n3": "gpu", "n4": "gpu", "n5": "gpu", "n6": "gpu"})
     make_run(tmp_path, "b", "16", starts=[("16", 1)], ends=[("16", 1, "failed", 1)])
+    # a's hours: a start of 2 nodes x 8 GPUs that ended after an hour (usage.json), and the running
+    # start's line, of 2 nodes, begun half an hour ago
+    began = time.time() - 5400
+    run_files.add_usage(str(tmp_path / "a"), "12", 1, began, began + 3600, 2, 8)
+    lines(tmp_path / "a" / "starts.jsonl", dict(job_id="13", start=1, nodes="n[1-2]", left="", node_count=2,
+                                                time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began + 3600))))
     rows = [row(tmp_path, "a", [job("13", "RUNNING", "llmtrain-a", None, "n[1-2]", 2)]), row(tmp_path, "b")]
     table = run_status.table(rows)
-    assert table[0].split() == ["run", "state", "job", "nodes", "step", "loss", "tokens/s", "ETA", "last", "event", "bad", "nodes"]
+    assert table[0].split() == ["run", "state", "job", "nodes", "step", "loss", "tokens/s", "ETA", "GPU-h", "last", "event",
+                                "bad", "nodes"]
+    assert " 24.0 " in table[2] and " - " in table[3]  # (2 x 1 h + 2 x 0.5 h) x 8 GPUs; b used none recorded
+    assert "  used: 24.00 GPU-hours, 3.00 node-hours over 2 start(s) (usage.json and the running start)" in \
+        run_status.detail(rows[0], None)
     assert "running" in table[2] and "40/100" in table[2] and "2.512" in table[2] and "1:01:40" in table[2]
     assert "2: n[1-2]" in table[2] and "n3, n4, n5 and 1 more" in table[2]
     assert "failed (exit 1)" in table[3] and "start 1 ended failed at E" in table[3]
