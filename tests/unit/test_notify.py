@@ -267,3 +267,24 @@ def test_a_training_that_lost_a_node_is_told_by_the_next_start_not_as_a_failure(
     assert [(body["event"], body["start"]) for _, body, _ in receiver.posts] == [
         ("start", 1), ("requeue", 1), ("start", 2), ("end", 2)]
     assert receiver.posts[1][1]["why"] == "Slurm requeued it"
+
+
+def test_a_restart_of_the_ranks_inside_the_job_is_told_as_the_trainer_writes_it(fake, receiver):
+    hooks(fake, dict(url=receiver.url("/json"), format="json"))
+    starts = fake.run_dir / run_files.STARTS
+    restart = json.dumps(dict(job_id="42", start=1, event="resume", step=10, restart_in_job=1, failed_ranks=[
+        dict(rank=3, node="n2", step=12, error="RuntimeError: fault injected")]))
+    other = json.dumps(dict(job_id="41", start=1, event="resume", step=5, restart_in_job=1))
+    # the training writes the trainer's lines (another job's too, and one half written first) and ends: the
+    # watch's last look tells it, before the end
+    status, out = fake.run(fake.step('''
+        printf '%%s\\n' '%s' >> %s
+        printf '%%s' '%s' >> %s
+        sleep 1
+        printf '\\n' >> %s''' % (other, starts, restart, starts, starts)))
+    assert status == 0, out
+    told = [body for _, body, _ in receiver.posts]
+    assert [body["event"] for body in told] == ["start", "restart", "end"]
+    assert (told[1]["restart"], told[1]["rank"], told[1]["node"], told[1]["step"]) == (1, 3, "n2", 10)
+    assert told[1]["text"] == ("run r1: job 42 start 1 restarted its ranks inside the job (restart 1): rank 3 on n2 "
+                               "failed (RuntimeError: fault injected); resumed at step 10")

@@ -28,8 +28,9 @@ What it does, in order:
 6. with run_notify, each of these is sent to the run's webhooks (notify.py): the start (with the
    nodes the start before had and this one lacks, and Slurm's reason for each: a lost node's
    requeue is told there), a requeue and why, a stop, a failure (the rank that failed first, its
-   node, its exception's line, from the job's log), the end (the last step and loss, the wall
-   time and the GPU-hours of every start, from starts.jsonl).
+   node, its exception's line, from the job's log), a restart of the ranks inside the job (the
+   reference trainer's start line of it in starts.jsonl), the end (the last step and loss, the wall
+   time and the GPU-hours of every start, from usage.json).
 
 Every decision is here, not in the job script, so that it is tested without Slurm
 (tests/unit/test_job.py runs it against fake srun, scontrol and scancel commands).
@@ -44,6 +45,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from . import job_end, job_log, notify, run_files
@@ -59,6 +61,8 @@ METRICS_TAIL_BYTES = 256 << 10
 # a stop notice within the signal lead (pretrain_signal_lead) and this much of the job's end time is
 # the time limit's (Slurm sends it up to 60 s late)
 LIMIT_NOTICE_SLACK_S = 90
+# how often the restarts' watch looks for new lines of starts.jsonl
+RESTARTS_POLL_S = 2
 # how many lost nodes a notification names, with their reasons
 LOST_NODES_NAMED = 8
 # the job states in which a killed start is Slurm's requeue of the job (a node lost: NODE_FAIL until
@@ -108,6 +112,8 @@ class Job:
         self.nodes = []  # the job's nodes, as scontrol expands its node list
         self.senders = []  # the notifications' sender processes
         self.began = None  # when this start's line was written (time.time())
+        self.sending = threading.Lock()
+        self.trained = threading.Event()  # the training step ended (or the job ends)
         # the batch node's Python children find the llmtrain_node package first; the steps get
         # the environment the job script had (the package is first on theirs by their own means)
         self.child_env = dict(self.env)
@@ -152,13 +158,43 @@ class Job:
         order after those sent before; waits for it only where asked (the training has stopped)."""
         if not self.config.get("notify"):
             return
-        notify.wait(self.senders)
-        self.senders = [s for s in [notify.post(self.run_dir, notify.event_record(
-            kind, self.config.get("run_name") or os.path.basename(self.run_dir), self.job_id, start or self.start,
-            **details),
-            [sys.executable], self.python_env())] if s is not None]
-        if wait:
+        with self.sending:  # the restarts' watch (a thread) sends too
             notify.wait(self.senders)
+            self.senders = [s for s in [notify.post(self.run_dir, notify.event_record(
+                kind, self.config.get("run_name") or os.path.basename(self.run_dir), self.job_id,
+                start or self.start, **details), [sys.executable], self.python_env())] if s is not None]
+            if wait:
+                notify.wait(self.senders)
+
+    def watch_restarts(self, offset):
+        """While the training runs (with run_notify): each restart of its ranks inside the job
+        (pretrain_restarts_in_job), as the reference trainer's start or resume line of this start in
+        starts.jsonl tells it (restart_in_job, failed_ranks), told once. New lines only, each poll."""
+        starts = self.file(run_files.STARTS)
+        told, ended = 0, False
+        while not ended:
+            ended = self.trained.wait(RESTARTS_POLL_S)
+            lines, offset = run_files.new_lines(starts, offset)
+            for line in lines:
+                try:
+                    record = loads(line, run_files.LINE_MAX_BYTES)
+                except ValueError:
+                    continue
+                if not isinstance(record, dict) or record.get("event") not in ("start", "resume") or str(
+                        record.get("job_id")) != self.job_id or record.get("start") != self.start:
+                    continue
+                restart = record.get("restart_in_job")
+                if not isinstance(restart, int) or isinstance(restart, bool) or restart <= told:
+                    continue
+                told = restart
+                failed = [f for f in record.get("failed_ranks") or [] if isinstance(f, dict)][:1] \
+                    if isinstance(record.get("failed_ranks"), list) else []
+                first = failed[0] if failed else {}
+                rank, step = first.get("rank"), record.get("step")
+                self.notify("restart", restart=restart, step=step if isinstance(step, int) else None,
+                            rank=rank if isinstance(rank, int) and not isinstance(rank, bool) else None,
+                            node=notify.cut(first["node"], 64) if isinstance(first.get("node"), str) else None,
+                            exception=notify.cut(first["error"]) if isinstance(first.get("error"), str) else None)
 
     def lost_nodes(self, left):
         """[{node, reason}] of the nodes the start before had and this one lacks, with Slurm's reason."""
@@ -223,6 +259,7 @@ class Job:
 
     def record_end(self, status):
         """The end line, and a finished start marks the run's done record."""
+        self.trained.set()
         how = self.how
         if how is None:
             how = {0: "killed", code("REQUEUED_HELD"): "requeued", code("HANG"): "hang"}.get(status, "failed")
@@ -483,9 +520,19 @@ class Job:
                 os.unlink(self.file(name))
             except FileNotFoundError:
                 pass
+        try:  # the restarts' watch reads what the training adds to starts.jsonl from here
+            offset = os.path.getsize(self.file(run_files.STARTS))
+        except OSError:
+            offset = 0
         self.training = subprocess.Popen(self.command, env=self.child_env, stdin=subprocess.DEVNULL)
         watch = self.hang_watch()
+        restarts = threading.Thread(target=self.watch_restarts, args=(offset,), daemon=True)
+        if self.config.get("notify"):
+            restarts.start()
         status = exit_status(self.training.wait())
+        self.trained.set()
+        if restarts.is_alive():  # its last look, before the end is told
+            restarts.join(notify.SEND_MAX_S + 5)
         if watch is not None:
             watch.terminate()
             watch.wait()

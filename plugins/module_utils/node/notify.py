@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A run's notifications (run_notify), sent by its training job itself, since nobody may be
-watching: a start, a requeue and why, a stop, a failure, the end. The job (job.py) calls
+watching: a start, a requeue and why, a restart inside the job, a stop, a failure, the end. The job (job.py) calls
 post() at each; a sender process of its own posts the event to each webhook, so that a webhook
 that is slow, hangs or fails never delays or fails the training (the job waits for its senders,
 at most SEND_MAX_S, only where the training has already stopped: before a requeue, at its end).
@@ -39,7 +39,7 @@ from .atomic import replace_file
 from .untrusted import Unreadable, printable, read
 
 FORMATS = ("slack", "json")
-EVENTS = ("start", "requeue", "stop", "failure", "end")
+EVENTS = ("start", "requeue", "restart", "stop", "failure", "end")
 ENDS = ("requeue", "stop", "failure", "end")  # how a start ends: one of them is told of each start
 ALWAYS_SENT = ("stop", "failure", "end")
 # the fields of an event record (the json format's body), each event's own besides the first six
@@ -54,10 +54,11 @@ EVENT_FIELDS = {
     "node_count": "start: how many",
     "lost": "start, requeue: [{node, reason}] of nodes the start before had, with Slurm's reason for each",
     "why": "requeue, stop, failure: why, in a line",
-    "rank": "failure: the rank that failed first, where the log says",
-    "node": "failure: its node, where the log says; a hang: the node of the stuck rank",
-    "exception": "failure: the exception's line of that rank's traceback",
-    "step": "end: the last step the metrics file records",
+    "restart": "restart: which restart of the ranks inside the job (pretrain_restarts_in_job)",
+    "rank": "failure, restart: the rank that failed first, where the log (or the trainer) says",
+    "node": "failure, restart: its node; a hang: the node of the stuck rank",
+    "exception": "failure, restart: the exception's line of that rank",
+    "step": "end: the last step the metrics file records; restart: the step the ranks resumed at",
     "loss": "end: its loss",
     "wall_s": "end: seconds from the run's first start to its end",
     "gpu_hours": "end: GPU-hours of every start of the run (its start and end lines x the allocation)",
@@ -161,6 +162,14 @@ def hours(seconds):
         seconds // 60, seconds % 60)
 
 
+def failed_rank(event, who, what):
+    """The failed rank and node of an event in the words who gives ('' when it names neither), and its
+    exception's line in those of what."""
+    text = who % ("rank %s on %s" % (event.get("rank", "?"), event.get("node") or "?")) \
+        if event.get("rank") is not None or event.get("node") else ""
+    return text + (what % event["exception"] if event.get("exception") else "")
+
+
 def describe(event):
     """The line a person reads of an event record (all of whose text fields are printable already)."""
     head = "run %s: job %s start %s" % (event["run"], event["job_id"], event["start"])
@@ -172,14 +181,15 @@ def describe(event):
             text += "; without %s, which the start before had" % lost
     elif kind == "requeue":
         text = "%s is requeued: %s" % (head, event["why"])
+    elif kind == "restart":
+        text = "%s restarted its ranks inside the job (restart %d)%s" % (head, event["restart"], failed_rank(
+            event, ": %s failed", " (%s)"))
+        if event.get("step") is not None:
+            text += "; resumed at step %s" % event["step"]
     elif kind == "stop":
         text = "%s stopped: %s" % (head, event["why"])
     elif kind == "failure":
-        text = "%s failed: %s" % (head, event["why"])
-        if event.get("rank") is not None or event.get("node"):
-            text += "; first failed: rank %s on %s" % (event.get("rank", "?"), event.get("node") or "?")
-        if event.get("exception"):
-            text += ": %s" % event["exception"]
+        text = "%s failed: %s%s" % (head, event["why"], failed_rank(event, "; first failed: %s", ": %s"))
     else:
         text = "run %s finished (job %s start %s)" % (event["run"], event["job_id"], event["start"])
         if event.get("step") is not None:

@@ -185,6 +185,26 @@ def tail_lines(file_path, max_bytes=STARTS_TAIL_BYTES):
     return [line for line in lines if line.strip()]
 
 
+def new_lines(file_path, offset, max_bytes=STARTS_TAIL_BYTES):
+    """(the whole lines added to file_path since offset, at most its last max_bytes; the offset after the
+    last of them): a line still being written is read the next time."""
+    try:
+        with open(file_path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            if size <= offset:
+                return [], min(offset, size)
+            begin = max(offset, size - max_bytes)
+            handle.seek(begin)
+            data = handle.read(size - begin)
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    lines = data[:end].split(b"\n")
+    if begin > offset:
+        lines = lines[1:]  # the first is part of a line
+    return [line for line in lines if line.strip()], begin + end
+
+
 def records(file_path):
     """The readable JSON objects of starts.jsonl's bounded tail, oldest first."""
     found = []

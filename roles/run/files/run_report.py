@@ -756,8 +756,8 @@ def usage_lines(lines, facts, now):
     if len(used) > USAGE_ROWS_SHOWN:
         out += ["The newest %d of %d starts:" % (USAGE_ROWS_SHOWN, len(used)), ""]
     out += table(["Job", "Start", "Nodes", "Began (UTC)", "Hours", "Node-hours", "GPU-hours"], rows)
-    out += ["", "Total: %.2f node-hours, %.2f GPU-hours over %d start(s)." % (node_s / 3600, node_s * gpus / 3600,
-                                                                             len(used))]
+    out += ["", "Total: %.2f node-hours, %.2f GPU-hours over %d start(s)." % (
+        node_s / 3600, node_s * gpus / 3600, len(used))]
     return out
 
 
