@@ -5,6 +5,7 @@ what a channel would receive, in order, in both formats."""
 
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -288,3 +289,29 @@ def test_a_restart_of_the_ranks_inside_the_job_is_told_as_the_trainer_writes_it(
     assert (told[1]["restart"], told[1]["rank"], told[1]["node"], told[1]["step"]) == (1, 3, "n2", 10)
     assert told[1]["text"] == ("run r1: job 42 start 1 restarted its ranks inside the job (restart 1): rank 3 on n2 "
                                "failed (RuntimeError: fault injected); resumed at step 10")
+
+
+def test_a_job_its_time_limit_or_a_cancel_ends_is_told_as_such(fake, receiver):
+    hooks(fake, dict(url=receiver.url("/json"), format="json"))
+    now = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 5))
+    later = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 3 * 3600))
+    said = []
+    for shown in ("JobId=42 JobState=RUNNING Reason=None EndTime=%s" % now,
+                  "JobId=42 JobState=CANCELLED Reason=None EndTime=%s" % later,
+                  "JobId=42 JobState=PENDING Reason=BeginTime EndTime=%s" % later):
+        (fake.slurm / "show_job").write_text(shown)
+        receiver.posts.clear()
+        step_pid = fake.root / "step.pid"
+        if step_pid.exists():
+            step_pid.unlink()
+        # the step leaves the job's output, so that the job's end is not held by it (killed by pid after)
+        proc = fake.start(fake.step("echo $$ > %s; exec sleep 30 >/dev/null 2>&1" % step_pid))
+        fake.wait_for(step_pid)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0].decode()
+        os.kill(int(step_pid.read_text()), signal.SIGKILL)
+        said.append([(body["event"], body.get("why", "")[:24]) for _, body, _ in receiver.posts][1:])
+        assert fake.lines()[-1]["how"] == "killed", out
+    # the time limit; a cancel; a requeue Slurm makes (the next start tells it)
+    assert said == [[("failure", "its time limit ended it ")], [("stop", "cancelled (SIGTERM, scan")], []]

@@ -61,6 +61,8 @@ METRICS_TAIL_BYTES = 256 << 10
 # a stop notice within the signal lead (pretrain_signal_lead) and this much of the job's end time is
 # the time limit's (Slurm sends it up to 60 s late)
 LIMIT_NOTICE_SLACK_S = 90
+# a job killed this close to (or past) its EndTime was ended by its time limit
+TIME_LIMIT_SLACK_S = 30
 # how often the restarts' watch looks for new lines of starts.jsonl
 RESTARTS_POLL_S = 2
 # how many lost nodes a notification names, with their reasons
@@ -81,6 +83,15 @@ def say(text, err=False):
     stream = sys.stderr if err else sys.stdout
     stream.write("llmtrain: %s\n" % text)
     stream.flush()
+
+
+def time_left(job):
+    """Seconds from now to a job's EndTime (`scontrol show job`'s fields, the controller's local time,
+    which the nodes share), or None when it has none."""
+    try:
+        return time.mktime(time.strptime(job.get("EndTime", ""), "%Y-%m-%dT%H:%M:%S")) - time.time()
+    except ValueError:
+        return None
 
 
 class End(Exception):
@@ -304,14 +315,16 @@ class Job:
         elif how == "killed":
             job = (self.show("job", self.job_id) or [{}])[0]
             state, reason = job.get("JobState", ""), job.get("Reason", "")
+            left = time_left(job)
             hang = self.hang_summary()
             if hang is not None and state in REQUEUE_STATES:
                 self.notify("requeue", **self.hang_details("the training hung and the hang watch requeued the job"))
             elif state == "CANCELLED":
                 self.notify("stop", why="cancelled (%s, scancel or an administrator)" % (self.signal or "a signal"))
-            elif state == "TIMEOUT":
-                self.notify("failure", why="its time limit ended it (%s) before it stopped with a checkpoint: set "
-                            "slurm_signal_lead so that it saves one first" % (self.signal or "a signal"))
+            elif state == "TIMEOUT" or left is not None and left <= TIME_LIMIT_SLACK_S:
+                self.notify("failure", why="its time limit ended it (%s) before it stopped with a checkpoint: a "
+                            "larger pretrain_signal_lead gives the training the time to save one first"
+                            % (self.signal or "a signal"))
             elif state not in REQUEUE_STATES:
                 self.notify("failure", why="ended by %s; Slurm says %s (%s)" % (
                     self.signal or "a signal", notify.cut(state or "nothing", 40), notify.cut(reason or "-", 80)))
@@ -470,10 +483,7 @@ class Job:
         job = (self.show("job", self.job_id) or [{}])[0]
         if re.match(r"[0-9]", job.get("PreemptTime", "")):
             return "a preemption notice: "
-        try:
-            left = time.mktime(time.strptime(job.get("EndTime", ""), "%Y-%m-%dT%H:%M:%S")) - time.time()
-        except ValueError:
-            left = None
+        left = time_left(job)
         near = int(self.config.get("signal_lead") or 0) + LIMIT_NOTICE_SLACK_S
         return "its time limit nears: " if left is not None and left <= near else "a stop notice: "
 
