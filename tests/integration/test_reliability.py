@@ -657,16 +657,24 @@ def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_fi
     runs with a timeout (5 s) shorter than the restart's quiet time (the other ranks wait for the failed
     one until their launcher stops them; the new ones import torch, meet and load the checkpoint): no hang."""
     run = fresh("restart-in-job")
-    play = Playbook(run_vars(run, pretrain_restarts_in_job=1, pretrain_hang_timeout=RESTART_HANG_TIMEOUT,
-                             extra_env={"TRAINER_FAULT_CRASH": "3:12:first"}))
-    wait_for(lambda: training_step(run) >= 12, 180, "training to reach step 12", play)
-    job_id = only_job(run)
-    nodes = re.search(r" NodeList=(\S+)", slurm("scontrol", "show", "job", job_id)).group(1)
-    crashed_at = time.monotonic()
-    wait_for(lambda: events(run, "resume"), 120, "the ranks to restart", play)
-    restarted_s = time.monotonic() - crashed_at
-    result = play.wait(400)
+    receiver = Receiver(SUBNET + ".1")  # run_notify's webhook: the restart is told as it happens
+    try:
+        play = Playbook(run_vars(run, pretrain_restarts_in_job=1, pretrain_hang_timeout=RESTART_HANG_TIMEOUT,
+                                 extra_env={"TRAINER_FAULT_CRASH": "3:12:first"},
+                                 run_notify=[dict(url=receiver.url(), format="json")]))
+        wait_for(lambda: training_step(run) >= 12, 180, "training to reach step 12", play)
+        job_id = only_job(run)
+        nodes = re.search(r" NodeList=(\S+)", slurm("scontrol", "show", "job", job_id)).group(1)
+        crashed_at = time.monotonic()
+        wait_for(lambda: events(run, "resume"), 120, "the ranks to restart", play)
+        restarted_s = time.monotonic() - crashed_at
+        result = play.wait(400)
+    finally:
+        receiver.close()
     assert result.rc == 0, result.output[-6000:]
+    told = [body for _path, body, _at in receiver.posts]
+    assert [(r["event"], r["start"]) for r in told] == [("start", 1), ("restart", 1), ("end", 1)], told
+    assert (told[1]["restart"], told[1]["rank"], told[1]["node"], told[1]["step"]) == (1, 3, node(1), 10), told[1]
     # the same job, never requeued, on the same nodes
     assert jobs(run) == [(job_id, "COMPLETED")]
     info = slurm("scontrol", "show", "job", job_id)

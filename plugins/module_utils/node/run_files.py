@@ -249,12 +249,12 @@ def stamp(text):
         return None
 
 
-def usage(lines, now):
+def usage(lines, now=None):
     """Each start's use of its nodes, from starts.jsonl's start and end lines (lines: its JSON objects,
     oldest first): [{job_id, start, node_count, began, seconds, running}], seconds from its start
-    line's time to its end line's, or to now for the newest start when it has none yet (running); an
-    older start without an end line (its batch node lost) counts none. Lines written before start
-    lines carried node_count are left out."""
+    line's time to its end line's, or to now for the newest start when it has none yet (running; none
+    without now: the report, which holds no time of its own); an older start without an end line (its
+    batch node lost) counts none. Lines written before start lines carried node_count are left out."""
     starts, ends = [], {}
     for record in lines:
         key = (str(record.get("job_id")), record.get("start"))
@@ -268,7 +268,8 @@ def usage(lines, now):
     for index, (key, began, count) in enumerate(starts):
         ended = ends.get(key)
         running = ended is None and index == len(starts) - 1
-        seconds = max(0.0, (now if running else ended if ended is not None else began) - began)
+        seconds = max(0.0, ((now if now is not None else began) if running else ended if ended is not None
+                            else began) - began)
         used.append(dict(job_id=key[0], start=key[1], node_count=count, began=began, seconds=seconds,
                          running=running))
     return used

@@ -738,21 +738,23 @@ def read_starts(lines):
 USAGE_ROWS_SHOWN = 50
 
 
-def usage_lines(lines, facts, now):
+def usage_lines(lines, facts):
     """What the run's training job used: each start's nodes x its time (its start and end lines), and
     the total, in node-hours and GPU-hours (slurm_gpus_per_node)."""
-    used = usage(lines, now)
+    used = usage(lines)
     if not used:
         return ["Resources: %s (no start line with its node count in starts.jsonl)." % NOT_RECORDED]
     cluster = facts.get("cluster") if isinstance(facts.get("cluster"), dict) else {}
     gpus = cluster.get("gpus_per_node") if is_number(cluster.get("gpus_per_node")) else 0
     rows = [[u["job_id"], u["start"], u["node_count"], time.strftime("%Y-%m-%d %H:%M", time.gmtime(u["began"])),
-             "%.2f%s" % (u["seconds"] / 3600, " (running)" if u["running"] else ""),
+             "no end line yet" if u["running"] else "%.2f" % (u["seconds"] / 3600),
              "%.2f" % (u["seconds"] * u["node_count"] / 3600), "%.2f" % (u["seconds"] * u["node_count"] * gpus / 3600)]
             for u in used[-USAGE_ROWS_SHOWN:]]
     node_s = sum(u["seconds"] * u["node_count"] for u in used)
     out = ["Each start of the training job: its nodes for the time from its start line to its end line "
-           "(starts.jsonl), %s GPU(s) a node." % md(gpus), ""]
+           "(starts.jsonl), %s GPU(s) a node; a start without an end line (running as the run was collected, or "
+           "its batch node lost) counts none here, and playbooks/status.yml counts a running one to now." % md(gpus),
+           ""]
     if len(used) > USAGE_ROWS_SHOWN:
         out += ["The newest %d of %d starts:" % (USAGE_ROWS_SHOWN, len(used)), ""]
     out += table(["Job", "Start", "Nodes", "Began (UTC)", "Hours", "Node-hours", "GPU-hours"], rows)
@@ -897,7 +899,7 @@ def render(run_name, metrics, summary, facts, samples, plot_note, times, lines=(
     out += ["", "## NCCL / UCX / Gloo environment", ""] + env_lines(facts)
     out += ["", "## Network", ""] + network_lines(facts)
     out += ["", "## Jobs", ""] + jobs_lines(facts)
-    out += ["", "## Resources used", ""] + usage_lines(lines, facts, time.time())
+    out += ["", "## Resources used", ""] + usage_lines(lines, facts)
     if metrics is not None and not isinstance(facts.get("script"), dict):
         out += ["", "## Recoveries", ""] + recovery_lines(events, read_starts(lines), {name for name, _hang in hangs})
     out += ["", "## Hangs", ""] + hang_lines(list(hangs))

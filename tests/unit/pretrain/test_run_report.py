@@ -290,14 +290,18 @@ def test_resources_used_are_each_starts_nodes_for_its_time_and_their_total(tmp_p
              dict(event="end", job_id="45", start=1, how="requeued", exit_code=0, time="2026-01-01T11:30:00Z"),
              dict(job_id="45", start=2, nodes="w[0-2]", left="w3", time="2026-01-01T11:31:00Z", node_count=3),
              dict(event="end", job_id="45", start=2, how="finished", exit_code=0, time="2026-01-01T12:31:00Z"),
-             dict(job_id="44", start=1, nodes="w[0-3]", left="", time="2025-12-31T10:00:00Z")]  # no node count: before
+             dict(job_id="44", start=1, nodes="w[0-3]", left="", time="2025-12-31T10:00:00Z"),  # no node count: before
+             dict(job_id="46", start=1, nodes="w[0-3]", left="", time="2026-01-02T08:00:00Z", node_count=4)]  # running
     with open(os.path.join(run, "starts.jsonl"), "w") as handle:
         handle.write("".join(json.dumps(line) + "\n" for line in lines) + "{cut sho")
-    section = report_of(run).split("## Resources used\n\n", 1)[1].split("\n## ", 1)[0]
-    assert section.splitlines()[2:6] == [
+    report = report_of(run)
+    section = report.split("## Resources used\n\n", 1)[1].split("\n## ", 1)[0]
+    assert section.splitlines()[2:7] == [
         "| Job | Start | Nodes | Began (UTC) | Hours | Node-hours | GPU-hours |", "|---|---|---|---|---|---|---|",
-        "| 45 | 1 | 4 | 2026-01-01 10:00 | 1.50 | 6.00 | 48.00 |", "| 45 | 2 | 3 | 2026-01-01 11:31 | 1.00 | 3.00 | 24.00 |"]
-    assert section.endswith("Total: 9.00 node-hours, 72.00 GPU-hours over 2 start(s).\n")
+        "| 45 | 1 | 4 | 2026-01-01 10:00 | 1.50 | 6.00 | 48.00 |", "| 45 | 2 | 3 | 2026-01-01 11:31 | 1.00 | 3.00 | 24.00 |",
+        "| 46 | 1 | 4 | 2026-01-02 08:00 | no end line yet | 0.00 | 0.00 |"]
+    assert section.endswith("Total: 9.00 node-hours, 72.00 GPU-hours over 3 start(s).\n")
+    assert report_of(run) == report  # the report holds no time of its own
     assert "Resources: not recorded" in report_of(make_run(tmp_path / "none", metrics_records(), FACTS))
 
 
