@@ -329,7 +329,10 @@ def test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_mat
 
 def test_ctrl_c_of_the_watcher_leaves_the_job_running_and_a_rerun_reattaches(local_cluster):
     run = fresh("ctrl-c")
-    play = Playbook(run_vars(run))
+    # 100 steps of 0.3 s: the job still trains (about 25 s more) when the rerun, which runs its stages
+    # before it looks, re-attaches to it, also on a loaded machine
+    values = dict(steps=100, pause=0.3)
+    play = Playbook(run_vars(run, **values))
     wait_for(lambda: training_step(run) >= 5, 180, "training to pass step 5", play)
     job_id = only_job(run)
     play.interrupt()
@@ -340,12 +343,12 @@ def test_ctrl_c_of_the_watcher_leaves_the_job_running_and_a_rerun_reattaches(loc
     wait_for(lambda: training_step(run) > at_interrupt + 3, 60, "the job to go on training")
     # the rerun has another setting of the job (its preemption signal's lead, so another script and
     # fingerprint): it re-attaches to the run's running job all the same, never a second one beside it
-    again = run_playbook_now(run_vars(run, pretrain_signal_lead=240))
+    again = run_playbook_now(run_vars(run, pretrain_signal_lead=240, **values))
     assert again.rc == 0, again.output[-6000:]
     observe("ctrl-c", training_jobs=len(jobs(run)), resumes=len(events(run, "resume")))
     assert [job for job, _state_now in jobs(run)] == [job_id]
-    assert checkpoints(run)[-1] == 60 and not events(run, "resume")  # one uninterrupted job
-    assert_every_step_once(run, 60)
+    assert checkpoints(run)[-1] == 100 and not events(run, "resume")  # one uninterrupted job
+    assert_every_step_once(run, 100)
 
 
 # 3. Node loss ----------------------------------------------------------------------------
@@ -886,7 +889,8 @@ def test_unwritable_or_full_workspace_fails_before_any_job(local_cluster, mounts
     assert result.rc != 0
     assert ("cannot create %s/%s on the login node: Read-only file system. Point slurm_workspace at a shared "
             "directory you can write." % (read_only, run)) in result.output, result.output[-4000:]
-    full = mounts("/var/tmp/llmtrain-rel-full-" + SESSION, "size=256k")
+    # room for the run directory and what it ships to the nodes (about 0.3 MiB), not for the checkpoints
+    full = mounts("/var/tmp/llmtrain-rel-full-" + SESSION, "size=1m")
     result = run_playbook_now(dict(run_vars(fresh("full")), slurm_workspace=full), tags=None)
     assert result.rc != 0
     assert re.search(r"slurm_workspace=%s has 0\.\d MiB free, and this run's checkpoints take about \d+\.\d MiB "
