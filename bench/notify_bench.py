@@ -94,7 +94,7 @@ def delays(runs):
         try:
             hooks(run, quick.url())
             start_ms, end_ms, train_ms = [], [], []
-            for _ in range(runs):
+            for _run in range(runs):
                 quick.posts.clear()
                 began, first, last = one_job(run, bin_dir, marks)
                 arrived = {body["event"]: at for _path, body, at in quick.posts}
@@ -108,7 +108,7 @@ def delays(runs):
         try:
             hooks(run, slow.url())
             slow_train_ms = []
-            for _ in range(HANGING_RUNS):  # each waits out its senders at its end (2 x 10 s)
+            for _run in range(HANGING_RUNS):  # each waits out its senders at its end (2 x 10 s)
                 began, first, _last = one_job(run, bin_dir, marks)
                 slow_train_ms.append((first - began) * 1000)
         finally:
@@ -147,11 +147,11 @@ def end_figures():
         size = os.path.getsize(starts)
         now = first + count * START_EVERY_S
         clock = time.process_time()
-        for _ in range(RUNS):
+        for _run in range(RUNS):
             totals = run_files.usage_totals(run_files.read_usage(tmp), None, now)
         totals_ms = (time.process_time() - clock) * 1000 / RUNS
         clock = time.process_time()
-        for _ in range(RUNS):
+        for _run in range(RUNS):
             rows = run_files.usage(run_files.records(starts), now)
         rows_ms = (time.process_time() - clock) * 1000 / RUNS
         usage_bytes = os.path.getsize(os.path.join(tmp, run_files.USAGE))
@@ -174,9 +174,9 @@ def render(result, form):
             e["size_kb"], START_EVERY_S // 3600), "%.1f ms CPU, %d starts" % (e["rows_ms"], e["counted"])),
     ]
     if form == "markdown":
-        lines = ["Medians of %d runs of the shipped job on this machine (%d with the webhook not answering)." % (
-            d["runs"], HANGING_RUNS), "",
-                 "| what | figure |", "|---|---|"]
+        head = "Medians of %d runs of the shipped job on this machine (%d with the webhook not answering)." % (
+            d["runs"], HANGING_RUNS)
+        lines = [head, "", "| what | figure |", "|---|---|"]
         lines += ["| %s | %s |" % row for row in rows]
         return "\n".join(lines)
     return "\n".join("%-100s %s" % row for row in rows)

@@ -140,8 +140,8 @@ def test_a_start_names_the_nodes_the_start_before_had_that_it_lacks(fake):
         + "not json\n")
     status, out = fake.run(fake.step("true"), restart=1)
     assert status == 0, out
-    assert fake.lines()[2] == dict(job_id="42", start=2, nodes="n[1-3]", left="n4",
-                                 time=fake.lines()[2]["time"], node_count=3)
+    started = fake.lines()[2]
+    assert started == dict(job_id="42", start=2, nodes="n[1-3]", left="n4", time=started["time"], node_count=3)
 
 
 def test_a_host_list_that_could_be_an_option_is_not_read(fake):

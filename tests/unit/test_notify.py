@@ -59,8 +59,8 @@ def test_a_finished_run_posts_its_start_and_end_in_both_formats(fake, receiver):
         + json.dumps(dict(step=60, val_loss=2.4)) + "\n")
     status, out = fake.run(fake.step("sleep 1"))
     assert status == 0, out
-    slack = [body for path, body, _ in receiver.posts if path.startswith("/slack")]
-    records = [body for path, body, _ in receiver.posts if path == "/json"]
+    slack = [body for path, body, _at in receiver.posts if path.startswith("/slack")]
+    records = [body for path, body, _at in receiver.posts if path == "/json"]
     assert [r["event"] for r in records] == ["start", "end"]
     start, end = records
     assert start["run"] == "r1" and start["job_id"] == "42" and start["start"] == 1
@@ -82,11 +82,11 @@ def test_a_requeue_says_why_before_it_is_asked_and_a_file_cannot_mention_or_esca
     status, out = fake.run(fake.step("printf 'step 42 <!channel> <http://x|y> \\033]52;c;aGk=\\007 &' > %s" % marker))
     assert status == 0, out
     assert "scontrol requeue 42" in fake.calls()
-    slack = [body["text"] for path, body, _ in receiver.posts if path == "/hook"]
+    slack = [body["text"] for path, body, _at in receiver.posts if path == "/hook"]
     assert slack[0].startswith("run r1: job 42 start 1 began")
     assert slack[1] == ("run r1: job 42 start 1 is requeued: a stop notice: stopped with a checkpoint (step 42 "
                         "&lt;!channel&gt; &lt;http://x|y&gt;  &amp;); requeue 1 of 2")
-    record = [body for path, body, _ in receiver.posts if path == "/json"][1]
+    record = [body for path, body, _at in receiver.posts if path == "/json"][1]
     assert record["event"] == "requeue" and "\x1b" not in record["why"] and "\x07" not in record["why"]
     # the requeue was posted before the job asked Slurm for it: nobody hears of a requeue that has happened unsaid
     assert len(receiver.posts) == 4
@@ -106,7 +106,7 @@ def test_the_next_start_tells_a_requeue_slurm_made_with_the_lost_node_and_slurms
 ''')
     status, out = fake.run(fake.step("true"), restart=1)
     assert status == 0, out
-    requeue, start, end = [body for _, body, _ in receiver.posts]
+    requeue, start, end = [body for _path, body, _at in receiver.posts]
     reason = "Not responding [slurm@2026-12-06T05:09:58]"
     assert requeue["event"] == "requeue" and requeue["start"] == 1 and requeue["lost"] == [dict(node="n4", reason=reason)]
     assert requeue["text"] == "run r1: job 42 start 1 is requeued: Slurm requeued it: lost n4 (%s)" % reason
@@ -129,7 +129,7 @@ def test_a_failure_names_the_first_failed_rank_its_node_and_its_exception(fake, 
         echo "    rank      : 3 (local_rank: 1)"
         exit 1'''))
     assert status == 1, log
-    failure = [body for _, body, _ in receiver.posts][-1]
+    failure = [body for _path, body, _at in receiver.posts][-1]
     assert failure["event"] == "failure" and failure["why"] == "exit code 1 (FAILED: docs/exit-codes.md)"
     assert (failure["rank"], failure["node"], failure["exception"]) == (3, "n2", "ValueError: loss is nan at step 12")
     assert failure["text"].endswith("failed: exit code 1 (FAILED: docs/exit-codes.md); first failed: rank 3 on n2: "
@@ -147,7 +147,7 @@ def test_a_webhook_that_hangs_does_not_hold_the_training_and_one_that_is_down_fa
         status, out = fake.run(fake.step("touch %s" % started))
         # the training ran while the start's post hung (the receiver held it until the training's file came)
         assert status == 0, out
-        assert [body["event"] for _, body, _ in hanging.posts] == ["start", "end"]
+        assert [body["event"] for _path, body, _at in hanging.posts] == ["start", "end"]
         # the webhook that is down is said with its host alone: its path holds a token
         assert "llmtrain: the start notification to 127.0.0.1 was not sent: " in out, out
         assert "token-123" not in out
@@ -237,7 +237,7 @@ def test_a_stop_notice_is_told_as_a_preemptions_or_the_time_limits_by_what_slurm
         receiver.posts.clear()
         status, out = fake.run(fake.step("echo step 9 > %s" % marker))
         assert status == 0, out
-        said.append([body["why"] for _, body, _ in receiver.posts if body["event"] == "requeue"][0].split(":")[0])
+        said.append([body["why"] for _path, body, _at in receiver.posts if body["event"] == "requeue"][0].split(":")[0])
     assert said == ["a preemption notice", "its time limit nears", "a stop notice"]
 
 
@@ -262,10 +262,10 @@ def test_a_training_that_lost_a_node_is_told_by_the_next_start_not_as_a_failure(
     (fake.bin / "sinfo").chmod(0o755)
     status, out = fake.run(fake.step("exit 1"))
     assert status == 1, out
-    assert [body["event"] for _, body, _ in receiver.posts] == ["start"]
+    assert [body["event"] for _path, body, _at in receiver.posts] == ["start"]
     (fake.bin / "sinfo").unlink()
     status, out = fake.run(fake.step("true"), restart=1)
-    assert [(body["event"], body["start"]) for _, body, _ in receiver.posts] == [
+    assert [(body["event"], body["start"]) for _path, body, _at in receiver.posts] == [
         ("start", 1), ("requeue", 1), ("start", 2), ("end", 2)]
     assert receiver.posts[1][1]["why"] == "Slurm requeued it"
 
@@ -284,7 +284,7 @@ def test_a_restart_of_the_ranks_inside_the_job_is_told_as_the_trainer_writes_it(
         sleep 1
         printf '\\n' >> %s''' % (other, starts, restart, starts, starts)))
     assert status == 0, out
-    told = [body for _, body, _ in receiver.posts]
+    told = [body for _path, body, _at in receiver.posts]
     assert [body["event"] for body in told] == ["start", "restart", "end"]
     assert (told[1]["restart"], told[1]["rank"], told[1]["node"], told[1]["step"]) == (1, 3, "n2", 10)
     assert told[1]["text"] == ("run r1: job 42 start 1 restarted its ranks inside the job (restart 1): rank 3 on n2 "
@@ -311,7 +311,7 @@ def test_a_job_its_time_limit_or_a_cancel_ends_is_told_as_such(fake, receiver):
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=60)[0].decode()
         os.kill(int(step_pid.read_text()), signal.SIGKILL)
-        said.append([(body["event"], body.get("why", "")[:24]) for _, body, _ in receiver.posts][1:])
+        said.append([(body["event"], body.get("why", "")[:24]) for _path, body, _at in receiver.posts][1:])
         assert fake.lines()[-1]["how"] == "killed", out
     # the time limit; a cancel; a requeue Slurm makes (the next start tells it)
     assert said == [[("failure", "its time limit ended it ")], [("stop", "cancelled (SIGTERM, scan")], []]

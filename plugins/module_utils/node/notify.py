@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from urllib.parse import urlsplit
-from urllib.request import Request, urlopen
+from urllib.request import Request, build_opener
 
 from . import run_files
 from .atomic import replace_file
@@ -223,7 +223,8 @@ def send(hooks, event, timeout=REQUEST_TIMEOUT_S):
         request = Request(hook["url"], data=body(hook.get("format", "slack"), event), method="POST",
                           headers={"Content-Type": "application/json", "User-Agent": "llmtrain-notify"})
         try:
-            with urlopen(request, timeout=timeout) as answer:
+            # the default handlers: the environment's proxies (https_proxy, no_proxy), certificates verified
+            with build_opener().open(request, timeout=timeout) as answer:
                 answer.read(65536)
         except Exception as err:  # any failure of one webhook is said and the next one is tried
             failed.append((host_of(hook["url"]), cut(getattr(err, "reason", None) or err, 120)))
