@@ -471,9 +471,14 @@ def test_a_node_lost_with_a_spare_free_is_told_by_the_start_that_ended_and_the_r
     # what the channel heard: each event once, in order, each within 5 s of when it happened
     records = [body for path, body, _at in receiver.posts if path.startswith("/json/")]
     said = [body["text"] for path, body, _at in receiver.posts if path == "/slack"]
+    # start 2's ranks may fail on their lost peer before Slurm finds the node down (its slurmd answers
+    # no more for SlurmdTimeout): that failure is told, then Slurm's requeue with the node
+    failed = [("failure", 2)] if ("failure", 2) in [(r["event"], r["start"]) for r in records] else []
     assert [(r["event"], r["start"]) for r in records] == [
-        ("start", 1), ("requeue", 1), ("start", 2), ("requeue", 2), ("start", 3), ("end", 3)], records
-    assert said == [r["text"].replace("<", "&lt;").replace(">", "&gt;") for r in records]
+        ("start", 1), ("requeue", 1), ("start", 2)] + failed + [("requeue", 2), ("start", 3), ("end", 3)], records
+    records = [r for r in records if r["event"] != "failure"]
+    assert [text for text in said if " failed: " not in text] == [
+        r["text"].replace("<", "&lt;").replace(">", "&gt;") for r in records]
     assert all(r["job_id"] == job_id and r["run"] == run for r in records)
     assert records[1]["why"].startswith("a stop notice: stopped with a checkpoint (") and "requeue 1 of" in records[1]["why"]
     assert records[3]["lost"][0]["node"] == lost and records[3]["lost"][0]["reason"], records[3]

@@ -315,3 +315,21 @@ def test_a_job_its_time_limit_or_a_cancel_ends_is_told_as_such(fake, receiver):
         assert fake.lines()[-1]["how"] == "killed", out
     # the time limit; a cancel; a requeue Slurm makes (the next start tells it)
     assert said == [[("failure", "its time limit ended it ")], [("stop", "cancelled (SIGTERM, scan")], []]
+
+
+def test_a_failure_slurm_then_requeues_is_followed_by_the_requeue_and_a_requeue_told_is_not_told_again(fake, receiver):
+    """The ranks fail on a lost peer before Slurm finds their node down; Slurm requeues the job after."""
+    hooks(fake, dict(url=receiver.url("/json"), format="json"))
+    status, out = run_logged(fake, fake.step('''
+        echo "[rank1]: Traceback (most recent call last):"
+        echo "[rank1]:   File \\"train.py\\", line 3, in step"
+        echo "[rank1]: RuntimeError: Connection closed by peer [10.0.0.2]:4242"
+        exit 1'''))
+    assert status == 1
+    assert "every traceback is a lost peer's: a process or a node was lost" in receiver.posts[-1][1]["why"]
+    status, out = fake.run(fake.step("echo step 3 > %s" % (fake.run_dir / run_files.PREEMPTED)), restart=1)
+    status, out = fake.run(fake.step("true"), restart=2)
+    told = [(body["event"], body["start"]) for _path, body, _at in receiver.posts]
+    # start 2 asked for its requeue itself and told it: start 3 does not tell it again
+    assert told == [("start", 1), ("failure", 1), ("requeue", 1), ("start", 2), ("requeue", 2), ("start", 3),
+                    ("end", 3)], told

@@ -260,9 +260,9 @@ class Job:
         if not self.config.get("notify"):
             return
         lost = self.lost_nodes(left) if left else []
-        if self.start > 1 and not notify.told(self.run_dir, self.job_id, self.start - 1):
+        if self.start > 1 and notify.told(self.run_dir, self.job_id, self.start - 1) != "requeue":
             # Slurm requeued the start before (a node lost, its batch node too, an admin's requeue): it
-            # could not say so itself
+            # could not say so itself; a failure it told may have been the ranks losing that node
             self.notify("requeue", start=self.start - 1, lost=lost, why="Slurm requeued it" + (": lost %s" % ", ".join(
                 "%s (%s)" % (n["node"], n["reason"] or "no reason given") for n in lost) if lost else ""))
         self.notify("start", nodes=notify.cut(nodelist, notify.NODES_MAX_CHARS), node_count=len(self.nodes),
@@ -373,6 +373,9 @@ class Job:
             details["node"] = notify.cut(summary["node"], 64)
         if summary["traceback"]:
             details["exception"] = notify.cut(summary["traceback"][-1])
+        if summary["lost_peer"]:
+            details["why"] += ("; every traceback is a lost peer's: a process or a node was lost (if Slurm finds a "
+                               "node down, it requeues the job, and the next start says so)")
         return details
 
     def run_totals(self):

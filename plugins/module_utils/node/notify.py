@@ -118,7 +118,7 @@ def load_hooks(run_dir, uid=None):
 def load_state(run_dir):
     """notify_sent.json: {times: of the last RATE_MAX events sent, held: how many the rate held back
     since, told: "<job id> <start>" of the last start whose end (requeue, stop, failure, end) was
-    told}. The job alone writes it, one event at a time."""
+    told, and by which event}. The job alone writes it, one event at a time."""
     try:
         state = read(run_files.path(run_dir, run_files.NOTIFY_SENT), STATE_MAX_BYTES)
     except (OSError, Unreadable):
@@ -146,14 +146,15 @@ def rate(run_dir, event, now):
 
 
 def told(run_dir, job_id, start):
-    """Whether the end of that start of the job was told (or held back by the rate)."""
-    return load_state(run_dir).get("told") == "%s %d" % (job_id, start)
+    """The event that told the end of that start of the job (also when the rate held it back), or None."""
+    words = str(load_state(run_dir).get("told", "")).split(" ")
+    return words[2] if len(words) == 3 and words[:2] == [str(job_id), str(start)] else None
 
 
-def tell_end(run_dir, job_id, start):
-    """Records that the end of that start was told."""
+def tell_end(run_dir, job_id, start, event):
+    """Records that the end of that start was told, and by which event."""
     state = load_state(run_dir)
-    state["told"] = "%s %d" % (job_id, start)
+    state["told"] = "%s %d %s" % (job_id, start, event)
     save_state(run_dir, state)
 
 
@@ -245,7 +246,7 @@ def post(run_dir, event, python, env):
     if not os.path.exists(run_files.path(run_dir, run_files.NOTIFY_HOOKS)):
         return None
     if event["event"] in ENDS:
-        tell_end(run_dir, event["job_id"], event["start"])
+        tell_end(run_dir, event["job_id"], event["start"], event["event"])
     send_it, held = rate(run_dir, event["event"], time.time())
     if not send_it:
         return None
