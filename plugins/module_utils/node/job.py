@@ -85,6 +85,11 @@ def say(text, err=False):
     stream.flush()
 
 
+def preempted(job):
+    """Whether Slurm preempts a job (`scontrol show job`'s fields): it has set its PreemptTime."""
+    return bool(re.match(r"[0-9]", job.get("PreemptTime", "")))
+
+
 def time_left(job):
     """Seconds from now to a job's EndTime (`scontrol show job`'s fields, the controller's local time,
     which the nodes share), or None when it has none."""
@@ -475,8 +480,8 @@ class Job:
         runs the job: no time limit, cancel, requeue or preemption's grace time (PreemptTime)."""
         if '"SIGTERM"' not in run_files.head(self.file(run_files.PREEMPTED)):
             return False
-        shown = " %s " % self.slurm("scontrol", "show", "job", "-o", self.job_id)[:SHOW_JOB_MAX_BYTES]
-        return " JobState=RUNNING " in shown and not re.search(r" PreemptTime=[0-9]", shown)
+        job = (self.show("job", self.job_id) or [{}])[0]
+        return job.get("JobState") == "RUNNING" and not preempted(job)
 
     def notice_cause(self):
         """What the stop notice that stopped the training was, for its notification: a preemption's
@@ -484,7 +489,7 @@ class Job:
         if not self.config.get("notify"):
             return ""
         job = (self.show("job", self.job_id) or [{}])[0]
-        if re.match(r"[0-9]", job.get("PreemptTime", "")):
+        if preempted(job):
             return "a preemption notice: "
         left = time_left(job)
         near = int(self.config.get("signal_lead") or 0) + LIMIT_NOTICE_SLACK_S

@@ -205,25 +205,28 @@ def new_lines(file_path, offset, max_bytes=STARTS_TAIL_BYTES):
     return [line for line in lines if line.strip()], begin + end
 
 
+def _record(line):
+    """A line of starts.jsonl as its JSON object, or None (too long, no JSON, no object)."""
+    if len(line) > LINE_MAX_BYTES:
+        return None
+    try:
+        record = loads(line, LINE_MAX_BYTES)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def records(file_path):
     """The readable JSON objects of starts.jsonl's bounded tail, oldest first."""
-    found = []
-    for line in tail_lines(file_path):
-        if len(line) > LINE_MAX_BYTES:
-            continue
-        try:
-            record = loads(line, LINE_MAX_BYTES)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            found.append(record)
-    return found
+    return [r for r in map(_record, tail_lines(file_path)) if r is not None]
 
 
 def last_start_nodes(file_path):
-    """The nodes of the newest start line of starts.jsonl whose host list is one (None if none is)."""
-    for record in reversed(records(file_path)):
-        nodes = record.get("nodes") if "event" not in record else None
+    """The nodes of the newest start line of starts.jsonl whose host list is one (None if none is):
+    read from the end, only as far back as that line (each job start asks)."""
+    for line in reversed(tail_lines(file_path)):
+        record = _record(line)
+        nodes = record.get("nodes") if record is not None and "event" not in record else None
         if isinstance(nodes, str) and HOST_LIST.match(nodes):
             return nodes
     return None
