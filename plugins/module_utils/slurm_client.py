@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pwd
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
     ASSOC_FORMAT, FIELD_SEP, NO_ACCOUNTING_MARKER, QUEUE_FIELDS, QUEUE_FORMAT, SACCT_FIELDS, SINFO_STATE_FORMAT, SQUEUE_FORMAT, job_from_scontrol,
     parse_associations, parse_nodes, parse_partitions, parse_records, parse_reservations, parse_sacct, parse_squeue,
@@ -145,6 +146,19 @@ class Slurm:
             self._sacct = False  # accounting disabled or slurmdbd down: scontrol/squeue only
             return None
         return parse_sacct(out)
+
+    def sacct_usage(self, job_ids):
+        """sacct's allocation of each start of job_ids (ledger.parse_usage: a requeued job's starts
+        apart), in one call; None when this cluster keeps no accounting, [] for no job ids."""
+        if not job_ids:
+            return []
+        if not self.sacct_available():
+            return None
+        rc, out, _err = self.module.run_command(ledger.argv(self.bin("sacct"), list(job_ids)))
+        if rc != 0:
+            self._sacct = False
+            return None
+        return ledger.parse_usage(out)
 
     def sacct_job(self, job_id):
         rows = self.sacct("--jobs=%s" % job_id)

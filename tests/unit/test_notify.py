@@ -182,19 +182,37 @@ def test_the_rate_holds_back_a_flood_and_says_so_and_never_a_stop_failure_or_end
 def test_usage_adds_each_start_once_and_a_running_start_to_now(tmp_path):
     run = str(tmp_path)
     at = run_files.stamp("2026-12-06T00:00:00Z")
-    run_files.add_usage(run, "7", 1, at, at + 3600, 4, 8)
-    run_files.add_usage(run, "7", 1, at, at + 3600, 4, 8)  # the same start again: counted once
-    run_files.add_usage(run, "7", 2, at + 5400, at + 9000, 3, 8)
+    run_files.add_usage(run, "7", 1, at, at + 3600, 4, 8, 64)
+    run_files.add_usage(run, "7", 1, at, at + 3600, 4, 8, 64)  # the same start again: counted once
+    run_files.add_usage(run, "7", 2, at + 5400, at + 9000, 3, 8, 48)
     usage = run_files.read_usage(run)
     assert usage == dict(first="2026-12-06T00:00:00Z", starts=2, node_s=7 * 3600.0, gpu_s=56 * 3600.0,
-                         gpus_per_node=8, last="7 2")
+                         cpu_s=112 * 3600.0, gpus_per_node=8, last="7 2", jobs="7", jobs_dropped=0)
+    assert run_files.usage_totals(usage, None, at + 9000)["cpu_hours"] == 112.0
     now = at + 4 * 3600
     running = dict(time="2026-12-06T03:00:00Z", node_count=2)
+    # a running start's CPUs are not known here: no CPU-hours rather than too few
     assert run_files.usage_totals(usage, running, now) == dict(wall_s=4 * 3600.0, node_hours=9.0, gpu_hours=72.0,
-                                                               starts=3)
+                                                               cpu_hours=None, starts=3)
     assert run_files.usage_totals({}, None, now) is None
     (tmp_path / run_files.USAGE).write_text('{"starts": "3", "node_s": 1e400, "first": 5}')
     assert run_files.read_usage(run) == {}  # none of its fields of its type
+
+
+def test_usage_keeps_the_newest_training_job_ids_and_counts_those_it_drops(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_files, "USAGE_JOBS_KEPT", 2)
+    run = str(tmp_path)
+    for start, job_id in enumerate(["7", "9", "7", "11"], 1):
+        run_files.add_usage(run, job_id, start, 0, 60, 1, 0)
+    assert run_files.read_usage(run)["jobs"] == "7 11" and run_files.read_usage(run)["jobs_dropped"] == 1
+
+
+def test_a_jobs_cpus_are_slurms_per_node_counts_else_the_batch_nodes_on_each():
+    assert run_files.job_cpus("2(x3),1", "2", 4) == 7
+    assert run_files.job_cpus("64", "64", 1) == 64
+    assert run_files.job_cpus(None, "8", 3) == 24
+    assert run_files.job_cpus("2(x", "8", 3) == 24  # not Slurm's shape: the batch node's
+    assert run_files.job_cpus("", None, 3) == 0
 
 
 def test_each_starts_use_is_its_nodes_from_its_start_line_to_its_end_line(tmp_path):

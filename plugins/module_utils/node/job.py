@@ -293,7 +293,9 @@ class Job:
                 say(why, err=True)
         try:
             run_files.add_usage(self.run_dir, self.job_id, self.start, self.began, time.time(), len(self.nodes),
-                                int(self.config.get("gpus_per_node") or 0))
+                                int(self.config.get("gpus_per_node") or 0), run_files.job_cpus(
+                                    os.environ.get("SLURM_JOB_CPUS_PER_NODE"), os.environ.get("SLURM_CPUS_ON_NODE"),
+                                    len(self.nodes)))
         except OSError as err:
             say("cannot add this start's hours to %s: %s" % (self.file(run_files.USAGE), err), err=True)
         if self.config.get("notify"):

@@ -44,7 +44,13 @@ HANG = "HANG"
 REQUEUES_UNCOUNTED = "requeues_uncounted"
 USAGE = "usage.json"
 USAGE_MAX_BYTES = 4096
-USAGE_FIELDS = dict(first=TEXT, starts=COUNT, node_s=NUMBER, gpu_s=NUMBER, gpus_per_node=COUNT, last=TEXT)
+USAGE_FIELDS = dict(first=TEXT, starts=COUNT, node_s=NUMBER, gpu_s=NUMBER, cpu_s=NUMBER, gpus_per_node=COUNT, last=TEXT,
+                    jobs=TEXT, jobs_dropped=COUNT)
+# the training job ids usage.json keeps (for sacct's ledger: plugins/module_utils/ledger.py), newest last;
+# a run of more jobs than this counts those it drops (the ledger then is usage.json's)
+USAGE_JOBS_KEPT = 100
+# SLURM_JOB_CPUS_PER_NODE: "2(x3),1", each node's CPUs in the job
+CPUS_PER_NODE = re.compile(r"\A(\d+)(?:\(x(\d+)\))?\Z")
 NOTIFY_HOOKS = "env/notify.json"
 NOTIFY_SENT = "notify_sent.json"
 
@@ -65,8 +71,8 @@ LAYOUT = {
     METRICS: "the trainer's loss records (LLMTRAIN_METRICS_FILE): metrics.py, the watch and the report read",
     BAD_NODES: "the nodes the run's checks found bad, with why: node/bad_nodes.py merges and writes, "
                "exclusion.py and sbatch read",
-    USAGE: "the run's node- and GPU-seconds over the starts that ended (USAGE_FIELDS; add_usage): job.py "
-           "writes, run_status.py and run_report.py read",
+    USAGE: "the run's node-, CPU- and GPU-seconds over the starts that ended, and its training job ids "
+           "(USAGE_FIELDS; add_usage): job.py writes, run_status.py, ledger.py and run_report.py read",
     NOTIFY_SENT: "the times of the run's last notifications sent, for their rate (node/notify.py): job.py",
     "node_times.json": "each node's step times over the run (the reference trainer's): run_report.py reads",
     "checkpoints": "the checkpoints (checkpoint_names, checkpoint_step): the trainer writes, the watch, "
@@ -287,33 +293,56 @@ def read_usage(run_dir):
     return fields(usage_record, USAGE_FIELDS) if isinstance(usage_record, dict) else {}
 
 
-def add_usage(run_dir, job_id, start, began, ended, node_count, gpus_per_node):
+def job_cpus(cpus_per_node, cpus_on_node, node_count):
+    """The CPUs of a job's nodes together: SLURM_JOB_CPUS_PER_NODE's ("2(x3),1"), else SLURM_CPUS_ON_NODE's
+    (the batch node's) on each node, else 0."""
+    total = 0
+    for item in (cpus_per_node or "").split(","):
+        match = CPUS_PER_NODE.match(item.strip())
+        if not match:
+            total = None
+            break
+        total += int(match.group(1)) * int(match.group(2) or 1)
+    if total:
+        return total
+    return int(cpus_on_node) * node_count if (cpus_on_node or "").isdigit() else 0
+
+
+def add_usage(run_dir, job_id, start, began, ended, node_count, gpus_per_node, cpus=0):
     """Adds a start's nodes x its time (seconds since the epoch) to usage.json, once a start: the run's
-    hours for any length of it in one small file (the job writes it as each start ends)."""
+    hours for any length of it in one small file (the job writes it as each start ends); cpus: the
+    CPUs of its nodes together (job_cpus)."""
     usage_record = read_usage(run_dir)
     key = "%s %d" % (job_id, start)
     if usage_record.get("last") == key:
         return usage_record
-    node_s = max(0.0, ended - began) * node_count
+    seconds = max(0.0, ended - began)
+    node_s = seconds * node_count
+    jobs = [j for j in (usage_record.get("jobs") or "").split() if j != str(job_id)] + [str(job_id)]
     usage_record = dict(
         first=usage_record.get("first") or clock.strftime("%Y-%m-%dT%H:%M:%SZ", clock.gmtime(began)),
         starts=usage_record.get("starts", 0) + 1, node_s=usage_record.get("node_s", 0) + node_s,
-        gpu_s=usage_record.get("gpu_s", 0) + node_s * gpus_per_node, gpus_per_node=gpus_per_node, last=key)
+        gpu_s=usage_record.get("gpu_s", 0) + node_s * gpus_per_node, cpu_s=usage_record.get("cpu_s", 0) + seconds * cpus,
+        gpus_per_node=gpus_per_node, last=key, jobs=" ".join(jobs[-USAGE_JOBS_KEPT:]),
+        jobs_dropped=usage_record.get("jobs_dropped", 0) + max(0, len(jobs) - USAGE_JOBS_KEPT))
     replace_file(path(run_dir, USAGE), json.dumps(usage_record).encode("utf-8"))
     return usage_record
 
 
 def usage_totals(usage_record, running=None, now=None):
-    """{wall_s, node_hours, gpu_hours, starts} of usage.json's record, and of a running start
-    ({time, node_count} of its start line) to now; None when neither says anything."""
+    """{wall_s, node_hours, gpu_hours, cpu_hours, starts} of usage.json's record, and of a running start
+    ({time, node_count} of its start line) to now; None when neither says anything. cpu_hours is None
+    where usage.json does not count CPUs (written before it did), or a start runs (its CPUs are the job's)."""
     node_s, gpu_s, starts = usage_record.get("node_s", 0), usage_record.get("gpu_s", 0), usage_record.get("starts", 0)
+    cpu_s = usage_record.get("cpu_s")
     first = stamp(usage_record.get("first"))
     began = stamp(running.get("time")) if running else None
     if began is not None and isinstance(running.get("node_count"), int):
         extra = max(0.0, now - began) * running["node_count"]
         node_s, gpu_s, starts = node_s + extra, gpu_s + extra * usage_record.get("gpus_per_node", 0), starts + 1
+        cpu_s = None
         first = first or began
     if first is None:
         return None
     return dict(wall_s=max(0.0, (now or clock.time()) - first), node_hours=node_s / 3600.0, gpu_hours=gpu_s / 3600.0,
-                starts=starts)
+                cpu_hours=None if cpu_s is None else cpu_s / 3600.0, starts=starts)
