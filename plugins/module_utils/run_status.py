@@ -26,7 +26,7 @@ import os
 import stat
 import time
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger, trainer_state, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_watch import newest_hang
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import last_record
@@ -223,7 +223,7 @@ def empty_row(workspace, name):
     return dict(run=name, run_dir=os.path.join(workspace, name), state=None, why=None, job_id=None, slurm_state=None,
                 nodes=None, num_nodes=None, step=None, total_steps=None, loss=None, tokens_per_s=None, eta_s=None,
                 last_event=None, bad_nodes=[], checkpoint=None, checkpoint_step=None, stdout_path=None,
-                exit_code=None, how=None, usage=None)
+                exit_code=None, how=None, usage=None, others=[])
 
 
 def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, workspace_distrust=None, tag=None):
@@ -271,6 +271,31 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
         "start")) else None
     row["usage"] = run_files.usage_totals(run_files.read_usage(run_dir), running, time.time())
     return row
+
+
+def add_ledgers(rows, sacct_usage):
+    """Each run's hours from Slurm's accounting where it keeps one (ledger.py): the job ids of every
+    run with a training job in one call of sacct_usage (Slurm.sacct_usage: each start's allocation, or
+    None without accounting), whatever the runs' lengths. row["usage"] becomes sacct's figures of the
+    training job (source "sacct") where sacct knows each of its jobs, else stays usage.json's (source
+    "usage.json"); row["others"]: sacct's of its data and samples jobs."""
+    runs = []
+    for row in rows:
+        if row["job_id"] and row["state"] not in ("untrusted", "unreadable"):
+            kinds, complete = ledger.job_ids(row["run_dir"], train=[row["job_id"]])
+            runs.append((row, kinds, complete))
+    asked = list(dict.fromkeys(job_id for _row, kinds, _complete in runs for job_id in kinds))
+    found = sacct_usage(asked) if len(asked) <= ledger.JOB_IDS_MAX else None
+    for row, kinds, complete in runs:
+        used = ledger.ledger(found, kinds, row["usage"], complete)
+        if used["source"] == "sacct":
+            train = used["train"]
+            row["usage"] = dict(row["usage"] or {}, node_hours=train["node_hours"], gpu_hours=train["gpu_hours"],
+                                cpu_hours=train["cpu_hours"], starts=train["count"])
+        if row["usage"]:
+            row["usage"]["source"] = used["source"]
+        row["others"] = used["others"]
+    return rows
 
 
 def _number(value, digits):
@@ -342,8 +367,15 @@ def _detail(row, log):
     if row["last_event"]:
         lines.append("  last event: %s" % row["last_event"])
     if row["usage"]:
-        lines.append("  used: %.2f GPU-hours, %.2f node-hours over %d start(s) (usage.json and the running start)"
-                     % (row["usage"]["gpu_hours"], row["usage"]["node_hours"], row["usage"]["starts"]))
+        used = row["usage"]
+        source = ("sacct: allocated TRES x elapsed" if used.get("source") == "sacct" else
+                  "usage.json and the running start, from the run's start and end lines")
+        cpus = ", %.2f CPU-hours" % used["cpu_hours"] if used.get("cpu_hours") is not None else ""
+        lines.append("  used: %.2f GPU-hours, %.2f node-hours%s over %d start(s) (%s)"
+                     % (used["gpu_hours"], used["node_hours"], cpus, used["starts"], source))
+    for other in row.get("others") or []:
+        lines.append("  %s job %s: %.2f GPU-hours, %.2f node-hours, %.2f CPU-hours (sacct)"
+                     % (other["kind"], other["job_id"], other["gpu_hours"], other["node_hours"], other["cpu_hours"]))
     if row["bad_nodes"]:
         lines.append("  bad nodes (bad_nodes.json, later jobs keep off them): %s" % ", ".join(row["bad_nodes"]))
     if row["state"] == "stopped":

@@ -12,7 +12,8 @@ description:
   - Lists the runs of O(workspace) that the connecting user owns - each directory there that holds
     what the pretrain stage leaves (C(scripts/pretrain.sbatch), C(train.done.json) or C(starts.jsonl)) -
     with each run's state, its last job, nodes, step and total, loss, tokens/s, ETA, last event and bad nodes.
-  - "What it reads: one C(squeue) query for the user's jobs (any state the controller still knows) and,
+  - "What it reads: one C(squeue) query for the user's jobs (any state the controller still knows), one C(sacct)
+    query for the hours of every run's jobs where the cluster keeps accounting, and,
     per run, files of a bounded size: the done record, the tails of C(starts.jsonl) and C(metrics.jsonl)
     (or of the newest TensorBoard event files or the job's log, for a script of your own that writes no metrics file), C(bad_nodes.json), the
     names in C(checkpoints/). It allocates nothing and changes nothing."
@@ -142,6 +143,19 @@ runs:
     stdout_path:
       description: The last job's log.
       type: str
+    usage:
+      description:
+        - "What the run's training job used: C(gpu_hours), C(node_hours), C(cpu_hours) (null where unknown),
+          C(starts), C(wall_s) (from its first start) and C(source): V(sacct) (Slurm's accounting: each start's
+          allocated TRES x its elapsed time, one C(sacct) call for every run's jobs), else V(usage.json) (the run's
+          start and end lines, and the running start to now). Null before a start."
+      type: dict
+    others:
+      description:
+        - "With accounting, what the run's data and samples jobs used: C(kind), C(job_id), C(starts),
+          C(gpu_hours), C(node_hours), C(cpu_hours) of each (sacct)."
+      type: list
+      elements: dict
 table:
   description: The lines of a table of RV(runs), for a person.
   returned: always
@@ -191,6 +205,7 @@ def status(slurm):
         except Exception as err:  # pylint: disable=broad-exception-caught  # one run's files never end the table
             rows.append(dict(run_status.empty_row(p["workspace"], name), state="unreadable",
                              why="its files could not be read (%s: %s)" % (type(err).__name__, err)))
+    run_status.add_ledgers(rows, client.sacct_usage)  # one sacct call for every run's jobs, none without accounting
     result = dict(changed=False, runs=rows, table=run_status.table(rows))
     if p["run"] is not None:
         row = next((r for r in rows if r["run"] == p["run"]), None)

@@ -157,8 +157,8 @@ def test_the_table_and_the_detail_say_what_a_user_checks(tmp_path):
     assert table[0].split() == ["run", "state", "job", "nodes", "step", "loss", "tokens/s", "ETA", "GPU-h", "last", "event",
                                 "bad", "nodes"]
     assert " 24.0 " in table[2] and " - " in table[3]  # (2 x 1 h + 2 x 0.5 h) x 8 GPUs; b used none recorded
-    assert "  used: 24.00 GPU-hours, 3.00 node-hours over 2 start(s) (usage.json and the running start)" in \
-        run_status.detail(rows[0], None)
+    assert ("  used: 24.00 GPU-hours, 3.00 node-hours over 2 start(s) (usage.json and the running start, from the "
+            "run's start and end lines)") in run_status.detail(rows[0], None)
     assert "running" in table[2] and "40/100" in table[2] and "2.512" in table[2] and "1:01:40" in table[2]
     assert "2: n[1-2]" in table[2] and "n3, n4, n5 and 1 more" in table[2]
     assert "failed (exit 1)" in table[3] and "start 1 ended failed at E" in table[3]
@@ -168,6 +168,45 @@ def test_the_table_and_the_detail_say_what_a_user_checks(tmp_path):
     assert text[0] == "Run b: failed (exit 1 (FAILED))"
     assert "The first traceback (rank 3 on n2):" in text and "  ValueError: boom" in text
     assert text[-3:] == ["Last 2 lines of /x.out:", "  a", "  b"]
+
+
+def test_every_runs_hours_come_from_one_sacct_call_where_slurm_keeps_accounting(tmp_path):
+    make_run(tmp_path, "a", "13", done_state="COMPLETED", starts=[("13", 1)], ends=[("13", 1, "finished", 0)])
+    make_run(tmp_path, "b", "16", starts=[("16", 1)], ends=[("16", 1, "failed", 1)])
+    make_run(tmp_path, "c", "17", starts=[("17", 1)], ends=[("17", 1, "failed", 1)])
+    (tmp_path / "a" / "data").mkdir()
+    (tmp_path / "a" / "data" / "prepare.done.json").write_text(json.dumps(dict(job_id="11")))
+    began = time.time() - 7200
+    run_files.add_usage(str(tmp_path / "a"), "12", 1, began, began + 3000, 2, 8, 16)  # an earlier job of a
+    run_files.add_usage(str(tmp_path / "a"), "13", 1, began + 3600, began + 7200, 2, 8, 16)
+    run_files.add_usage(str(tmp_path / "b"), "16", 1, began, began + 3600, 1, 8, 8)
+    rows = [row(tmp_path, name) for name in "abc"]
+    asked = []
+    allocation = dict(nodes=2, cpus=16, gpus=16, array_id=None, state="COMPLETED")
+
+    def sacct_usage(job_ids):
+        asked.append(list(job_ids))
+        return [dict(allocation, job_id="12", start="2026-12-06T01:00:00", seconds=3060),
+                dict(allocation, job_id="13", start="2026-12-06T02:00:00", seconds=3610),
+                dict(allocation, job_id="11", start="2026-12-06T00:50:00", seconds=360, nodes=1, cpus=2, gpus=0),
+                dict(allocation, job_id="17", start="2026-12-06T00:50:00", seconds=36)]
+
+    run_status.add_ledgers(rows, sacct_usage)
+    assert asked == [["13", "12", "11", "16", "17"]]  # once, every run's jobs
+    a, b, c = rows
+    assert (a["usage"]["source"], a["usage"]["starts"], round(a["usage"]["gpu_hours"], 3)) == ("sacct", 2, 29.644)
+    assert a["others"] == [dict(kind="data", job_id="11", starts=1, node_hours=0.1, cpu_hours=0.2, gpu_hours=0.0)]
+    detail = run_status.detail(a, None)
+    assert "  used: 29.64 GPU-hours, 3.71 node-hours, 29.64 CPU-hours over 2 start(s) (sacct: allocated TRES x elapsed)" in detail
+    assert "  data job 11: 0.00 GPU-hours, 0.10 node-hours, 0.20 CPU-hours (sacct)" in detail
+    # b's job is not in the accounting: its own lines; c has no usage.json, and sacct's figure
+    assert (b["usage"]["source"], b["usage"]["gpu_hours"], b["usage"]["cpu_hours"]) == ("usage.json", 8.0, 8.0)
+    assert (c["usage"]["source"], c["usage"]["starts"], round(c["usage"]["node_hours"] * 3600)) == ("sacct", 1, 72)
+    assert " 29.6 " in run_status.table(rows)[2]
+    # no accounting: the run's own lines, and no call again
+    rows = [row(tmp_path, name) for name in "ab"]
+    run_status.add_ledgers(rows, lambda job_ids: None)
+    assert [r["usage"]["source"] for r in rows] == ["usage.json", "usage.json"] and rows[0]["others"] == []
 
 
 def test_a_job_that_finished_marks_its_done_record(tmp_path):

@@ -4,10 +4,10 @@ detail, and the detail's log tail and traceback from the job's log."""
 import json
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm_client
+from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger, slurm_client
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import QUEUE_FORMAT
 from ansible_collections.llmtrain.slurm.plugins.modules import run_status
-from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, job_text, run, scontrol_job, squeue_rows
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, fixture, job_text, run, scontrol_job, squeue_rows
 
 QUEUE = ["/usr/bin/squeue", "--noheader", "--states=all", "--user=alice", "--format=" + QUEUE_FORMAT]
 
@@ -100,3 +100,17 @@ def test_a_workspace_others_can_replace_runs_is_untrusted_and_nothing_is_read_or
     assert (row["state"], row["job_id"], row["stdout_path"]) == ("untrusted", None, None)
     assert "without the sticky bit" in row["why"] and "job" not in result  # so the status playbook collects nothing
     assert result["detail"][0].startswith("Run r: untrusted (its files are not read: %s is writable" % workspace)
+
+
+def test_the_hours_of_every_run_are_one_sacct_call_on_real_sacct_output(monkeypatch, capsys, tmp_path):
+    make_run(tmp_path, "a", "2", dict(job_id="2", start=1, nodes="n1", left="", time="T"),
+             dict(event="end", job_id="2", start=1, how="finished", exit_code=0, time="E"))
+    make_run(tmp_path, "b", "3")
+    sacct = ledger.argv("/usr/bin/sacct", ["2", "3"])
+    s = Slurm(monkeypatch, [(QUEUE, (0, "", "")), (sacct, (0, fixture("sacct_usage.txt"), ""))],
+              bins=("squeue", "scontrol", "sacct"))
+    result = run(run_status.main, dict(workspace=str(tmp_path)), capsys)
+    s.done()
+    # the recorded jobs 2 (a start requeued after 1 s, then 4 s, on 1 node of 1 CPU) and 3 (30 s, 3 nodes x 2 CPUs)
+    assert [(r["run"], r["usage"]["source"], r["usage"]["starts"], round(r["usage"]["node_hours"] * 3600),
+             round(r["usage"]["cpu_hours"] * 3600)) for r in result["runs"]] == [("a", "sacct", 2, 5, 5), ("b", "sacct", 1, 90, 180)]
