@@ -39,6 +39,8 @@ FIELDS = {
     "progress": "where the report's loss records come from: {source: metrics | events | metrics_csv | log | null, ...}",
     "checkpoint": "the reference trainer's newest checkpoint {path, step}, or null",
     "not_fetched": "{path: why} of the run's files the collect step left on the cluster (runs/<run>/facts.json only)",
+    "ledger": "what the run used (the run_ledger module's ledger: {source, train, others, missing}; runs/<run>/facts.json "
+              "only, made at each collect)",
 }
 # the job record's fields a fact keeps (slurm_parse.JOB_FIELDS), with their value when the record lacks one
 JOB_FACTS = (("job_id", None), ("state", "UNKNOWN"), ("exit_code", None), ("elapsed", None), ("nodelist", None),

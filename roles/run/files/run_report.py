@@ -739,8 +739,51 @@ USAGE_ROWS_SHOWN = 50
 
 
 def usage_lines(lines, facts):
-    """What the run's training job used: each start's nodes x its time (its start and end lines), and
-    the total, in node-hours and GPU-hours (slurm_gpus_per_node)."""
+    """What the run used: from Slurm's accounting where the collect step found one (facts' ledger, the
+    run_ledger module's: each start's allocated TRES x its elapsed time, and the run's other jobs apart),
+    else from the run's own start and end lines (starts.jsonl)."""
+    found = facts.get("ledger") if isinstance(facts.get("ledger"), dict) else {}
+    train = found.get("train") if isinstance(found.get("train"), dict) else None
+    if found.get("source") == "sacct" and train is not None:
+        out = sacct_lines(train) + ["", "The run's own start and end lines (starts.jsonl) say:", ""] + own_lines(lines, facts)
+    else:
+        why = ("Slurm keeps no accounting here, or it does not know each training job" if found else
+               "no accounting was read for this report")
+        out = ["Source: the run's own start and end lines (%s)." % why, ""] + own_lines(lines, facts)
+    others = [o for o in found.get("others") or [] if isinstance(o, dict)]
+    if others:
+        out += ["", "The run's other jobs (sacct: allocated TRES x elapsed):", ""]
+        out += table(["Kind", "Job", "Starts", "Node-hours", "CPU-hours", "GPU-hours"],
+                     [[o.get("kind"), o.get("job_id"), o.get("starts"), hours_of(o.get("node_hours")),
+                       hours_of(o.get("cpu_hours")), hours_of(o.get("gpu_hours"))] for o in others[:USAGE_ROWS_SHOWN]])
+    return out
+
+
+def hours_of(value):
+    return "%.2f" % value if is_number(value) else "-"
+
+
+def sacct_lines(train):
+    """The training job's starts and total as Slurm's accounting has them (the ledger's train)."""
+    starts = [s for s in train.get("starts") or [] if isinstance(s, dict)]
+    out = ["Source: sacct (Slurm's accounting): each start of the training job (a requeued job's starts apart) "
+           "with the nodes, CPUs and GPUs Slurm allocated it, for its elapsed time.", ""]
+    if is_number(train.get("count")) and train["count"] > len(starts):
+        out += ["The newest %d of %s starts:" % (len(starts), md(train["count"])), ""]
+    out += table(["Job", "State", "Began", "Hours", "Nodes", "CPUs", "GPUs", "Node-hours", "CPU-hours", "GPU-hours"],
+                 [[s.get("job_id"), s.get("state"), str(s.get("start") or "-").replace("T", " ")[:16],
+                   hours_of(s["seconds"] / 3600 if is_number(s.get("seconds")) else None), s.get("nodes"), s.get("cpus"),
+                   s.get("gpus"), hours_of(s.get("node_hours")), hours_of(s.get("cpu_hours")), hours_of(s.get("gpu_hours"))]
+                  for s in starts])
+    out += ["", "Total: %s node-hours, %s CPU-hours, %s GPU-hours over %s start(s) (sacct)." % (
+        hours_of(train.get("node_hours")), hours_of(train.get("cpu_hours")), hours_of(train.get("gpu_hours")),
+        md(train.get("count")))]
+    return out
+
+
+def own_lines(lines, facts):
+    """The training job's starts from its start and end lines: each start's nodes x its time, and the
+    total, in node-hours and GPU-hours (slurm_gpus_per_node)."""
     used = usage(lines)
     if not used:
         return ["Resources: %s (no start line with its node count in starts.jsonl)." % NOT_RECORDED]

@@ -296,13 +296,43 @@ def test_resources_used_are_each_starts_nodes_for_its_time_and_their_total(tmp_p
         handle.write("".join(json.dumps(line) + "\n" for line in lines) + "{cut sho")
     report = report_of(run)
     section = report.split("## Resources used\n\n", 1)[1].split("\n## ", 1)[0]
-    assert section.splitlines()[2:7] == [
+    assert section.splitlines()[0] == "Source: the run's own start and end lines (no accounting was read for this report)."
+    assert section.splitlines()[4:9] == [
         "| Job | Start | Nodes | Began (UTC) | Hours | Node-hours | GPU-hours |", "|---|---|---|---|---|---|---|",
         "| 45 | 1 | 4 | 2026-01-01 10:00 | 1.50 | 6.00 | 48.00 |", "| 45 | 2 | 3 | 2026-01-01 11:31 | 1.00 | 3.00 | 24.00 |",
         "| 46 | 1 | 4 | 2026-01-02 08:00 | no end line yet | 0.00 | 0.00 |"]
     assert section.endswith("Total: 9.00 node-hours, 72.00 GPU-hours over 3 start(s).\n")
     assert report_of(run) == report  # the report holds no time of its own
     assert "Resources: not recorded" in report_of(make_run(tmp_path / "none", metrics_records(), FACTS))
+
+
+def test_resources_used_are_sacct_s_where_the_collect_step_read_them_and_the_other_jobs_apart(tmp_path):
+    start = dict(job_id="45", state="REQUEUED", start="2026-01-01T10:00:00", seconds=5400, nodes=4, cpus=256, gpus=32,
+                 node_hours=6.0, cpu_hours=384.0, gpu_hours=48.0)
+    ledger = dict(source="sacct", missing=[], train=dict(
+        count=3, node_hours=9.5, cpu_hours=608.0, gpu_hours=76.0,
+        starts=[start, dict(start, state="COMPLETED|x", start="2026-01-01T11:31:00", seconds=3600, nodes=3, cpus=192,
+                            gpus=24, node_hours=3.0, cpu_hours=192.0, gpu_hours=24.0)]),
+        others=[dict(kind="data", job_id="40", starts=1, node_hours=0.25, cpu_hours=2.0, gpu_hours=0.0)])
+    run = make_run(tmp_path, metrics_records(), dict(FACTS, ledger=ledger))
+    (run / "starts.jsonl").write_text(json.dumps(dict(job_id="45", start=1, nodes="w[0-3]", left="", node_count=4,
+                                                      time="2026-01-01T10:00:00Z")) + "\n")
+    section = report_of(run).split("## Resources used\n\n", 1)[1].split("\n## ", 1)[0].splitlines()
+    assert section[0].startswith("Source: sacct (Slurm's accounting)")
+    assert section[2:7] == [
+        "The newest 2 of 3 starts:", "",
+        "| Job | State | Began | Hours | Nodes | CPUs | GPUs | Node-hours | CPU-hours | GPU-hours |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        "| 45 | REQUEUED | 2026-01-01 10:00 | 1.50 | 4 | 256 | 32 | 6.00 | 384.00 | 48.00 |"]
+    assert section[7] == "| 45 | COMPLETED\\|x | 2026-01-01 11:31 | 1.00 | 3 | 192 | 24 | 3.00 | 192.00 | 24.00 |"
+    assert "Total: 9.50 node-hours, 608.00 CPU-hours, 76.00 GPU-hours over 3 start(s) (sacct)." in section
+    assert "The run's own start and end lines (starts.jsonl) say:" in section
+    assert section[-3:] == ["| Kind | Job | Starts | Node-hours | CPU-hours | GPU-hours |", "|---|---|---|---|---|---|",
+                            "| data | 40 | 1 | 0.25 | 2.00 | 0.00 |"]
+    without = report_of(make_run(tmp_path / "b", metrics_records(), dict(FACTS, ledger=dict(
+        source="usage.json", train=None, others=[], missing=["45"]))))
+    assert ("Source: the run's own start and end lines (Slurm keeps no accounting here, or it does not know each "
+            "training job).") in without
 
 
 def test_preempted_run(tmp_path):
