@@ -286,8 +286,13 @@ def add_ledgers(rows, sacct_usage):
             runs.append((row, kinds, complete))
     asked = list(dict.fromkeys(job_id for _row, kinds, _complete in runs for job_id in kinds))
     found = sacct_usage(asked) if len(asked) <= ledger.JOB_IDS_MAX else None
+    by_job = {}  # each run gets its own rows: the work is sacct's rows once, however many runs
+    for found_row in found or []:
+        for key in {found_row["job_id"], found_row["array_id"]}:
+            by_job.setdefault(key, []).append(found_row)
     for row, kinds, complete in runs:
-        used = ledger.ledger(found, kinds, row["usage"], complete)
+        mine = None if found is None else list({id(r): r for j in kinds for r in by_job.get(j, [])}.values())
+        used = ledger.ledger(mine, kinds, row["usage"], complete)
         if used["source"] == "sacct":
             train = used["train"]
             row["usage"] = dict(row["usage"] or {}, node_hours=train["node_hours"], gpu_hours=train["gpu_hours"],

@@ -146,7 +146,7 @@ runs:
     usage:
       description:
         - "What the run's training job used: C(gpu_hours), C(node_hours), C(cpu_hours) (null where unknown),
-          C(starts), C(wall_s) (from its first start) and C(source): V(sacct) (Slurm's accounting: each start's
+          C(starts), C(wall_s) (from its first start, where the run's lines say) and C(source): V(sacct) (Slurm's accounting: each start's
           allocated TRES x its elapsed time, one C(sacct) call for every run's jobs), else V(usage.json) (the run's
           start and end lines, and the running start to now). Null before a start."
       type: dict
