@@ -4,11 +4,14 @@ can tell (its GPUs against Slurm's GRES) is found by the node check (test_gpu_ch
 
 import json
 import os
+import re
+import shutil
 import subprocess
+import time
 
 import pytest
 
-from cluster import NODES, WORKSPACE, job_ids, node, run_playbook, slurm, slurm_env
+from cluster import NODES, RUNS, WORKSPACE, job_ids, module, node, run_playbook, slurm, slurm_env
 ASKS_SLURM = "Ask Slurm for its partitions and nodes"
 
 
@@ -77,10 +80,11 @@ def test_what_slurm_cannot_give_is_rejected_before_any_job(local_cluster, name, 
 
 
 @pytest.mark.releases(system=True)
-def test_account_and_qos_are_checked_against_a_real_accounting_database(local_cluster):
+def test_account_and_qos_are_checked_against_a_real_accounting_database(local_cluster, tmp_path):
     """The local cluster with an accounting database (MariaDB and slurmdbd, AccountingStorageEnforce):
     preflight refuses an account or QoS that root's associations do not allow, naming what they do;
-    a pair they allow passes; and Slurm agrees, job by job."""
+    a pair they allow passes; and Slurm agrees, job by job. Then a short run's ledger (report.md,
+    status.yml) is sacct's, and within a minute of node time of the run's own (usage.json)."""
     try:
         run_playbook("local_cluster.yml", "-e", "local_cluster_accounting=true")
         account = preflight(("slurm_account", "physics"), check=False)
@@ -101,7 +105,67 @@ def test_account_and_qos_are_checked_against_a_real_accounting_database(local_cl
         job = slurm("sbatch", "--parsable", "--account=ml-team", "--qos=high", "--wrap=true", "--output=/dev/null")
         info = slurm("scontrol", "show", "job", "-o", job.strip())
         assert "Account=ml-team" in info and "QOS=high" in info, info
+        the_ledger_is_sacct_s_and_agrees_with_the_runs_own_lines(tmp_path)
     finally:
         run_playbook("local_cluster.yml")
     without = preflight(("slurm_account", "ml-team"), check=True)
     assert "slurm_account not checked: this cluster keeps no accounting database" in without.output
+
+
+# a run of a few seconds on one node: the stages up to training (the cluster is up, with accounting:
+# local_cluster would turn it off; preflight is this module's), no network check, no checkpoints
+LEDGER_RUN = dict(slurm_nodes=1, pretrain_steps=5, pretrain_checkpoint_interval=0, pretrain_network_check=False,
+                  pretrain_model={"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}, pretrain_batch_size=4,
+                  pretrain_extra_args=["--log-interval", "5", "--eval-interval", "0"], deploy_dataset_max_bytes=200000)
+
+
+def sacct_seconds(job_id):
+    """[(elapsed s, nodes, CPUs)] of each start of a job, as sacct has them."""
+    out = slurm("sacct", "-X", "--duplicates", "--noheader", "--parsable2", "--format=ElapsedRaw,AllocTRES", "--jobs=" + job_id)
+    return [(int(line.split("|")[0]), int(re.search(r"node=(\d+)", line).group(1)), int(re.search(r"cpu=(\d+)", line).group(1)))
+            for line in out.splitlines() if line.strip()]
+
+
+def the_ledger_is_sacct_s_and_agrees_with_the_runs_own_lines(tmp_path):
+    run = "ledger-%x" % int(time.time())
+    started = time.monotonic()
+    run_playbook("pretrain.yml", "--skip-tags", "local_cluster,preflight,inference", "-e",
+                 json.dumps(dict(LEDGER_RUN, run_name=run)), timeout=300)
+    played = time.monotonic() - started
+    try:
+        status = run_playbook("status.yml", "-e", "run_name=" + run, timeout=300).output
+        statused = time.monotonic() - started - played
+        run_dir = os.path.join(WORKSPACE, run)
+        with open(os.path.join(run_dir, "train.done.json")) as handle:
+            train = str(json.load(handle)["job_id"])
+        with open(os.path.join(run_dir, "data", "prepare.done.json")) as handle:
+            data = str(json.load(handle)["job_id"])
+        with open(os.path.join(run_dir, "usage.json")) as handle:
+            usage = json.load(handle)
+        starts = sacct_seconds(train)
+        node_s, cpu_s = sum(s * n for s, n, _c in starts), sum(s * c for s, _n, c in starts)
+        print("ledger: sacct %d node-s, %d CPU-s over %d start(s); usage.json %.1f node-s, %.1f CPU-s; pretrain.yml %.0f s, "
+              "status.yml %.0f s" % (node_s, cpu_s, len(starts), usage["node_s"], usage["cpu_s"], played, statused))
+        assert abs(node_s - usage["node_s"]) <= 60 and abs(cpu_s - usage["cpu_s"]) <= 60 * starts[0][2], (starts, usage)
+        # status.yml's collect wrote the report from the ledger it read: sacct's, the data job apart
+        with open(os.path.join(RUNS, run, "facts.json")) as handle:
+            ledger = json.load(handle)["ledger"]
+        assert ledger["source"] == "sacct" and ledger["train"]["count"] == len(starts), ledger
+        assert round(ledger["train"]["node_hours"] * 3600) == node_s and round(ledger["train"]["cpu_hours"] * 3600) == cpu_s
+        assert [(o["kind"], o["job_id"]) for o in ledger["others"]] == [("data", data)], ledger
+        with open(os.path.join(RUNS, run, "report.md")) as handle:
+            report = handle.read()
+        section = report.split("## Resources used\n\n", 1)[1].split("\n## ", 1)[0]
+        assert ("Total: %.2f node-hours, %.2f CPU-hours, 0.00 GPU-hours over %d start(s) (sacct)."
+                % (node_s / 3600.0, cpu_s / 3600.0, len(starts))) in section, section
+        assert "| data | %s | 1 |" % data in section, section
+        assert ("used: 0.00 GPU-hours, %.2f node-hours, %.2f CPU-hours over %d start(s) (sacct: allocated TRES x elapsed)"
+                % (node_s / 3600.0, cpu_s / 3600.0, len(starts))) in status, status[-4000:]
+        assert "data job %s:" % data in status, status[-4000:]
+        # the status row's figures (shown to 2 decimals above) are sacct's to the second
+        row = next(r for r in module("run_status", dict(workspace=WORKSPACE), tmp_path)["runs"] if r["run"] == run)
+        assert row["usage"]["source"] == "sacct" and round(row["usage"]["node_hours"] * 3600) == node_s, row["usage"]
+        assert round(row["usage"]["cpu_hours"] * 3600) == cpu_s and row["usage"]["gpu_hours"] == 0, row["usage"]
+    finally:
+        for base in (WORKSPACE, RUNS):
+            shutil.rmtree(os.path.join(base, run), ignore_errors=True)
