@@ -293,7 +293,7 @@ def add_ledgers(rows, sacct_usage):
     for row, kinds, complete in runs:
         mine = None if found is None else list({id(r): r for j in kinds for r in by_job.get(j, [])}.values())
         used = ledger.ledger(mine, kinds, row["usage"], complete)
-        if used["source"] == "sacct":
+        if used["source"] == "sacct" and (used["train"]["count"] or row["usage"]):  # a job yet to start: "-"
             train = used["train"]
             row["usage"] = dict(row["usage"] or {}, node_hours=train["node_hours"], gpu_hours=train["gpu_hours"],
                                 cpu_hours=train["cpu_hours"], starts=train["count"])

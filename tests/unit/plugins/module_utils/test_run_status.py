@@ -203,6 +203,11 @@ def test_every_runs_hours_come_from_one_sacct_call_where_slurm_keeps_accounting(
     assert (b["usage"]["source"], b["usage"]["gpu_hours"], b["usage"]["cpu_hours"]) == ("usage.json", 8.0, 8.0)
     assert (c["usage"]["source"], c["usage"]["starts"], round(c["usage"]["node_hours"] * 3600)) == ("sacct", 1, 72)
     assert " 29.6 " in run_status.table(rows)[2]
+    # a job that has not started yet (sacct's pending line) has used nothing: "-"
+    make_run(tmp_path, "q", "18")
+    queued = [row(tmp_path, "q")]
+    run_status.add_ledgers(queued, lambda job_ids: [dict(allocation, job_id="18", start=None, seconds=0, state="PENDING")])
+    assert queued[0]["usage"] is None and " - " in run_status.table(queued)[2]
     # no accounting: the run's own lines, and no call again
     rows = [row(tmp_path, name) for name in "ab"]
     run_status.add_ledgers(rows, lambda job_ids: None)
