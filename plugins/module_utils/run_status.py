@@ -288,7 +288,7 @@ def add_ledgers(rows, sacct_usage):
     found = sacct_usage(asked) if len(asked) <= ledger.JOB_IDS_MAX else None
     by_job = {}  # each run gets its own rows: the work is sacct's rows once, however many runs
     for found_row in found or []:
-        for key in {found_row["job_id"], found_row["array_id"]}:
+        for key in dict.fromkeys((found_row["job_id"], found_row["array_id"])):
             by_job.setdefault(key, []).append(found_row)
     for row, kinds, complete in runs:
         mine = None if found is None else list({id(r): r for j in kinds for r in by_job.get(j, [])}.values())
