@@ -18,7 +18,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import exit_codes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import node_state_text
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import node_state_text, parse_dependency
 
 # Lines of a job log in which Slurm says that a node of the job was lost.
 NODE_LOST = re.compile(r"Node failure|NODE FAILURE|not responding")
@@ -38,6 +38,21 @@ def lost_nodes_message(job, job_name, down_nodes, log_errors, newest_checkpoint)
     lines.append("The job stays queued: once enough nodes are back it starts again and resumes from the newest "
                  "checkpoint (%s). Run the playbook again to watch it, or `scancel %s` to give it up."
                  % (newest_checkpoint or "none yet", job["job_id"]))
+    return printable("\n".join(lines), lines=True)
+
+
+def never_starts_message(job, job_name, run_name):
+    """job: as slurm_job_info returns it, pending for good (DependencyNeverSatisfied) because a job it
+    waited for (the run's data job, say) failed."""
+    failed = [item["job_id"] for item in parse_dependency(job.get("dependency")) if item["status"] == "failed"]
+    lines = [
+        "Training job %s (%s) never starts: job %s, which it waits for (%s), failed, and Slurm holds it queued for good "
+        "(reason DependencyNeverSatisfied)." % (job["job_id"], job_name, ", ".join(failed) or "of its dependency",
+                                                job.get("dependency") or "its dependency"),
+        "That job's log: ansible-playbook playbooks/status.yml -e run_name=%s -e status_log_lines=40. Fix what it says and "
+        "run the playbook again: it submits that job again and puts this training job behind it (it keeps its place "
+        "in the queue), or `scancel %s` to give it up." % (run_name, job["job_id"]),
+    ]
     return printable("\n".join(lines), lines=True)
 
 
@@ -146,4 +161,4 @@ def exit_code(name):
 class FilterModule(object):
     def filters(self):
         return {"lost_nodes_message": lost_nodes_message, "job_failure_message": job_failure_message,
-                "exit_code": exit_code}
+                "never_starts_message": never_starts_message, "exit_code": exit_code}

@@ -32,6 +32,18 @@ def read(path, fp):
     return (record if record.get("fingerprint") == fp else None), None
 
 
+def pending_job(path):
+    """The job id path's record names while it does not say the job completed (a job submitted and not
+    waited for), else None: also for a missing or unreadable record, or one naming no Slurm job."""
+    try:
+        record = untrusted.read(path, untrusted.DONE_RECORD_MAX_BYTES)
+    except (IOError, OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("state") == "COMPLETED":
+        return None
+    return untrusted.field(record.get("job_id"), untrusted.JOB)
+
+
 def of_job(job, fp):
     """The record of a job that completed, as the modules return jobs."""
     record = {key: job.get(key) for key in RECORD_FIELDS}

@@ -35,10 +35,11 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_f
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import end_how, run_starts
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES, DEPENDENCY_REASONS, parse_dependency
 
 RUN_MARKERS = ("scripts/pretrain.sbatch", run_files.DONE, run_files.STARTS)
 DONE_FILE = run_files.DONE
+SAMPLES_DONE_FILE = "generate.done.json"
 STARTS_FILE = run_files.STARTS
 STOP_FILE = run_files.STOP
 METRICS_FILE = run_files.METRICS
@@ -223,13 +224,57 @@ def empty_row(workspace, name):
     return dict(run=name, run_dir=os.path.join(workspace, name), state=None, why=None, job_id=None, slurm_state=None,
                 nodes=None, num_nodes=None, step=None, total_steps=None, loss=None, tokens_per_s=None, eta_s=None,
                 last_event=None, bad_nodes=[], checkpoint=None, checkpoint_step=None, stdout_path=None,
-                exit_code=None, how=None, usage=None, others=[])
+                exit_code=None, how=None, usage=None, others=[], waits_for=[], samples_done=False)
 
 
-def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, workspace_distrust=None, tag=None):
+# what the run's other jobs are, by their names (the deploy and inference stages name them so)
+JOB_KINDS = (("llmtrain-prepare-%s", "data job"), ("llmtrain-venv", "venv job"), ("llmtrain-generate-%s", "samples job"))
+
+
+def job_kind(name, run, job_prefix):
+    """'the data job' and the like, for a job of the run's by its name; 'job' for any other."""
+    if name == job_prefix + run:
+        return "training job"
+    for pattern, kind in JOB_KINDS:
+        if name == (pattern % run if "%s" in pattern else pattern):
+            return kind
+    return "job"
+
+
+def waits_for(slurm_job, jobs, run, job_prefix):
+    """The jobs a queued job waits for (its dependency, squeue's %E): [{job_id, kind, name, state,
+    failed}], each as the user's queue (jobs, by id) knows it; failed: Slurm says it will never start
+    (DependencyNeverSatisfied) because of it."""
+    if not slurm_job or slurm_job.get("reason") not in DEPENDENCY_REASONS:
+        return []
+    waits = []
+    for item in parse_dependency(slurm_job.get("dependency")):
+        if not item["job_id"]:
+            continue
+        other = (jobs or {}).get(item["job_id"]) or {}
+        waits.append(dict(job_id=item["job_id"], name=other.get("name"), state=other.get("state"),
+                          kind=job_kind(other.get("name") or "", run, job_prefix),
+                          failed=item["status"] == "failed" or (other.get("state") not in (None, "COMPLETED")
+                                                                and other.get("state") not in ACTIVE_STATES)))
+    return waits
+
+
+def waiting_text(waits, never):
+    """The table's why of a job that waits for others: 'waiting for the data job 108', or 'data job 108
+    failed: never starts' (the detail says what to do)."""
+    failed = [w for w in waits if w["failed"]]
+    if never or failed:
+        named = " and ".join("%s %s" % (w["kind"], w["job_id"]) for w in failed) or "a job it waits for"
+        return "%s failed: never starts" % named
+    return "waiting for " + " and ".join("the %s %s" % (w["kind"], w["job_id"]) for w in waits) if waits else "waiting"
+
+
+def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, workspace_distrust=None, tag=None,
+            jobs=None):
     """The status of run `name`: the state, its last job, progress and what the table shows.
     queued: Slurm's rows of the user's jobs named job_prefix + name; workspace_distrust: why no run
-    of the workspace is believed (workspace_problem), or None."""
+    of the workspace is believed (workspace_problem), or None; jobs: every job of the user's queue by
+    id (those the training job waits for are named)."""
     row = empty_row(workspace, name)
     run_dir = row["run_dir"]
     why = workspace_distrust or distrust(run_dir, os.getuid() if uid is None else uid)
@@ -254,6 +299,11 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
     row.update(state=state, why=why, job_id=job_id, slurm_state=slurm_job["state"] if slurm_job else None,
                stdout_path=job_log_path(run_dir, job_log, job_name, job_id),
                exit_code=end.get("exit_code") if end else None, how=end.get("how") if end else None)
+    samples = untrusted.fields(_done_record(os.path.join(run_dir, SAMPLES_DONE_FILE)) or {}, DONE_FIELDS)
+    row["samples_done"] = samples.get("state") == "COMPLETED"
+    row["waits_for"] = waits_for(slurm_job, jobs, name, job_prefix) if state in ("queued", "requeued") else []
+    if slurm_job and slurm_job.get("reason") in DEPENDENCY_REASONS and state in ("queued", "requeued"):
+        row["why"] = waiting_text(row["waits_for"], slurm_job["reason"] == "DependencyNeverSatisfied")
     if slurm_job and slurm_job.get("nodelist"):
         row.update(nodes=slurm_job["nodelist"], num_nodes=slurm_job.get("num_nodes"))
     elif start:
@@ -350,14 +400,15 @@ def table(rows):
     return lines
 
 
-def detail(row, log):
+def detail(row, log, failed_logs=()):
     """The lines that tell one run in detail: its row, where it stands, its log's tail and, where it
-    failed, the traceback of the rank that failed first (log: job_log.log_summary's, or None).
+    failed, the traceback of the rank that failed first (log: job_log.log_summary's, or None); the
+    tails of the logs of the jobs it waited for that failed (failed_logs: [{kind, path, tail}]).
     Each printable."""
-    return [untrusted.printable(line) for line in _detail(row, log)]
+    return [untrusted.printable(line) for line in _detail(row, log, failed_logs)]
 
 
-def _detail(row, log):
+def _detail(row, log, failed_logs):
     lines = ["Run %s: %s%s" % (row["run"], row["state"], " (%s)" % row["why"] if row["why"] else "")]
     if row["job_id"]:
         slurm_state = ", Slurm: %s" % row["slurm_state"] if row["slurm_state"] else ""
@@ -369,6 +420,11 @@ def _detail(row, log):
         lines.append("  step %s%s, loss %s, %s tokens/s%s" % (row["step"], total, _number(row["loss"], 4), throughput, eta))
     checkpoint = os.path.join(row["run_dir"], "checkpoints", row["checkpoint"]) if row["checkpoint"] else "none"
     lines.append("  newest checkpoint: %s" % checkpoint)
+    for wait in row.get("waits_for") or []:
+        lines.append("  waits for the %s %s (%s)%s" % (
+            wait["kind"], wait["job_id"], wait["state"] or "no longer known to Slurm",
+            ": it failed, so this job never starts. Fix what its log says, then run playbooks/pretrain.yml again: "
+            "it submits the %s again and puts this job behind it" % wait["kind"] if wait["failed"] else ""))
     if row["last_event"]:
         lines.append("  last event: %s" % row["last_event"])
     if row["usage"]:
@@ -385,6 +441,9 @@ def _detail(row, log):
         lines.append("  bad nodes (bad_nodes.json, later jobs keep off them): %s" % ", ".join(row["bad_nodes"]))
     if row["state"] == "stopped":
         lines.append("  playbooks/pretrain.yml resumes it from its newest checkpoint")
+    for other in failed_logs:
+        lines += ["Last %d lines of the %s's log, %s:" % (len(other["tail"]), other["kind"], other["path"])]
+        lines += ["  " + line for line in other["tail"]]
     if log is None:
         return lines
     if row["state"] == "failed" and log.get("traceback"):

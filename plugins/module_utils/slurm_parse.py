@@ -355,6 +355,7 @@ JOB_FIELDS = dict(
     restarts=((int,), 0, "how many times it was requeued"),
     num_nodes=(_INT, None, "how many nodes it asks for"),
     waits_for_nodes=((bool,), False, "pending for nodes that are down or drained"),
+    dependency=(_TEXT, None, "the jobs it still waits for, as Slurm says (afterok:108(unfulfilled))"),
     stdout_path=(_TEXT, None, "its output file"),
     stderr_path=(_TEXT, None, "its error file"),
     workdir=(_TEXT, None, "its working directory"),
@@ -403,6 +404,7 @@ def job_from_scontrol(rec):
         restarts=_int(rec.get("Restarts")) or 0,
         num_nodes=_int((rec.get("NumNodes") or "").split("-")[0]),
         waits_for_nodes=waits_for_nodes(state, null(rec.get("Reason"))),
+        dependency=null(rec.get("Dependency")),
         stdout_path=null(rec.get("StdOut")),
         stderr_path=null(rec.get("StdErr")),
         workdir=null(rec.get("WorkDir")),
@@ -421,9 +423,25 @@ def unknown_job(job_id):
 
 SQUEUE_FIELDS = ("job_id", "state", "name", "comment")
 SQUEUE_FORMAT = FIELD_SEP.join(["%i", "%T", "%j", "%k"]) + RECORD_SEP
-# what the status playbook shows of each job: why it waits, its nodes, when it may start
-QUEUE_FIELDS = ("job_id", "state", "name", "reason", "num_nodes", "nodelist", "start_time")
-QUEUE_FORMAT = FIELD_SEP.join(["%i", "%T", "%j", "%r", "%D", "%N", "%S"]) + RECORD_SEP
+# what the status playbook shows of each job: why it waits, its nodes, when it may start, the jobs
+# it waits for (%E: the dependencies not yet satisfied)
+QUEUE_FIELDS = ("job_id", "state", "name", "reason", "num_nodes", "nodelist", "start_time", "dependency")
+QUEUE_FORMAT = FIELD_SEP.join(["%i", "%T", "%j", "%r", "%D", "%N", "%S", "%E"]) + RECORD_SEP
+# Slurm's reasons of a job that waits for others: still waiting, or never to start (one of them failed)
+DEPENDENCY_REASONS = ("Dependency", "DependencyNeverSatisfied")
+DEPENDENCY_ITEM = re.compile(r"(after[a-z]*|singleton):?([0-9]+)?(?:_\*)?(?:\+[0-9]+)?(?:\(([a-z]+)\))?$")
+
+
+def parse_dependency(text):
+    """Slurm's remaining dependencies (squeue %E, scontrol's Dependency=), such as
+    'afterok:108(unfulfilled),afterok:109(failed)' -> [{type, job_id, status}] (job_id None for
+    singleton, status None where Slurm adds none); what is not such an item is left out."""
+    items = []
+    for word in re.split(r"[,?]", text or ""):
+        match = DEPENDENCY_ITEM.match(word.strip())
+        if match:
+            items.append(dict(type=match.group(1), job_id=match.group(2), status=match.group(3)))
+    return items
 
 
 def parse_squeue(text, fields=SQUEUE_FIELDS):

@@ -104,8 +104,23 @@ runs:
         V(untrusted) or V(unreadable).
       type: str
     why:
-      description: Slurm's reason while it waits; how the last job ended when it failed.
+      description:
+        - Slurm's reason while it waits; how the last job ended when it failed.
+        - "For a job queued behind others (a run submitted with C(pretrain_watch=false)): C(waiting for the data job 108),
+          or C(data job 108 failed: never starts)."
       type: str
+    samples_done:
+      description: The run's samples job completed (its C(generate.done.json) says so), so its samples are in the run directory.
+      type: bool
+      version_added: 0.2.0
+    waits_for:
+      description:
+        - "The jobs the training job waits for (its C(--dependency)): each one's C(job_id), C(kind) (C(data job), C(venv job),
+          C(samples job), C(training job) or C(job)), C(name), C(state) as Slurm's queue knows it (null once Slurm forgot it),
+          and C(failed) (so the training job never starts); the detail adds the end of a failed one's log."
+      type: list
+      elements: dict
+      version_added: 0.2.0
     job_id:
       description: The run's last job.
       type: str
@@ -192,7 +207,8 @@ def status(slurm):
     if not os.path.isdir(p["workspace"]):
         module.fail_json(msg="workspace %s is not a directory: set slurm_workspace to the run's shared directory" % p["workspace"])
     patterns = compile_patterns(p["progress_regex"] or DEFAULT_PATTERNS)  # a bad pattern: ValueError, said
-    queue = [j for j in client.queue() if j["name"].startswith(p["job_prefix"])]
+    jobs = dict((j["job_id"], j) for j in client.queue())
+    queue = [j for j in jobs.values() if j["name"].startswith(p["job_prefix"])]
     uid = os.getuid()
     names = run_status.run_names(p["workspace"], uid)
     distrust = run_status.workspace_problem(p["workspace"], uid)
@@ -201,7 +217,7 @@ def status(slurm):
         try:
             rows.append(run_status.run_row(p["workspace"], name, [j for j in queue if j["name"] == p["job_prefix"] + name],
                                            p["job_prefix"], p["job_log"], patterns, uid, distrust,
-                                           p["progress_tag"]))
+                                           p["progress_tag"], jobs))
         except Exception as err:  # pylint: disable=broad-exception-caught  # one run's files never end the table
             rows.append(dict(run_status.empty_row(p["workspace"], name), state="unreadable",
                              why="its files could not be read (%s: %s)" % (type(err).__name__, err)))
@@ -220,11 +236,28 @@ def status(slurm):
                            if row["state"] in run_status.ACTIVE_RUN_STATES else log_summary(row["stdout_path"], tail=p["log_lines"]))
                 except (IOError, OSError) as err:
                     module.warn("cannot read %s: %s" % (row["stdout_path"], err))
-            result["detail"] = run_status.detail(row, log)
+            result["detail"] = run_status.detail(row, log, failed_logs(module, client, row, p["log_lines"]))
             if row["job_id"]:
                 slurm.result = result  # Slurm's error now fails with the table
                 result["job"] = run_status.job_of(client.show_job(row["job_id"]), row)
     return result
+
+
+def failed_logs(module, client, row, log_lines):
+    """The last log_lines lines of the log of each job the run's training job waits for that failed
+    (its data job, say): [{kind, path, tail}] - one scontrol (or sacct) question a failed job."""
+    logs = []
+    for wait in row.get("waits_for") or []:
+        if not wait["failed"] or log_lines <= 0:
+            continue
+        path = client.show_job(wait["job_id"]).get("stdout_path")
+        if not path or not os.path.isfile(path):
+            continue
+        try:
+            logs.append(dict(kind=wait["kind"], path=path, tail=tail_lines(path, log_lines)))
+        except (IOError, OSError) as err:
+            module.warn("cannot read %s: %s" % (path, err))
+    return logs
 
 
 def main():

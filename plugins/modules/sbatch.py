@@ -198,6 +198,31 @@ options:
     type: bool
     default: false
     version_added: 0.2.0
+  after_ok:
+    description:
+      - "Jobs (their ids) that must complete successfully before this one may start: it is submitted at once,
+        behind them (C(--dependency=afterok:ID:ID)), so that a pipeline waits in the queue once. Slurm holds
+        it pending (Reason C(Dependency)) until they complete; when one of them fails, for good (Reason
+        C(DependencyNeverSatisfied)). A job Slurm no longer knows (C(squeue), asked once) is left out with a
+        warning: Slurm from 23.02 on refuses a dependency on it."
+      - "Not part of the job's identity, nor of O(keep_script): the same job behind other jobs is the same
+        job. A job re-attached to (O(attach), or the same identity active) that Slurm holds for good
+        because a job it waited for failed is put behind these instead (C(scontrol update
+        Dependency=)), or behind none when the list is empty: a rerun that submitted the failed job again
+        (or found it done) frees it. RV(dependency_updated) says so."
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
+  after_records:
+    description:
+      - "O(done_file) records of other jobs (the data job's, say): while a record does not say its job completed
+        (a job submitted and not waited for, perhaps by an earlier play), this job waits for that job as for
+        those of O(after_ok). A missing or unreadable record, or one naming no Slurm job, adds none."
+    type: list
+    elements: path
+    default: []
+    version_added: 0.2.0
   wait:
     description: Wait until the job has left the active states.
     type: bool
@@ -361,6 +386,19 @@ fingerprint:
   returned: with state=present
   type: str
   sample: 3f1c9a0e5b7d2468
+after_ok:
+  description: The jobs the job was submitted behind (O(after_ok) and O(after_records), less those Slurm forgot); empty when none was submitted.
+  returned: with state=present
+  type: list
+  elements: str
+  sample: ["108"]
+  version_added: 0.2.0
+dependency_updated:
+  description: With O(after_ok), the job re-attached to was held for good by a dependency that failed, and is now behind O(after_ok).
+  returned: with state=present
+  type: bool
+  sample: false
+  version_added: 0.2.0
 cmd:
   description: The C(sbatch) argument vector, when the job is (or would be) submitted.
   returned: when submitted
@@ -428,6 +466,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record,
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import holds, replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import output_tail
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import JOB_ID
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import failure_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
@@ -510,6 +549,8 @@ def main():
             cancel_on_timeout=dict(type="bool", default=True),
             log_tail_lines=dict(type="int", default=30),
             event_state_file=dict(type="path"),
+            after_ok=dict(type="list", elements="str", default=[]),
+            after_records=dict(type="list", elements="path", default=[]),
             **job_watch.ARGUMENT_SPEC
         ),
         wait=3600,
@@ -595,7 +636,14 @@ def submit(module, client, p):
     """The job submitted, unless done_file records it, or Slurm has it active or completed."""
     content, option_argv, export_argv, env, fp = identity(module, p)
     result = dict(changed=False, fingerprint=fp, submitted=False, cmd=None, done=False, attached=False,
-                  from_record=False, watched=False)
+                  from_record=False, watched=False, dependency_updated=False, after_ok=[])
+    after_ok = [str(job_id).strip() for job_id in p["after_ok"] if str(job_id).strip()]
+    if any(not JOB_ID.match(job_id) for job_id in after_ok):
+        module.fail_json(msg="after_ok=%r: each item must be a Slurm job id such as 42" % (p["after_ok"],))
+    for path in p["after_records"]:
+        job_id = done_record.pending_job(path)
+        if job_id and job_id not in after_ok:
+            after_ok.append(job_id)
 
     kept = sbatch_argv.kept_script(content, p["name"], p["chdir"], option_argv + export_argv)
     # an active job of this name, whatever it runs, is the stage's job (attach): never doubled. A
@@ -608,6 +656,7 @@ def submit(module, client, p):
         if p["keep_script"] and sbatch_argv.fingerprint_of_comment(attached["comment"]) == fp:
             keep_script(module, p["keep_script"], kept, result)
         job = patient.wait(lambda: client.show_job(attached["job_id"]), lambda _job: True, 0)[0]
+        job = free_of_failed_dependency(module, client, job, after_ok, result, jobs)
         result.update(job_result(job), attached=True)
         return result
 
@@ -639,8 +688,11 @@ def submit(module, client, p):
         module.fail_json(msg="bad_nodes_file %s names %r, which is no node name: correct or remove that file"
                          % (p["bad_nodes_file"], [n for n in recorded if not sbatch_argv.is_node_name(n)]))
     exclude += recorded
+    after_ok = still_known(module, client, after_ok, jobs)
+    result["after_ok"] = after_ok
     argv = sbatch_argv.submit_argv(client.bin("sbatch"), p["name"], sbatch_argv.identity_comment(fp), p["chdir"],
-                                   option_argv + (["--exclude=" + ",".join(exclude)] if exclude else []),
+                                   option_argv + (["--exclude=" + ",".join(exclude)] if exclude else [])
+                                   + (["--dependency=afterok:" + ":".join(after_ok)] if after_ok else []),
                                    export_argv, p["script"])
 
     # written before the job is submitted: a job sbatch rejects can be submitted again by hand
@@ -650,6 +702,8 @@ def submit(module, client, p):
     if found is not None:
         job = client.show_job(found["job_id"]) if found.get("source") != "sacct" else found
         result["attached"] = found["state"] in ACTIVE_STATES
+        if result["attached"]:
+            job = free_of_failed_dependency(module, client, job, after_ok, result, jobs)
     elif module.check_mode:
         result.update(job_result(unknown_job("")), job_id=None, state=None, reason=None,
                       changed=True, submitted=True, cmd=argv)
@@ -699,6 +753,34 @@ def submit(module, client, p):
     if result["done"] and p["done_file"] and not module.check_mode:
         write_record(module, p["done_file"], dict(job, name=p["name"]), fp, result)
     return result
+
+
+def still_known(module, client, after_ok, jobs=None):
+    """The jobs of after_ok Slurm still knows (one squeue, unless jobs lists the user's already): a
+    job it has forgotten (long ended) is no dependency Slurm takes from 23.02 on ("Job dependency
+    problem"), so it is left out, with a warning."""
+    if not after_ok:
+        return []
+    known = set(j["job_id"] for j in (client.jobs_of_user() if jobs is None else jobs))
+    forgotten = [job_id for job_id in after_ok if job_id not in known]
+    if forgotten:
+        module.warn("after_ok: Slurm no longer knows job(s) %s (ended long ago): this job does not wait for them"
+                    % ", ".join(forgotten))
+    return [job_id for job_id in after_ok if job_id in known]
+
+
+def free_of_failed_dependency(module, client, job, after_ok, result, jobs=None):
+    """The job re-attached to, put behind after_ok (or behind nothing) when Slurm holds it for good
+    because a job it waited for failed (DependencyNeverSatisfied); else the job as it is."""
+    if job.get("state") != "PENDING" or job.get("reason") != "DependencyNeverSatisfied":
+        return job
+    after_ok = still_known(module, client, after_ok, jobs)
+    result.update(changed=True, dependency_updated=True, after_ok=after_ok)
+    if module.check_mode:
+        return job
+    client.run([client.bin("scontrol"), "update", "JobId=" + str(job["job_id"]),
+                "Dependency=" + ("afterok:" + ":".join(after_ok) if after_ok else "")])
+    return client.show_job(job["job_id"])
 
 
 def keep_script(module, path, content, result):

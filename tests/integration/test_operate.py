@@ -97,11 +97,13 @@ def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resum
     values_a = run_vars(run_a, steps=60, pause=0.6, interval=0, slurm_nodes=2, pretrain_signal_lead=60,
                         pretrain_restarts_in_job=1, pretrain_watch=False)
     values_b = run_vars(run_b, steps=5, pause=0, slurm_nodes=1, run_script=FAILING_SCRIPT, pretrain_watch=False)
-    values_c = run_vars(run_c, steps=20, pause=0, slurm_nodes=1, pretrain_watch=False)
+    # c: a new run, its whole pipeline queued at once (one queue wait): the data job, the training job
+    # behind it, the samples job behind that (inference_after_training)
+    values_c = run_vars(run_c, steps=20, pause=0, slurm_nodes=1, pretrain_watch=False, inference_after_training=True)
 
-    # each run's data job first (the deploy stage waits for it), while the cluster is free
-    for values in (values_a, values_b, values_c):
-        play("pretrain.yml", values, tags="nccl_env,deploy")
+    # a's and b's data jobs first (the deploy stage waits for them), while the cluster is free
+    for values in (values_a, values_b):
+        play("pretrain.yml", dict(values, pretrain_watch=True), tags="nccl_env,deploy")
     foreign = start_other_users_job()
 
     # stop.yml finds no job of ours in the run: the other user's job of that name is not touched
@@ -112,12 +114,20 @@ def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resum
     # submit and return, no watch and no inference (c: the whole pipeline, a and b: the pretrain stage)
     for values in (values_a, values_b, values_c):
         result = play("pretrain.yml", values, tags=None if values is values_c else "pretrain")
-        assert "is submitted and not watched (pretrain_watch=false); the pipeline ends here" in result.output, \
-            result.output[-4000:]
+        assert "and not watched (pretrain_watch=false)" in result.output, result.output[-4000:]
         assert not os.path.exists(os.path.join(RUNS, values["run_name"], "samples.txt"))
+    # c's play returned before its data job ran (the other user's job holds every node): its training
+    # job is queued behind the data job, and its samples job behind the training job
+    data_c = slurm("squeue", "--noheader", "--states=all", "--name=llmtrain-prepare-" + run_c, "--format=%i %T").split()
+    assert len(data_c) == 2 and data_c[1] == "PENDING", data_c
+    train_c = slurm("squeue", "--noheader", "--name=llmtrain-" + run_c, "--format=%i %r %E").split()
+    assert train_c[1:] == ["Dependency", "afterok:%s(unfulfilled)" % data_c[0]], train_c
+    assert "behind job(s) %s of the deploy stage; the pipeline ends here" % data_c[0] in result.output, result.output[-4000:]
+    assert "is queued behind training job %s (inference_after_training)" % train_c[0] in result.output, result.output[-4000:]
     rows = table_rows(status())
-    for run in (run_a, run_b, run_c):
+    for run in (run_a, run_b):
         assert re.match(r"%s +queued \((Resources|Priority)\) +\d+ " % run, rows[run]), rows
+    assert re.match(r"%s +queued \(waiting for the data job %s\) +%s " % (run_c, data_c[0], train_c[0]), rows[run_c]), rows
     # nor the other user's job, as a job id (a word of its own: its digits may well be part of a
     # run's tokens/s or of a time, as on a new controller whose job ids are small)
     assert foreign not in " ".join(rows.values()).split(), rows
@@ -163,10 +173,16 @@ def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resum
     assert detail[tail].endswith("/logs/llmtrain-%s-%s.out:" % (run_b, failed.group(1))) and \
         len(detail) - tail - 1 == 20, detail
 
-    # c, never watched, is collected and reported by status.yml alone
+    # c, never watched, sampled by its samples job (it marks its own record), is collected and reported by
+    # status.yml alone, with its samples
+    samples_done = os.path.join(WORKSPACE, run_c, "generate.done.json")
+    wait_for(lambda: os.path.exists(samples_done) and json.load(open(samples_done))["state"] == "COMPLETED", 300,
+             "run c's samples job to complete")
     detail = status("-e", "run_name=" + run_c)
     report = open(os.path.join(RUNS, run_c, "report.md")).read()
     assert "Steps: 20 of 20" in report and os.path.exists(os.path.join(RUNS, run_c, "loss.png")), detail[-4000:]
+    samples = open(os.path.join(RUNS, run_c, "samples.txt")).read()
+    assert samples.startswith("=== prompt 1: ") and samples.rstrip("\n") in report, detail[-4000:]
     # with the release it ran on (its preflight's): this machine's own, or the one a release session brought up
     assert re.search(r"^- Slurm version: %s\.\d+" % (re.escape(RELEASE) if RELEASE != "system" else r"\d+\.\d+"),
                      report, flags=re.M), report

@@ -1,10 +1,10 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A training job that finished records it itself: its job script, at its end, marks the run's
-done record (train.done.json, written by llmtrain.slurm.sbatch when it submitted the job, with the
-job's fingerprint) COMPLETED when that record names this job. A run submitted without a watch
-(pretrain_watch: false) is then known finished by the next pipeline run or status playbook, also
-once Slurm has forgotten the job: nothing is submitted again.
+"""A job that finished records it itself: its job script, at its end, marks its done record
+(train.done.json, data/prepare.done.json, written by llmtrain.slurm.sbatch when it submitted the job,
+with the job's fingerprint) COMPLETED when that record names this job. A job nobody waited for (a run
+submitted with pretrain_watch: false, its jobs chained) is then known finished by the next pipeline
+run or status playbook, also once Slurm has forgotten the job: nothing is submitted again.
 
     python -m llmtrain_node.job_end --done-file <run>/train.done.json --job-id ID
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -45,7 +46,7 @@ def mark(done_file, job_id, now=None):
     if new is None:
         return "%s names another job than %s: left as it is" % (done_file, job_id)
     replace_file(done_file, (json.dumps(new, sort_keys=True) + "\n").encode("utf-8"),
-                 prefix=".train.done.json.", fsync=True)
+                 prefix=".%s." % os.path.basename(done_file), fsync=True)
     return None
 
 

@@ -87,7 +87,7 @@ LAYOUT = {
            "each with mode 0600",
     "scripts": "the job scripts and the code the jobs run (the deploy stage; the node package)",
     "src": "your code with run_source_dir (the deploy stage, source_sync.py)",
-    "data": "the tokenized dataset and its record data/prepare.done.json (the deploy stage)",
+    "data": "the tokenized dataset and its record data/prepare.done.json (the deploy stage; the job marks it completed)",
     "tensorboard": "the reference trainer's TensorBoard event files",
     "wandb": "offline W&B runs (run_wandb_mode: offline)",
     "archive": "<time>/: a finished run moved aside by run_force",
@@ -97,7 +97,7 @@ LAYOUT = {
     "prompts.json": "the inference stage's prompts",
     "samples.txt": "the generated text (the inference stage)",
     "samples.json": "the generated text as records (the inference stage)",
-    "generate.done.json": "the record of the finished generation job (done_record.py)",
+    "generate.done.json": "the record of the samples job (done_record.py; the job marks it completed, job_end.py)",
 }
 
 # what a job reads of starts.jsonl (its end) for the nodes of the start before, and of a marker

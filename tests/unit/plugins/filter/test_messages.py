@@ -1,6 +1,14 @@
 """The messages a failed training job ends the play with, word for word."""
 
+import json
+import os
+import re
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.filter import messages
 from ansible_collections.llmtrain.slurm.plugins.filter.messages import job_failure_message, lost_nodes_message
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import job_from_scontrol, parse_records
 
 REQUEUED = dict(job_id="17", restarts=1, reason="ReqNodeNotAvail", partition="debug", waits_for_nodes=True)
 DOWN = [dict(name="slurm-worker-1", partitions=["debug"], state="down", state_flags=["not_responding"],
@@ -154,3 +162,19 @@ def test_a_job_stopped_on_request_says_so_and_how_to_resume():
     assert lines[2] == ("It was stopped on request (playbooks/stop.yml) with a checkpoint and not requeued: "
                         "playbooks/pretrain.yml resumes the run from its newest checkpoint.")
     assert "stopped on request" not in job_failure_message(FAILED, {}, *WHERE)
+
+
+@pytest.mark.parametrize("release", ["22.05", "26.05"])
+def test_a_training_job_held_for_good_by_a_failed_data_job_says_so(release):
+    """scontrol's record of the training job once the data job it waited for failed, as each release wrote it."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm", "dependency.json")) as handle:
+        recorded = json.load(handle)["releases"][release]
+    job = job_from_scontrol(parse_records(recorded["never_scontrol"], "JobId")[0])
+    failed = re.search(r"afterok:(\d+)\(failed\)", recorded["never_scontrol"]).group(1)
+    text = messages.never_starts_message(job, "llmtrain-probe", "probe").split("\n")
+    assert text == [
+        "Training job %s (llmtrain-probe) never starts: job %s, which it waits for (afterok:%s(failed)), failed, and Slurm "
+        "holds it queued for good (reason DependencyNeverSatisfied)." % (job["job_id"], failed, failed),
+        "That job's log: ansible-playbook playbooks/status.yml -e run_name=probe -e status_log_lines=40. Fix what it says and "
+        "run the playbook again: it submits that job again and puts this training job behind it (it keeps its place in the "
+        "queue), or `scancel %s` to give it up." % job["job_id"]]

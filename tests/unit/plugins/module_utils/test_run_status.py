@@ -5,9 +5,12 @@ import json
 import os
 import time
 
+import pytest
+
 from ansible_collections.llmtrain.slurm.plugins.module_utils import run_status
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_end, run_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import QUEUE_FIELDS, parse_dependency, parse_squeue
 
 PATTERNS = compile_patterns(DEFAULT_PATTERNS)
 
@@ -225,3 +228,53 @@ def test_a_job_that_finished_marks_its_done_record(tmp_path):
                                                 exit_code="0:0", end_time="T")
     done.write_text("{half")
     assert "cannot read" in job_end.mark(str(done), "5")
+
+
+def recorded_dependency(release):
+    """The queue Slurm answered, recorded (fixtures/slurm/dependency.json): a training job behind a data
+    job and a venv job, while they run and once the data job failed; each queue as the status reads it."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm", "dependency.json")) as handle:
+        recorded = json.load(handle)["releases"][release]
+    return dict((key, parse_squeue(recorded[key], QUEUE_FIELDS)) for key in ("waiting", "never"))
+
+
+@pytest.mark.parametrize("release", ["22.05", "26.05"])
+def test_a_training_job_queued_behind_the_data_job_says_which_and_why_it_never_starts(tmp_path, release):
+    queues = recorded_dependency(release)
+    make_run(tmp_path, "probe")
+    # the run's training job has no start line yet: queued behind the data and venv jobs
+    for key in ("waiting", "never"):
+        jobs = dict((j["job_id"], j) for j in queues[key])
+        training = next(j for j in queues[key] if j["name"] == "llmtrain-probe")
+        (tmp_path / "probe" / "train.done.json").write_text(json.dumps(dict(fingerprint="ab" * 8, job_id=training["job_id"],
+                                                                            state="PENDING")))
+        found = run_status.run_row(str(tmp_path), "probe", [training], "llmtrain-", "logs/%x-%j.out", PATTERNS, jobs=jobs)
+        data = next(j["job_id"] for j in queues[key] if j["name"] == "llmtrain-prepare-probe")
+        venv = next(j["job_id"] for j in queues[key] if j["name"] == "llmtrain-venv")
+        if key == "waiting":
+            assert found["state"] == "queued"
+            assert found["why"] == "waiting for the data job %s and the venv job %s" % (data, venv)
+            assert [(w["kind"], w["job_id"], w["state"], w["failed"]) for w in found["waits_for"]] == [
+                ("data job", data, "RUNNING", False), ("venv job", venv, "RUNNING", False)]
+        else:
+            # Slurm drops the venv job it no longer waits for, and says the data job failed
+            assert found["why"] == "data job %s failed: never starts" % data
+            assert [(w["kind"], w["state"], w["failed"]) for w in found["waits_for"]] == [("data job", "FAILED", True)]
+            table = "\n".join(run_status.table([found]))
+            assert "queued (data job %s failed: never starts)" % data in table
+            text = run_status.detail(found, None, [dict(kind="data job", path="/w/probe/logs/d.out",
+                                                        tail=["Traceback (most recent call last):", "\x1b[31mOSError: no such file"])])
+            assert "  waits for the data job %s (FAILED): it failed, so this job never starts. Fix what its log says, then run " \
+                   "playbooks/pretrain.yml again: it submits the data job again and puts this job behind it" % data in text
+            assert text[-3:] == ["Last 2 lines of the data job's log, /w/probe/logs/d.out:", "  Traceback (most recent call last):",
+                                 "  OSError: no such file"]  # the escape sequence stripped
+
+
+def test_dependencies_as_slurm_writes_them():
+    assert parse_dependency("afterok:108(unfulfilled),afterok:109(failed)") == [
+        dict(type="afterok", job_id="108", status="unfulfilled"), dict(type="afterok", job_id="109", status="failed")]
+    # an array's and a delayed one's, one of any, singleton; nothing of a job without any
+    assert parse_dependency("afterok:12_*(unfulfilled)?after:13+5(unfulfilled),singleton(unfulfilled)") == [
+        dict(type="afterok", job_id="12", status="unfulfilled"), dict(type="after", job_id="13", status="unfulfilled"),
+        dict(type="singleton", job_id=None, status="unfulfilled")]
+    assert parse_dependency(None) == [] and parse_dependency("(null)") == [] and parse_dependency("afterok:x;rm") == []

@@ -30,8 +30,8 @@ def test_one_query_for_every_run_and_the_failed_one_in_detail(monkeypatch, capsy
     (failed / "logs" / "llmtrain-b-8.out").write_text(
         "llmtrain: job 8 start 1 on n1, master n1:20008\n[rank1]: Traceback (most recent call last):\n"
         '[rank1]:   File "train.py", line 3, in <module>\n[rank1]: ValueError: boom\nlast line\n')
-    queue = squeue_rows(["7", "PENDING", "llmtrain-a", "Resources", "2", "", "N/A"],
-                        ["5", "RUNNING", "other-job", "None", "1", "n3", "2026-12-05T00:00:00"])
+    queue = squeue_rows(["7", "PENDING", "llmtrain-a", "Resources", "2", "", "N/A", "(null)"],
+                        ["5", "RUNNING", "other-job", "None", "1", "n3", "2026-12-05T00:00:00", "(null)"])
     s = Slurm(monkeypatch, [(QUEUE, (0, queue, "")), (scontrol_job(8), (1, "", "slurm_load_jobs error: Invalid job id specified"))],
               bins=("squeue", "scontrol", "sacct"))
     monkeypatch.setattr(slurm_client.Slurm, "sacct_available", lambda self: False)
@@ -63,7 +63,7 @@ def test_a_running_jobs_log_is_read_from_its_end(monkeypatch, capsys, tmp_path):
     (running / "logs").mkdir()
     # a week of log lines: only the end is read (1 MiB at most), and its first line is cut
     (running / "logs" / "llmtrain-r-9.out").write_text("".join("iter %d: loss 2.5, time 1ms\n" % i for i in range(200000)))
-    queue = squeue_rows(["9", "RUNNING", "llmtrain-r", "None", "1", "n1", "2026-12-05T00:00:00"])
+    queue = squeue_rows(["9", "RUNNING", "llmtrain-r", "None", "1", "n1", "2026-12-05T00:00:00", "(null)"])
     Slurm(monkeypatch, [(QUEUE, (0, queue, "")), (scontrol_job(9), (0, job_text("running", 9), ""))])
     result = run(run_status.main, dict(workspace=str(tmp_path), run="r", log_lines=2), capsys)
     assert result["runs"][0]["state"] == "running" and result["runs"][0]["step"] == 199999
@@ -82,7 +82,7 @@ def test_one_run_whose_files_cannot_be_read_is_a_row_that_says_so(monkeypatch, c
             raise OverflowError("cannot convert float infinity to integer")  # what a record once raised
         return real(run_dir, job_log, patterns, tag)
     monkeypatch.setattr(run_status.run_status, "progress", progress)
-    Slurm(monkeypatch, [(QUEUE, (0, squeue_rows(["8", "RUNNING", "llmtrain-b", "None", "1", "n1", "T"]), ""))])
+    Slurm(monkeypatch, [(QUEUE, (0, squeue_rows(["8", "RUNNING", "llmtrain-b", "None", "1", "n1", "T", "(null)"]), ""))])
     result = run(run_status.main, dict(workspace=str(tmp_path)), capsys)
     assert [r["run"] for r in result["runs"]] == ["a", "b"] and result["runs"][0]["state"] != "unreadable"
     assert result["runs"][1]["state"] == "unreadable"
@@ -94,7 +94,7 @@ def test_a_workspace_others_can_replace_runs_is_untrusted_and_nothing_is_read_or
     workspace = tmp_path / "shared"
     make_run(workspace, "r", "9", dict(job_id="9", start=1, nodes="n1", left="", time="T"))
     os.chmod(workspace, 0o777)
-    Slurm(monkeypatch, [(QUEUE, (0, squeue_rows(["9", "RUNNING", "llmtrain-r", "None", "1", "n1", "T"]), ""))])
+    Slurm(monkeypatch, [(QUEUE, (0, squeue_rows(["9", "RUNNING", "llmtrain-r", "None", "1", "n1", "T", "(null)"]), ""))])
     result = run(run_status.main, dict(workspace=str(workspace), run="r", log_lines=5), capsys)
     row = result["runs"][0]
     assert (row["state"], row["job_id"], row["stdout_path"]) == ("untrusted", None, None)

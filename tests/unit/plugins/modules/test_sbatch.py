@@ -807,3 +807,70 @@ def test_attach_waits_for_a_controller_that_does_not_answer_up_to_unreachable_ti
     result = run(sbatch.main, dict(name="train", content=SCRIPT, attach=True), capsys)
     s.done()
     assert result["failed"] and result["controller_unreachable"] and "Run this again" in result["msg"]
+
+
+def test_after_ok_queues_the_job_behind_those_slurm_knows_and_keeps_its_identity(monkeypatch, capsys):
+    """The training job of a run nobody watches goes behind its data and venv jobs at once; the dependency
+    is no part of its fingerprint, and a job Slurm forgot (26.05 refuses a dependency on it) is left out."""
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda module, msg: warned.append(msg))
+    fp = fp_of()
+    queue = (0, squeue_rows(["30", "RUNNING", "llmtrain-prepare-r", "llmtrain:" + "1" * 16],
+                            ["29", "COMPLETED", "llmtrain-venv", "llmtrain:" + "2" * 16]), "")
+    s = Slurm(monkeypatch, [
+        (SQUEUE, queue),
+        (SQUEUE, queue),
+        (submit_argv(fp=fp, extra=["--dependency=afterok:30:29"]), (0, "31\n", "")),
+        (scontrol_job(31), (0, job_text("pending", 31), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, after_ok=["30", "29", "7"]), capsys)
+    s.done()
+    assert result["submitted"] and result["job_id"] == "31" and result["fingerprint"] == fp
+    assert warned == ["after_ok: Slurm no longer knows job(s) 7 (ended long ago): this job does not wait for them"]
+
+
+def test_after_ok_takes_job_ids_only(monkeypatch, capsys):
+    Slurm(monkeypatch, [])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, after_ok=["30", "30;rm -rf /"]), capsys)
+    assert result["failed"] and result["msg"] == "after_ok=['30', '30;rm -rf /']: each item must be a Slurm job id such as 42"
+
+
+@pytest.mark.parametrize("release", ["22.05", "26.05"])
+@pytest.mark.parametrize("after_ok, dependency", [(["40"], "Dependency=afterok:40"), ([], "Dependency=")])
+def test_a_job_re_attached_to_that_a_failed_dependency_holds_is_put_behind_the_new_one(
+        monkeypatch, capsys, after_ok, dependency, release):
+    """A rerun submitted the failed data job again (or found the data done): the training job Slurm held
+    for good (DependencyNeverSatisfied, as each release recorded it says) waits for the new one, or for none."""
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm", "dependency.json")) as handle:
+        never = json.load(handle)["releases"][release]["never_scontrol"]
+    job_id = re.match(r"JobId=(\d+) ", never).group(1)
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, squeue_rows([job_id, "PENDING", "train", "llmtrain:" + "3" * 16],
+                                 ["40", "PENDING", "llmtrain-prepare-r", "llmtrain:" + "1" * 16]), "")),
+        (scontrol_job(job_id), (0, never, "")),
+        (["/usr/bin/scontrol", "update", "JobId=" + job_id, dependency], (0, "", "")),
+        (scontrol_job(job_id), (0, job_text("pending", job_id), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, attach=True, after_ok=after_ok), capsys)
+    s.done()
+    assert result["attached"] and result["dependency_updated"] and result["changed"] and not result["submitted"]
+    assert result["job_id"] == job_id and result["after_ok"] == after_ok
+
+
+def test_after_records_add_the_jobs_not_yet_recorded_completed(monkeypatch, capsys, tmp_path):
+    """The data job's record, written as it was submitted and not waited for (an earlier play), names the
+    job the training job goes behind; one that says it completed, a missing one or one naming no job adds none."""
+    pending, completed, bad = tmp_path / "prepare.done.json", tmp_path / "venv.json", tmp_path / "bad.json"
+    pending.write_text(json.dumps(dict(fingerprint="1" * 16, job_id="30", state="PENDING")))
+    completed.write_text(json.dumps(dict(fingerprint="2" * 16, job_id="29", state="COMPLETED")))
+    bad.write_text(json.dumps(dict(fingerprint="3" * 16, job_id="$(reboot)", state="PENDING")))
+    fp = fp_of()
+    s = Slurm(monkeypatch, [
+        (SQUEUE, (0, squeue_rows(["30", "PENDING", "llmtrain-prepare-r", "llmtrain:" + "1" * 16]), "")),
+        (submit_argv(fp=fp, extra=["--dependency=afterok:30"]), (0, "31\n", "")),
+        (scontrol_job(31), (0, job_text("pending", 31), "")),
+    ])
+    result = run(sbatch.main, dict(name="train", content=SCRIPT, attach=True,
+                                   after_records=[str(pending), str(completed), str(bad), str(tmp_path / "none.json")]), capsys)
+    s.done()
+    assert result["submitted"] and result["after_ok"] == ["30"] and result["fingerprint"] == fp
