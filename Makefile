@@ -33,10 +33,12 @@ cluster-down: venv
 pretrain: venv
 	ansible-playbook playbooks/pretrain.yml
 
-# Fresh machine -> every test: unit first (pytest, then ansible-test units on the plugin
-# tests), then integration on the local cluster (the test session brings it up and takes it
-# down again).
-test: venv test-unit units test-integration test-releases molecule
+# Fresh machine -> every test: unit first (pytest: the plugin tests with the others), then
+# integration on the local cluster (the test session brings it up and takes it down again).
+# `make units` runs the plugin tests again the way ansible-test imports the collection; the
+# import path it checks, `make sanity`'s import test checks too, so `make test` does not run
+# the same tests twice.
+test: venv test-unit test-integration test-releases molecule
 
 # Two workers (pytest-xdist): the trainer's tests wait on their own rank processes, so the
 # unit tests take about 2.5 minutes here instead of 4. UNIT_WORKERS=0 runs them in one process.
@@ -98,9 +100,9 @@ sanity: ansible-test-tree
 	$(BIN)/python tools/ansible_test_pip.py >/dev/null
 	$(ANSIBLE_TEST) sanity --local --python $(ANSIBLE_TEST_PYTHON) $(ANSIBLE_TEST_ARGS)
 
-# ansible-test units on the plugin tests, with this venv's Python (it has pytest-xdist,
-# pytest-mock and mock from requirements.txt), the way Ansible's own CI imports the
-# collection. The trainer, run report and inventory tests run under pytest only (make
+# ansible-test units on the plugin tests (make test-unit runs them too, under pytest), with this
+# venv's Python (it has pytest-xdist, pytest-mock and mock from requirements.txt), the way
+# Ansible's own CI imports the collection. The trainer, run report and inventory tests run under pytest only (make
 # test-unit): the trainer's need torch, which ansible-test's own environments lack, and
 # they train in subprocesses that ansible-test's parallel workers slow about six times.
 units: ansible-test-tree
