@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / ".collections"), str(ROOT / "tests")]
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package  # noqa: E402
+from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger, node_package  # noqa: E402
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP  # noqa: E402
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files  # noqa: E402
 from webhook_receiver import Receiver  # noqa: E402
 
@@ -155,7 +156,20 @@ def end_figures():
             rows = run_files.usage(run_files.records(starts), now)
         rows_ms = (time.process_time() - clock) * 1000 / RUNS
         usage_bytes = os.path.getsize(os.path.join(tmp, run_files.USAGE))
+    # sacct's answer for the same week (-X --duplicates: a line per start of the training job, the data
+    # and samples jobs' lines), read into the ledger the status and the report show
+    tres = "billing=%d,cpu=%d,gres/gpu=%d,mem=%dG,node=%d" % (NODES * 96, NODES * 96, NODES * 8, NODES * 1024, NODES)
+    lines = [FIELD_SEP.join(["9", "9", "REQUEUED", time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(first + i * START_EVERY_S)),
+                             str(START_EVERY_S - 60), tres]) for i in range(count)]
+    lines += [FIELD_SEP.join([j, j, "COMPLETED", "2026-12-01T00:00:00", "300", "billing=1,cpu=1,mem=2G,node=1"]) for j in ("7", "11")]
+    answer = "\n".join(lines) + "\n"
+    kinds = dict([("9", "train"), ("7", "data"), ("11", "samples")])
+    clock = time.process_time()
+    for _run in range(RUNS):
+        book = ledger.ledger(ledger.parse_usage(answer), kinds)
+    sacct_ms = (time.process_time() - clock) * 1000 / RUNS
     return dict(starts=count, size_kb=size / 1024, totals_ms=totals_ms, rows_ms=rows_ms, usage_bytes=usage_bytes,
+                sacct_kb=len(answer) / 1024, sacct_ms=sacct_ms, sacct_gpu_hours=book["train"]["gpu_hours"],
                 counted=len(rows), gpu_hours=totals["gpu_hours"], row_gpu_hours=sum(
                     r["seconds"] * r["node_count"] for r in rows) * 8 / 3600)
 
@@ -172,6 +186,8 @@ def render(result, form):
             e["usage_bytes"], e["starts"], NODES), "%.2f ms CPU" % e["totals_ms"]),
         ("the report's rows: a week's starts.jsonl (%.0f KiB, a start every %d h)" % (
             e["size_kb"], START_EVERY_S // 3600), "%.1f ms CPU, %d starts" % (e["rows_ms"], e["counted"])),
+        ("the ledger from sacct for the status and the report: one answer of %.0f KiB (a line per start, the data and "
+         "samples jobs) read into it" % e["sacct_kb"], "%.2f ms CPU, %.0f GPU-hours" % (e["sacct_ms"], e["sacct_gpu_hours"])),
     ]
     if form == "markdown":
         head = "Medians of %d runs of the shipped job on this machine (%d with the webhook not answering)." % (
