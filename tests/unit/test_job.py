@@ -334,3 +334,38 @@ def test_the_job_runs_on_the_oldest_python_it_documents(fake, monkeypatch):
     status, out = fake.run(fake.step("true"), restart=1)
     assert status == 0, out
     assert [line.get("how") for line in fake.lines()] == [None, "requeued", None, "finished"]
+
+
+STRAY_LOG = os.path.join(os.path.dirname(__file__), "fixtures", "slurm", "job_logs", "stray_sigterm_at_start.out")
+
+
+@pytest.mark.parametrize("show_job, requeued", [
+    ("JobId=42 JobState=RUNNING Reason=None", True),
+    # its time limit (EndTime now, the controller's local time): Slurm's own SIGTERM
+    ("JobId=42 JobState=RUNNING EndTime=%s" % time.strftime("%Y-%m-%dT%H:%M:%S"), False),
+    ("JobId=42 JobState=COMPLETING", False),
+])
+def test_a_step_a_stray_sigterm_ended_before_its_ranks_could_stop_requeues_the_job_uncounted(fake, show_job, requeued):
+    """The training step's own lines of a stray SIGTERM a second into a start (recorded, SOURCES.md): srun
+    tells the task Terminated, then ends the step; the job requeues itself uncounted while Slurm runs it on."""
+    (fake.slurm / "show_job").write_text(show_job)
+    with open(STRAY_LOG) as handle:
+        step_lines = [line for line in handle.read().splitlines()[5:] if not line.startswith("llmtrain: job")]
+    (fake.root / "step.out").write_text("\n".join(step_lines) + "\n")
+    log = fake.root / "job.out"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([JOB_PYTHON, "-m", "llmtrain_node.job", json.dumps(fake.config), "--", "sh", "-c",
+                                 'cat "%s"; exit 143' % (fake.root / "step.out")],
+                                cwd=str(fake.root), env=dict(fake.env, SLURM_RESTART_COUNT="0"), stdout=out,
+                                stderr=subprocess.STDOUT)
+        status = proc.wait(60)
+    text = log.read_text()
+    if requeued:
+        assert status == 0, text
+        assert "scontrol requeue 42" in fake.calls()
+        assert ("the training step ended (exit code 143) on a SIGTERM to its tasks (srun: error: slurm3-worker-1: task 1: "
+                "Terminated) while Slurm still runs the job") in text, text
+        assert "uncounted requeue 1 of 3 of this job" in text and fake.lines()[-1]["how"] == "requeued"
+    else:
+        assert status == 143 and "scontrol requeue 42" not in fake.calls(), text
+        assert fake.lines()[-1]["how"] == "failed"

@@ -23,7 +23,8 @@ What it does, in order:
    requeues itself while run_requeue_max allows;
 4. the training step runs, with the hang watch beside it; a stop notice to this process now is
    passed on to the training step; the training stopping with a checkpoint (PREEMPTED) requeues
-   the job, uncounted where the SIGTERM that stopped it was not Slurm's (stray_sigterm);
+   the job, uncounted where the SIGTERM that stopped it was not Slurm's (stray_sigterm), and so
+   does a step that such a SIGTERM ended before its ranks could stop (stray_sigterm_failure);
 5. a signal that ends this process (a cancel's or the time limit's SIGTERM) is named in the end line;
 6. with run_notify, each of these is sent to the run's webhooks (notify.py): the start (with the
    nodes the start before had and this one lacks, and Slurm's reason for each: a lost node's
@@ -480,10 +481,30 @@ class Job:
         reaches the node's slurmd, which signals every step of the job id there, this start's too
         (docs/reliability.md, row 3). Known by the stop naming SIGTERM while the controller still
         runs the job: no time limit, cancel, requeue or preemption's grace time (PreemptTime)."""
-        if '"SIGTERM"' not in run_files.head(self.file(run_files.PREEMPTED)):
-            return False
+        return '"SIGTERM"' in run_files.head(self.file(run_files.PREEMPTED)) and self.slurm_runs_on()
+
+    def slurm_runs_on(self):
+        """Slurm still runs the job as before: RUNNING, not preempted, its time limit not near."""
         job = (self.show("job", self.job_id) or [{}])[0]
-        return job.get("JobState") == "RUNNING" and not preempted(job)
+        left = time_left(job)
+        near = int(self.config.get("signal_lead") or 0) + LIMIT_NOTICE_SLACK_S
+        return job.get("JobState") == "RUNNING" and not preempted(job) and (left is None or left > near)
+
+    def stray_sigterm_failure(self):
+        """The training step failed because a SIGTERM that Slurm did not send to end the job reached one
+        of its tasks before its ranks could stop with a checkpoint (a second into the start, say, as
+        stray_sigterm's request lands): the line of this start's log where a task ended on a SIGTERM
+        before any ended otherwise (srun's "task 1: Terminated", the launcher's death signal), while
+        Slurm runs the job on; else None. srun ending the step because a task failed comes after that
+        task's own end, so a failure of the training is never taken for it."""
+        try:
+            log = os.readlink("/proc/self/fd/1")
+            if not os.path.isfile(log):
+                return None
+            line = job_log.log_summary(log, tail=0, errors=0, max_bytes=LOG_READ_MAX_BYTES)["sigterm_first"]
+        except OSError:
+            return None
+        return line if line and self.slurm_runs_on() else None
 
     def notice_cause(self):
         """What the stop notice that stopped the training was, for its notification: a preemption's
@@ -570,6 +591,13 @@ class Job:
                     "preemption (a resent request to end an earlier start, after a lost node came back)" % stopped,
                     uncounted=True)
             self.requeue_or_stop(stopped, cause=self.notice_cause())
+        sigterm = self.stray_sigterm_failure() if status != 0 else None
+        if sigterm:
+            self.requeue_or_stop(
+                "the training step ended (exit code %d) on a SIGTERM to its tasks (%s) while Slurm still runs the job: "
+                "not its time limit, a cancel, a requeue or a preemption (a resent request to end an earlier start, "
+                "after a lost node came back); it resumes from its newest checkpoint" % (status, printable(sigterm)[:200]),
+                uncounted=True)
         say("job %s ends with exit code %d at %s" % (self.job_id, status, utc_now(fraction=True)))
         raise End(status, "finished" if status == 0 else "failed")
 

@@ -162,6 +162,13 @@ START_LINE = re.compile(rb"[\r\n](" + START.pattern.encode() + rb")")
 SUMMARY_HOST = re.compile(r"^\s+host\s+: (\S+)\s*$")
 SUMMARY_RANK = re.compile(r"^\s+rank\s+: (\d+) \(local_rank: \d+\)")
 SRUN_TASK_FAILED = re.compile(r"^srun: error: ([^\s:]+): task (\d+): Exited with exit code")
+# How a task of the training step ended, as srun tells it ("task 1: Terminated" is a SIGTERM's), and
+# torch.distributed.run's line as its launcher takes a SIGTERM once it has its handlers
+SRUN_TASK_END = re.compile(r"^srun: error: [^\s:]+: tasks? [\d,-]+: ")
+SRUN_TASK_SIGTERM = re.compile(r"^srun: error: [^\s:]+: tasks? [\d,-]+: Terminated$")
+LAUNCHER_SIGTERM = re.compile(r"Received (?:Signals\.SIGTERM|15) death signal")
+# Slurm ending the whole job (a cancel, its time limit): its SIGTERMs are no stray ones
+SLURM_JOB_ENDED = re.compile(r"error: \*\*\* JOB \d+ ON \S+ CANCELLED AT ")
 
 
 def last_start(handle, block=READ_BYTES, floor=0):
@@ -279,7 +286,7 @@ def log_summary(path, tail=30, errors=8, max_bytes=None):
     When one rank raises, the others report lost peers ("Connection closed by peer", NCCL's
     watchdog) and the launcher its own traceback; the first traceback whose exception is not
     such a consequence is the cause (else the first one)."""
-    last, found, start = collections.deque(maxlen=max(tail, 0)), [], None
+    last, found, start, first_end, job_ended = collections.deque(maxlen=max(tail, 0)), [], None, None, False
     tracebacks, lines = _Tracebacks(), _Lines()
     with open(path, "rb") as handle:
         floor = max(0, handle.seek(0, os.SEEK_END) - max_bytes) if max_bytes else 0
@@ -295,6 +302,10 @@ def log_summary(path, tail=30, errors=8, max_bytes=None):
                 elif SLURM_END_LINE.search(line) and len(found) < errors + SLURM_END_LINES and ERROR_LINE.search(line):
                     found.append(line)
                 tracebacks.feed(line)
+                if first_end is None and (SRUN_TASK_END.match(line) or LAUNCHER_SIGTERM.search(line)) \
+                        and not RANK_PREFIX.match(line):
+                    first_end = line
+                job_ended = job_ended or bool(SLURM_JOB_ENDED.search(line))
             if not data:
                 break
     rank, traceback, lost_peer, node = tracebacks.cause()
@@ -310,4 +321,9 @@ def log_summary(path, tail=30, errors=8, max_bytes=None):
         # out of memory, its node lost)
         "lost_peer": lost_peer,
         "tracebacks": dict(tracebacks.counts),
+        # the step's first task that ended, ended on a SIGTERM (srun's "Terminated", the launcher's death
+        # signal) before any other ended, and Slurm did not end the job: a signal from outside, not srun
+        # ending the step on a failure
+        "sigterm_first": first_end if first_end and not job_ended and (
+            SRUN_TASK_SIGTERM.match(first_end) or LAUNCHER_SIGTERM.search(first_end)) else None,
     }

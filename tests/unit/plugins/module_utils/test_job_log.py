@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_log
@@ -281,3 +283,36 @@ def test_slurm_s_own_lines_of_why_the_job_ended_are_error_lines_in_every_release
     summary = job_log.log_summary(write_log(tmp_path, peers + slurm + ["srun: error: n1: task 3: Killed"]))
     assert summary["errors"] == peers[:8] + slurm
     assert job_log.ERROR_LINE.search(slurm[3]) and not job_log.ERROR_LINE.search("[rank0]: step 10 error rate 0.1")
+
+
+JOB_LOGS = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm", "job_logs")
+
+
+@pytest.mark.parametrize("name, first", [
+    # a stray SIGTERM a second into the start: srun tells that task Terminated before it ends the step
+    ("stray_sigterm_at_start.out", "srun: error: slurm3-worker-1: task 1: Terminated"),
+    # a rank's failure: its task exited first, srun then ended the others (Terminated)
+    ("rank_failed.out", None),
+    # the time limit: the launchers' death signals come first, but Slurm ended the job
+    ("time_limit.out", None),
+])
+def test_log_summary_tells_a_sigterm_that_ended_the_step_first_from_srun_and_slurm_ending_it(name, first):
+    """Real logs (fixtures/slurm/job_logs/SOURCES.md): only a SIGTERM from outside, ending a task before
+    any other ended and with the job not ended by Slurm, is sigterm_first."""
+    assert job_log.log_summary(os.path.join(JOB_LOGS, name), tail=0)["sigterm_first"] == first
+
+
+def test_a_launchers_death_signal_before_any_task_ended_is_a_sigterm_first(tmp_path):
+    """After torch.distributed.run has its handlers, its SIGTERM is its death-signal line (torch 2.x's
+    words, as in time_limit.out), before srun tells the task exited."""
+    log = tmp_path / "job.out"
+    log.write_text("llmtrain: job 7 start 2 on n[1-2], master n1:20007\n"
+                   "[rank0]: step 3 loss 4.1\n"
+                   "W1206 08:41:16.450000 28781 torch/distributed/elastic/agent/server/api.py:753] Received 15 death "
+                   "signal, shutting down workers\n"
+                   "srun: error: n2: task 1: Exited with exit code 1\n")
+    assert job_log.log_summary(str(log))["sigterm_first"].endswith("Received 15 death signal, shutting down workers")
+    # a rank's own line saying it is no launcher's
+    log.write_text("llmtrain: job 7 start 2 on n[1-2], master n1:20007\n"
+                   "[rank1]: Received 15 death signal\nsrun: error: n2: task 1: Exited with exit code 1\n")
+    assert job_log.log_summary(str(log))["sigterm_first"] is None
