@@ -437,7 +437,7 @@ def render(args, pipeline, manual, noops, scale, chained):
         "elapsed) | %s | <= 8 s: %s |" % (fmt(c_overhead), verdict(c_overhead["median"] <= 8, "by %.1f s" % (c_overhead["median"] - 8)))]
     for what, before, after in gaps:
         gap_rows.append("| 5. chained, not watched: %s | %s | report |" % (
-            what.split(" (")[0], fmt(stats([gap(r["jobs"], before, after) for r in chained]), digits=0)))
+            what.split(" (", maxsplit=1)[0], fmt(stats([gap(r["jobs"], before, after) for r in chained]), digits=0)))
 
     out = [
         "Local cluster, 3 nodes x 2 ranks (CPU, gloo); each run trains %d steps of the local inventory's model "
