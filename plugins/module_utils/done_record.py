@@ -10,8 +10,11 @@ import os
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
+from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 
 RECORD_FIELDS = ("fingerprint", "name", "job_id", "state", "exit_code", "end_time", "stdout_path")
+# what the run's other readers take of a record: which job, and whether it completed
+JOB_FIELDS = dict(job_id=untrusted.JOB, state=untrusted.TEXT)
 
 
 def read(path, fp):
@@ -32,16 +35,20 @@ def read(path, fp):
     return (record if record.get("fingerprint") == fp else None), None
 
 
+def job_of(path):
+    """{job_id, state} of the record at path, each of its type or left out: read bounded, a link not
+    followed; {} when it is missing or holds no record. The status, the ledger and a job queued behind
+    another read a record so."""
+    text, _why = read_text(path, untrusted.DONE_RECORD_MAX_BYTES)
+    record = untrusted.record(text, untrusted.DONE_RECORD_MAX_BYTES) if text is not None else None
+    return untrusted.fields(record or {}, JOB_FIELDS)
+
+
 def pending_job(path):
     """The job id path's record names while it does not say the job completed (a job submitted and not
     waited for), else None: also for a missing or unreadable record, or one naming no Slurm job."""
-    try:
-        record = untrusted.read(path, untrusted.DONE_RECORD_MAX_BYTES)
-    except (IOError, OSError, ValueError):
-        return None
-    if not isinstance(record, dict) or record.get("state") == "COMPLETED":
-        return None
-    return untrusted.field(record.get("job_id"), untrusted.JOB)
+    record = job_of(path)
+    return record.get("job_id") if record.get("state") != "COMPLETED" else None
 
 
 def of_job(job, fp):

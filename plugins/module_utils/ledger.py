@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files, untrusted
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP, normalize_state, null
 
 # sacct -X (the allocation, not its steps) --duplicates (each start of a requeued job)
@@ -78,14 +78,6 @@ def parse_usage(text):
     return rows
 
 
-def done_job_id(path):
-    """The job id of a done record (read bounded, untrusted), or None."""
-    text, _why = read_text(path, untrusted.DONE_RECORD_MAX_BYTES)
-    done = untrusted.record(text, untrusted.DONE_RECORD_MAX_BYTES) if text is not None else None
-    job_id = untrusted.fields(done or {}, dict(job_id=untrusted.JOB)).get("job_id")
-    return job_id if job_id and untrusted.JOB_ID.match(job_id) else None
-
-
 def job_ids(run_dir, train=(), venv_dir=None):
     """({job id: kind}, complete) of the run's jobs: its training jobs (train.done.json's, usage.json's,
     and those the caller knows: train), its data and samples jobs (their done records) and, with
@@ -93,13 +85,14 @@ def job_ids(run_dir, train=(), venv_dir=None):
     kept every training job's id (a run of more jobs than it keeps is not complete)."""
     kinds = {}
     usage = run_files.read_usage(run_dir)
-    for job_id in list(train) + [done_job_id(os.path.join(run_dir, run_files.DONE))] + (usage.get("jobs") or "").split():
+    recorded = done_record.job_of(os.path.join(run_dir, run_files.DONE)).get("job_id")
+    for job_id in list(train) + [recorded] + (usage.get("jobs") or "").split():
         if job_id and untrusted.JOB_ID.match(str(job_id)):
             kinds[str(job_id)] = "train"
     others = [(kind, os.path.join(run_dir, name)) for kind, name in RECORDS]
     others += [("venv", os.path.join(venv_dir, VENV_RECORD))] if venv_dir else []
     for kind, path in others:
-        job_id = done_job_id(path)
+        job_id = done_record.job_of(path).get("job_id")
         if job_id and job_id not in kinds:
             kinds[job_id] = kind
     return dict(list(kinds.items())[:JOB_IDS_MAX]), not usage.get("jobs_dropped") and len(kinds) <= JOB_IDS_MAX

@@ -26,7 +26,7 @@ import os
 import stat
 import time
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger, trainer_state, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, ledger, trainer_state, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.job_watch import newest_hang
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import last_record
@@ -47,7 +47,6 @@ BAD_NODES_FILE = run_files.BAD_NODES
 # the tail of starts.jsonl read: each start adds its line, the trainer's event and its end line
 STARTS_READ = 32
 # the done record's fields the status reads, of their types
-DONE_FIELDS = dict(job_id=untrusted.JOB, state=untrusted.TEXT)
 # the run's directories whose files the status reads besides its own
 READ_DIRS = ("logs", "checkpoints", "hangs")
 BAD_NODES_NAMED = 3
@@ -96,12 +95,6 @@ def distrust(run_dir, uid):
         if problem:
             return problem
     return None
-
-
-def _done_record(path):
-    """The done record's JSON object (bounded), or None."""
-    text, _why = read_text(path, untrusted.DONE_RECORD_MAX_BYTES)
-    return untrusted.record(text, untrusted.DONE_RECORD_MAX_BYTES) if text is not None else None
 
 
 def starts_and_ends(path):
@@ -281,7 +274,7 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
     if why:
         row.update(state="untrusted", why="its files are not read: %s" % why)
         return row
-    done = untrusted.fields(_done_record(os.path.join(run_dir, DONE_FILE)) or {}, DONE_FIELDS)
+    done = done_record.job_of(os.path.join(run_dir, DONE_FILE))
     starts, ends = starts_and_ends(os.path.join(run_dir, STARTS_FILE))
     job_id = last_job_id(queued, done, starts)
     row["bad_nodes"] = bad_nodes(os.path.join(run_dir, BAD_NODES_FILE))
@@ -299,7 +292,7 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
     row.update(state=state, why=why, job_id=job_id, slurm_state=slurm_job["state"] if slurm_job else None,
                stdout_path=job_log_path(run_dir, job_log, job_name, job_id),
                exit_code=end.get("exit_code") if end else None, how=end.get("how") if end else None)
-    samples = untrusted.fields(_done_record(os.path.join(run_dir, SAMPLES_DONE_FILE)) or {}, DONE_FIELDS)
+    samples = done_record.job_of(os.path.join(run_dir, SAMPLES_DONE_FILE))
     row["samples_done"] = samples.get("state") == "COMPLETED"
     row["waits_for"] = waits_for(slurm_job, jobs, name, job_prefix) if state in ("queued", "requeued") else []
     if slurm_job and slurm_job.get("reason") in DEPENDENCY_REASONS and state in ("queued", "requeued"):

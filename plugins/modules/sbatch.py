@@ -688,7 +688,9 @@ def submit(module, client, p):
         module.fail_json(msg="bad_nodes_file %s names %r, which is no node name: correct or remove that file"
                          % (p["bad_nodes_file"], [n for n in recorded if not sbatch_argv.is_node_name(n)]))
     exclude += recorded
-    after_ok = still_known(module, client, after_ok, jobs)
+    if after_ok and jobs is None:  # one squeue for the dependencies and the look for this job below
+        jobs = client.jobs_of_user()
+    after_ok = still_known(module, after_ok, jobs)
     result["after_ok"] = after_ok
     argv = sbatch_argv.submit_argv(client.bin("sbatch"), p["name"], sbatch_argv.identity_comment(fp), p["chdir"],
                                    option_argv + (["--exclude=" + ",".join(exclude)] if exclude else [])
@@ -755,13 +757,13 @@ def submit(module, client, p):
     return result
 
 
-def still_known(module, client, after_ok, jobs=None):
-    """The jobs of after_ok Slurm still knows (one squeue, unless jobs lists the user's already): a
-    job it has forgotten (long ended) is no dependency Slurm takes from 23.02 on ("Job dependency
-    problem"), so it is left out, with a warning."""
+def still_known(module, after_ok, jobs):
+    """The jobs of after_ok Slurm still knows (jobs: the user's, as squeue lists them): a job it has
+    forgotten (long ended) is no dependency Slurm takes from 23.02 on ("Job dependency problem"), so
+    it is left out, with a warning."""
     if not after_ok:
         return []
-    known = set(j["job_id"] for j in (client.jobs_of_user() if jobs is None else jobs))
+    known = set(j["job_id"] for j in jobs)
     forgotten = [job_id for job_id in after_ok if job_id not in known]
     if forgotten:
         module.warn("after_ok: Slurm no longer knows job(s) %s (ended long ago): this job does not wait for them"
@@ -769,12 +771,13 @@ def still_known(module, client, after_ok, jobs=None):
     return [job_id for job_id in after_ok if job_id in known]
 
 
-def free_of_failed_dependency(module, client, job, after_ok, result, jobs=None):
+def free_of_failed_dependency(module, client, job, after_ok, result, jobs):
     """The job re-attached to, put behind after_ok (or behind nothing) when Slurm holds it for good
-    because a job it waited for failed (DependencyNeverSatisfied); else the job as it is."""
+    because a job it waited for failed (DependencyNeverSatisfied); else the job as it is. jobs: the
+    user's, as squeue lists them (None only where after_ok is empty)."""
     if job.get("state") != "PENDING" or job.get("reason") != "DependencyNeverSatisfied":
         return job
-    after_ok = still_known(module, client, after_ok, jobs)
+    after_ok = still_known(module, after_ok, jobs)
     result.update(changed=True, dependency_updated=True, after_ok=after_ok)
     if module.check_mode:
         return job

@@ -818,8 +818,7 @@ def test_after_ok_queues_the_job_behind_those_slurm_knows_and_keeps_its_identity
     queue = (0, squeue_rows(["30", "RUNNING", "llmtrain-prepare-r", "llmtrain:" + "1" * 16],
                             ["29", "COMPLETED", "llmtrain-venv", "llmtrain:" + "2" * 16]), "")
     s = Slurm(monkeypatch, [
-        (SQUEUE, queue),
-        (SQUEUE, queue),
+        (SQUEUE, queue),  # once, for the dependencies and for this job
         (submit_argv(fp=fp, extra=["--dependency=afterok:30:29"]), (0, "31\n", "")),
         (scontrol_job(31), (0, job_text("pending", 31), "")),
     ])
