@@ -237,8 +237,9 @@ def job_kind(name, run, job_prefix):
 def waits_for(slurm_job, jobs, run, job_prefix):
     """The jobs a queued job waits for (its dependency, squeue's %E): [{job_id, kind, name, state,
     failed}], each as the user's queue (jobs, by id) knows it; failed: Slurm says it will never start
-    (DependencyNeverSatisfied) because of it."""
-    if not slurm_job or slurm_job.get("reason") not in DEPENDENCY_REASONS:
+    (DependencyNeverSatisfied) because of it. Whatever Slurm's reason: 26.05 was seen to say Resources
+    of a job whose dependency was still unfulfilled."""
+    if not slurm_job:
         return []
     waits = []
     for item in parse_dependency(slurm_job.get("dependency")):
@@ -295,7 +296,7 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
     samples = done_record.job_of(os.path.join(run_dir, SAMPLES_DONE_FILE))
     row["samples_done"] = samples.get("state") == "COMPLETED"
     row["waits_for"] = waits_for(slurm_job, jobs, name, job_prefix) if state in ("queued", "requeued") else []
-    if slurm_job and slurm_job.get("reason") in DEPENDENCY_REASONS and state in ("queued", "requeued"):
+    if slurm_job and (row["waits_for"] or slurm_job.get("reason") in DEPENDENCY_REASONS) and state in ("queued", "requeued"):
         row["why"] = waiting_text(row["waits_for"], slurm_job["reason"] == "DependencyNeverSatisfied")
     if slurm_job and slurm_job.get("nodelist"):
         row.update(nodes=slurm_job["nodelist"], num_nodes=slurm_job.get("num_nodes"))

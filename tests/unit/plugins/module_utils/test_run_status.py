@@ -278,3 +278,15 @@ def test_dependencies_as_slurm_writes_them():
         dict(type="afterok", job_id="12", status="unfulfilled"), dict(type="after", job_id="13", status="unfulfilled"),
         dict(type="singleton", job_id=None, status="unfulfilled")]
     assert parse_dependency(None) == [] and parse_dependency("(null)") == [] and parse_dependency("afterok:x;rm") == []
+
+
+def test_a_job_behind_another_waits_for_it_whatever_reason_slurm_gives():
+    """26.05 was seen (test_operate) to give Reason=Resources of a training job whose data job had not
+    run: afterok:47(unfulfilled). The table still names the data job it waits for."""
+    training = dict(job_id="48", state="PENDING", name="llmtrain-r", reason="Resources", nodelist=None, num_nodes=1,
+                    start_time=None, dependency="afterok:47(unfulfilled)")
+    data = dict(job_id="47", state="PENDING", name="llmtrain-prepare-r", reason="Resources", dependency=None)
+    waits = run_status.waits_for(training, {"47": data, "48": training}, "r", "llmtrain-")
+    assert [(w["kind"], w["job_id"], w["state"], w["failed"]) for w in waits] == [("data job", "47", "PENDING", False)]
+    assert run_status.waiting_text(waits, False) == "waiting for the data job 47"
+    assert run_status.waits_for(dict(training, dependency=None), {}, "r", "llmtrain-") == []
