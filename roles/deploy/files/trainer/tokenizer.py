@@ -91,5 +91,9 @@ class Codec:
             return bytes(ids).decode("utf-8", errors="replace")
         return self._hf.decode(list(ids), skip_special_tokens=False)
 
+    def token_id(self, token):
+        """The id of a special token (END_OF_TEXT) in this tokenizer, or None (the byte tokenizer has none)."""
+        return None if self._hf is None else self._hf.token_to_id(token)
+
     def describe(self):
         return "bytes" if self._hf is None else f"{self.kind} BPE, {self.vocab_size} tokens"

@@ -1,0 +1,294 @@
+"""The Hugging Face format of a model: what ``trainer.export`` writes and what the evaluation and
+batch jobs read back.
+
+The reference model is GPT-2's architecture (pre-LayerNorm blocks, tanh GELU, learned positions,
+tied embeddings), so an export is a plain ``GPT2LMHeadModel`` directory that transformers, vLLM
+and llama.cpp's converters load with no custom code:
+
+- ``config.json``: the GPT-2 configuration (the vocabulary is the model's, padded to a multiple of
+  64; the rows past the tokenizer's are never a target);
+- ``model.safetensors``: the weights in float32, GPT-2's names and layout (its Conv1D keeps a
+  Linear's weight transposed); a model without biases gets zero ones, which compute the same;
+- ``tokenizer.json`` and ``tokenizer_config.json``: the run's tokenizer as a ``tokenizers``
+  file that ``AutoTokenizer`` loads (the byte tokenizer as a byte-level BPE with no merges whose
+  ids are the bytes), with a plain chat template so that chat completions work;
+- ``generation_config.json``: the end-of-text token when the tokenizer has one, and the padded
+  rows suppressed.
+
+Written with torch and the standard library alone: safetensors is a JSON header and the raw
+little-endian tensor bytes, which this module writes and reads itself, bounded and checked.
+"""
+
+import json
+import math
+import os
+import struct
+from pathlib import Path
+
+import torch
+
+from .model import GPT, GPTConfig
+from .tokenizer import BYTE_VOCAB, END_OF_TEXT, Codec
+
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+TOKENIZER = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+GENERATION_CONFIG = "generation_config.json"
+# what the export job records of its source (the checkpoint, its step and run), read by the playbooks
+EXPORT_RECORD = "llmtrain_export.json"
+# A safetensors header is a few KB per hundred tensors; anything far larger is not one of ours.
+MAX_HEADER_BYTES = 16 * 1024 * 1024
+MAX_JSON_BYTES = 64 * 1024 * 1024  # a config or a tokenizer.json of a large BPE vocabulary
+DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+          "I64": torch.int64, "I32": torch.int32, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+# The layers GPT-2 keeps as Conv1D: weight (in, out), the transpose of a Linear's (out, in).
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+# A chat as plain text: each message on a line of its own after its role, then the assistant's turn.
+CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+class ExportError(ValueError):
+    """A directory that is not a model this module can read; the message says why."""
+
+
+# --- safetensors ---------------------------------------------------------------------------------
+
+def write_safetensors(path, tensors, metadata=None):
+    """Write tensors ({name: tensor}, CPU, contiguous) to path as safetensors, in name order."""
+    header, offset = {}, 0
+    for name in sorted(tensors):
+        t = tensors[name]
+        size = t.numel() * t.element_size()
+        header[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as out:
+        out.write(struct.pack("<Q", len(text)))
+        out.write(text)
+        for name in sorted(tensors):
+            t = tensors[name].detach().cpu().contiguous()
+            out.write(t.view(torch.uint8).reshape(-1).numpy().tobytes() if t.numel() else b"")
+
+
+def read_safetensors(path):
+    """({name: tensor}, metadata) of the safetensors file at path; ExportError for one that is not."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ExportError(f"{path} is not a safetensors file (too short)")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(MAX_HEADER_BYTES, size - 8):
+            raise ExportError(f"{path}: a header of {length} bytes is not a safetensors header")
+        try:
+            header = json.loads(handle.read(length))
+        except ValueError as e:
+            raise ExportError(f"{path}: the header is not JSON ({e})") from None
+        if not isinstance(header, dict):
+            raise ExportError(f"{path}: the header is not a JSON object")
+        metadata = header.pop("__metadata__", None) or {}
+        data_size = size - 8 - length
+        tensors = {}
+        for name, info in header.items():
+            try:
+                dtype = DTYPES[info["dtype"]]
+                shape = [int(n) for n in info["shape"]]
+                begin, end = (int(n) for n in info["data_offsets"])
+            except (KeyError, TypeError, ValueError):
+                raise ExportError(f"{path}: tensor {name!r} has no readable dtype, shape and offsets") from None
+            count = math.prod(shape)
+            item = torch.tensor([], dtype=dtype).element_size()
+            if not 0 <= begin <= end <= data_size or end - begin != count * item:
+                raise ExportError(f"{path}: tensor {name!r} lies outside the file or has the wrong size")
+            handle.seek(8 + length + begin)
+            raw = bytearray(handle.read(end - begin))
+            tensor = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+            tensors[name] = tensor.view(dtype).reshape(shape)
+    return tensors, metadata
+
+
+# --- GPT-2 configuration and weights -------------------------------------------------------------
+
+def gpt2_config(model_config, codec):
+    """The transformers GPT2Config (as a dict) of the reference model."""
+    eos = codec.token_id(END_OF_TEXT)
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": int(model_config["vocab_size"]),
+        "n_positions": int(model_config["block_size"]),
+        "n_embd": int(model_config["n_embd"]),
+        "n_layer": int(model_config["n_layer"]),
+        "n_head": int(model_config["n_head"]),
+        "n_inner": None,
+        "activation_function": "gelu_new",
+        "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+        "layer_norm_epsilon": 1e-5,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "use_cache": True,
+        "tie_word_embeddings": True,
+        "bos_token_id": eos,
+        "eos_token_id": eos,
+        "dtype": "float32",
+    }
+
+
+def model_config_of(config):
+    """The reference model's GPTConfig for a GPT-2 config.json (dict); ExportError for one it cannot hold."""
+    if config.get("model_type") != "gpt2":
+        raise ExportError(f"model_type {config.get('model_type')!r} is not gpt2")
+    inner = config.get("n_inner")
+    activation = config.get("activation_function", "gelu_new")
+    if (inner not in (None, 4 * config.get("n_embd", 0)) or activation not in ("gelu_new", "gelu_pytorch_tanh")
+            or not config.get("tie_word_embeddings", True) or not config.get("scale_attn_weights", True)
+            or config.get("scale_attn_by_inverse_layer_idx") or config.get("reorder_and_upcast_attn")
+            or abs(float(config.get("layer_norm_epsilon", 1e-5)) - 1e-5) > 1e-12):
+        raise ExportError("a GPT-2 of another variant (MLP width, activation, untied embeddings, attention "
+                          "scaling or LayerNorm epsilon)")
+    return GPTConfig(vocab_size=int(config["vocab_size"]), block_size=int(config["n_positions"]),
+                     n_layer=int(config["n_layer"]), n_head=int(config["n_head"]), n_embd=int(config["n_embd"]),
+                     dropout=0.0, bias=True)
+
+
+def to_gpt2_weights(state_dict, model_config):
+    """GPT-2's tensors (names, Conv1D layout, biases) of the reference model's state dict, float32.
+    The output matrix is the token embedding (tied), so it is not stored twice."""
+    tensors = {}
+    for name, tensor in state_dict.items():
+        if name == "lm_head.weight":
+            continue
+        tensor = tensor.detach().to("cpu", torch.float32)
+        tensors[name] = tensor.t().contiguous() if name.endswith(CONV1D) else tensor.contiguous()
+    if not model_config.get("bias", True):  # GPT-2 always has biases: zeros compute the same
+        shapes = {"ln_1.bias": "ln_1.weight", "ln_2.bias": "ln_2.weight"}
+        for layer in range(int(model_config["n_layer"])):
+            prefix = f"transformer.h.{layer}."
+            for bias, weight in shapes.items():
+                tensors[prefix + bias] = torch.zeros_like(tensors[prefix + weight])
+            for proj in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
+                tensors[f"{prefix}{proj}.bias"] = torch.zeros(tensors[f"{prefix}{proj}.weight"].shape[1])
+        tensors["transformer.ln_f.bias"] = torch.zeros_like(tensors["transformer.ln_f.weight"])
+    return tensors
+
+
+def from_gpt2_weights(tensors):
+    """The reference model's state dict of GPT-2's tensors (the inverse of to_gpt2_weights)."""
+    state = {}
+    for name, tensor in tensors.items():
+        if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
+            continue  # the causal mask some GPT-2 files carry as a buffer
+        key = name if name.startswith(("transformer.", "lm_head.")) else "transformer." + name
+        state[key] = tensor.t() if key.endswith(CONV1D) else tensor
+    state.setdefault("lm_head.weight", state.get("transformer.wte.weight"))
+    return state
+
+
+# --- the tokenizer ------------------------------------------------------------------------------
+
+def byte_tokenizer_json():
+    """The byte tokenizer (id = the byte) as a tokenizers byte-level BPE with no merges."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for byte in range(BYTE_VOCAB):  # GPT-2's map of bytes to printable characters
+        if byte in printable:
+            chars[byte] = chr(byte)
+        else:
+            chars[byte] = chr(BYTE_VOCAB + extra)
+            extra += 1
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": {chars[b]: b for b in range(BYTE_VOCAB)}, "merges": []},
+    }
+
+
+def tokenizer_files(record, block_size):
+    """{file name: text} of the tokenizer a checkpoint recorded ({kind, vocab_size, json})."""
+    codec = Codec(record)
+    text = record.get("json") if record and record.get("kind") != "bytes" else None
+    tokenizer = json.loads(text) if text else byte_tokenizer_json()
+    eos = END_OF_TEXT if codec.token_id(END_OF_TEXT) is not None else None
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": int(block_size),
+              "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE}
+    if eos:
+        config.update(eos_token=eos, bos_token=eos, pad_token=eos)
+    return {TOKENIZER: json.dumps(tokenizer, ensure_ascii=False), TOKENIZER_CONFIG: json.dumps(config, indent=2)}
+
+
+def generation_config(codec, model_vocab):
+    config = {"do_sample": True, "temperature": 0.8, "top_k": 50, "max_new_tokens": 200}
+    eos = codec.token_id(END_OF_TEXT)
+    if eos is not None:
+        config.update(eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
+    if model_vocab > codec.vocab_size:  # the padded rows: never a target, never to be sampled
+        config["suppress_tokens"] = list(range(codec.vocab_size, model_vocab))
+    return config
+
+
+# --- reading an export back ---------------------------------------------------------------------
+
+def read_json(path, what):
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size > MAX_JSON_BYTES:
+        raise ExportError(f"{path}: no {what} (or one over {MAX_JSON_BYTES} bytes)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ExportError(f"{path}: not a readable {what} ({e})") from None
+
+
+def codec_of(model_dir):
+    """The Codec of the tokenizer.json in model_dir."""
+    path = Path(model_dir) / TOKENIZER
+    if not path.is_file():
+        raise ExportError(f"{model_dir} has no {TOKENIZER}")
+    return Codec.from_file(path)
+
+
+def weights_files(model_dir):
+    """The safetensors files of model_dir: model.safetensors, or the shards its index names."""
+    model_dir = Path(model_dir)
+    if (model_dir / WEIGHTS).is_file():
+        return [model_dir / WEIGHTS]
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        names = sorted(set(read_json(index, "safetensors index").get("weight_map", {}).values()))
+        if names and all("/" not in n and n.endswith(".safetensors") for n in names):
+            return [model_dir / n for n in names]
+    raise ExportError(f"{model_dir} has no {WEIGHTS} (nor a model.safetensors.index.json)")
+
+
+def load_gpt2(model_dir, device="cpu"):
+    """(the reference GPT with model_dir's weights, its Codec, config.json as a dict) of a GPT-2
+    directory: an export of this trainer, or a GPT-2 another trainer saved."""
+    config = read_json(Path(model_dir) / CONFIG, CONFIG)
+    model = GPT(model_config_of(config))
+    tensors = {}
+    for path in weights_files(model_dir):
+        tensors.update(read_safetensors(path)[0])
+    state = from_gpt2_weights(tensors)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise ExportError(f"{model_dir}: the weights do not fit the config ({str(e).splitlines()[0]})") from None
+    return model.to(device).eval(), codec_of(model_dir), config
+
+
+def is_model_dir(path):
+    """Whether path is a Hugging Face model directory (a config.json and safetensors weights)."""
+    path = Path(path)
+    return (path / CONFIG).is_file() and ((path / WEIGHTS).is_file() or (path / "model.safetensors.index.json").is_file())
+
