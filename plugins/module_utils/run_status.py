@@ -23,6 +23,7 @@ their types (a job id of digits, or it names no job), and the table and detail a
 from __future__ import annotations
 
 import os
+import re
 import stat
 import time
 
@@ -103,6 +104,34 @@ def starts_and_ends(path):
         return [], []
     starts, _events, ends, _unreadable = run_starts(path, count=STARTS_READ)
     return starts, ends
+
+
+EVAL_DIR = "eval"
+EVAL_MAX_BYTES = 65536
+EVAL_NAME = re.compile(r"^(?:step_|checkpoint-)(\d+)\.json$")
+
+
+def newest_evaluation(run_dir):
+    """The export job's newest evaluation (<run>/eval/step_<N>.json, or checkpoint-<N>.json of your
+    script's checkpoint): a dict with a number for loss and tokens, or None. One directory listing
+    and one bounded read of a regular file (a link is not followed)."""
+    directory = os.path.join(run_dir, EVAL_DIR)
+    try:
+        names = [(int(m.group(1)), m.group(0)) for m in map(EVAL_NAME.match, os.listdir(directory)) if m]
+    except OSError:
+        return None
+    for _step, name in sorted(names, reverse=True)[:1]:
+        path = os.path.join(directory, name)
+        try:
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return None
+            value = untrusted.read(path, EVAL_MAX_BYTES)
+        except (OSError, untrusted.Unreadable):
+            return None
+        if isinstance(value, dict) and all(isinstance(value.get(k), (int, float)) and not isinstance(value.get(k), bool)
+                                           for k in ("loss", "tokens")):
+            return value
+    return None
 
 
 def newest_checkpoint(checkpoint_dir):
@@ -431,6 +460,13 @@ def _detail(row, log, failed_logs):
     for other in row.get("others") or []:
         lines.append("  %s job %s: %.2f GPU-hours, %.2f node-hours, %.2f CPU-hours (sacct)"
                      % (other["kind"], other["job_id"], other["gpu_hours"], other["node_hours"], other["cpu_hours"]))
+    evaluation = row.get("evaluation")
+    if evaluation:
+        perplexity = evaluation.get("perplexity")
+        lines.append("  model: %s; held-out loss %s (perplexity %s) over %s tokens of %s" % (
+            evaluation.get("model", "-"), _number(float(evaluation["loss"]), 4),
+            _number(float(perplexity), 2) if isinstance(perplexity, (int, float)) and not isinstance(perplexity, bool) else "-",
+            evaluation["tokens"], evaluation.get("text", "the held-out text")))
     if row["bad_nodes"]:
         lines.append("  bad nodes (bad_nodes.json, later jobs keep off them): %s" % ", ".join(row["bad_nodes"]))
     if row["state"] == "stopped":

@@ -236,6 +236,7 @@ def status(slurm):
                            if row["state"] in run_status.ACTIVE_RUN_STATES else log_summary(row["stdout_path"], tail=p["log_lines"]))
                 except (IOError, OSError) as err:
                     module.warn("cannot read %s: %s" % (row["stdout_path"], err))
+            row["evaluation"] = run_status.newest_evaluation(row["run_dir"])
             result["detail"] = run_status.detail(row, log, failed_logs(module, client, row, p["log_lines"]))
             if row["job_id"]:
                 slurm.result = result  # Slurm's error now fails with the table

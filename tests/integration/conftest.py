@@ -36,6 +36,7 @@ SHARED = {
     "test_local_cluster.py": "/etc/slurm/slurm.conf",
     "test_minimal_inventory.py": "the minimal inventory's run",
     "test_pipeline.py": "the local inventory's run",
+    "test_after_training.py": "the local inventory's run",
     "test_reliability.py::test_preemption_requeue_checkpoints_and_resumes_at_the_same_step": "the reference run",
     "test_reliability.py::test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_matches_ddp":
         "the reference run",

@@ -98,6 +98,11 @@ LAYOUT = {
     "samples.txt": "the generated text (the inference stage)",
     "samples.json": "the generated text as records (the inference stage)",
     "generate.done.json": "the record of the samples job (done_record.py; the job marks it completed, job_end.py)",
+    "export": "the Hugging Face model of each checkpoint exported, step_<N>/ (trainer.export), and exported.json, "
+              "the newest export's line",
+    "eval": "the held-out loss of each model evaluated, step_<N>.json (trainer.evaluate), and the text given "
+            "as inference_eval_file",
+    "export.done.json": "the record of the export job (done_record.py; the job marks it completed, job_end.py)",
 }
 
 # what a job reads of starts.jsonl (its end) for the nodes of the start before, and of a marker

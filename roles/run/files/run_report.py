@@ -4,7 +4,7 @@
 
 Reads RUN/metrics.jsonl (the trainer's records), RUN/node_times.json (each node's step times
 over the run, the reference trainer's), RUN/starts.jsonl (the nodes of each start of its jobs),
-RUN/hangs/*/summary.json (the hang watch's verdicts), RUN/samples.txt (generated text) and a facts JSON file
+RUN/hangs/*/summary.json (the hang watch's verdicts), RUN/samples.txt (generated text), RUN/model.json (the export and its held-out loss) and a facts JSON file
 written by the playbook (default RUN/facts.json); writes RUN/loss.png and RUN/report.md, and
 RUN/nodes.md when the run has more nodes than the report's step-time table shows. Whatever is
 missing is reported as missing: a failed run still gets a report of what exists. The same
@@ -34,6 +34,7 @@ import time
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.txt"
+MODEL_FILE = "model.json"  # the inference stage's: the Hugging Face export and its held-out loss
 FACTS_FILE = "facts.json"
 NODE_TIMES_FILE = "node_times.json"
 NODES_FILE = "nodes.md"
@@ -924,7 +925,28 @@ def recovery_lines(events, starts=None, hung=()):
     return lines
 
 
-def render(run_name, metrics, summary, facts, samples, plot_note, times, lines=(), hangs=()):
+def after_training_lines(model):
+    """The Hugging Face model (runs/<run>/model.json: where, from which checkpoint, its size) and
+    its held-out loss, each value through md()."""
+    export = model.get("export") if isinstance(model.get("export"), dict) else {}
+    evaluation = model.get("evaluation") if isinstance(model.get("evaluation"), dict) else {}
+    out = ["- Model directory (Hugging Face): `%s`" % text(model.get("model_dir", "")).replace("`", "'"),
+           "- From checkpoint: %s" % md(model.get("checkpoint", NOT_RECORDED))]
+    if export:
+        out.append("- Exported: step %s, %s bytes, %s" % (md(export.get("step")), md(export.get("bytes")),
+                   "in %s s" % md(export.get("seconds")) if export.get("exported") else "by an earlier job"))
+    else:
+        out.append("- Exported: your script's checkpoint, used as it is")
+    if is_number(evaluation.get("loss")):
+        out.append("- Held-out loss: %.4f, perplexity %s, over %s tokens of %s (%s ranks, %s s)" % (
+            evaluation["loss"], md(round(evaluation["perplexity"], 3)) if is_number(evaluation.get("perplexity")) else NOT_RECORDED,
+            md(evaluation.get("tokens")), md(evaluation.get("text")), md(evaluation.get("ranks")), md(evaluation.get("seconds"))))
+    else:
+        out.append("- Held-out loss: %s" % NOT_RECORDED)
+    return out
+
+
+def render(run_name, metrics, summary, facts, samples, plot_note, times, lines=(), hangs=(), model=None):
     events = metrics[1] if metrics else []
     out = ["# Run %s" % md(run_name), "", "## Summary", ""]
     out += fetch_lines(facts) + summary_lines(metrics, summary, events, facts)
@@ -949,6 +971,8 @@ def render(run_name, metrics, summary, facts, samples, plot_note, times, lines=(
     out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)
     out += ["", "## Samples", ""]
     out += fenced(samples) if samples and samples.strip() else ["Samples: %s." % NOT_RECORDED]
+    if model:
+        out += ["", "## After training", ""] + after_training_lines(model)
     return "\n".join(out) + "\n"
 
 
@@ -1032,8 +1056,9 @@ def main(argv=None):
         os.unlink(nodes_path)  # an earlier attempt's, of more nodes than this report shows
 
     report_path = os.path.join(run_dir, REPORT_FILE)
+    model = read_facts(os.path.join(run_dir, MODEL_FILE))
     report = render(run_name, metrics, summary, facts, samples, plot_note, times,
-                    read_start_lines(os.path.join(run_dir, STARTS_FILE)), read_hangs(run_dir))
+                    read_start_lines(os.path.join(run_dir, STARTS_FILE)), read_hangs(run_dir), model)
 
     def write_report(temp):
         with open(temp, "w", encoding="utf-8") as handle:
