@@ -32,6 +32,8 @@ BENCHMARKS = [
      [sys.executable, "bench/event_files_bench.py", "--format", "markdown"]),
     ("Notifications (run_notify): event to message, a hanging webhook, the end's figures at 2,048 nodes",
      [sys.executable, "bench/notify_bench.py", "--format", "markdown"]),
+    ("After training: export and evaluation of GPT-2 124M on CPU",
+     [sys.executable, "bench/after_training_bench.py", "--format", "markdown"]),
     ("Scale: the collection's code at up to 8,192 nodes, on generated inputs",
      [sys.executable, "bench/scale_bench.py", "--format", "markdown"]),
 ]

@@ -930,7 +930,7 @@ def after_training_lines(model):
     its held-out loss, each value through md()."""
     export = model.get("export") if isinstance(model.get("export"), dict) else {}
     evaluation = model.get("evaluation") if isinstance(model.get("evaluation"), dict) else {}
-    out = ["- Model directory (Hugging Face): `%s`" % text(model.get("model_dir", "")).replace("`", "'"),
+    out = ["- Model directory (Hugging Face): %s" % md(model.get("model_dir", NOT_RECORDED)),
            "- From checkpoint: %s" % md(model.get("checkpoint", NOT_RECORDED))]
     if export:
         out.append("- Exported: step %s, %s bytes, %s" % (md(export.get("step")), md(export.get("bytes")),

@@ -843,3 +843,28 @@ def test_the_report_says_where_its_loss_records_came_from(tmp_path):
     assert "- Status: finished" in report and "- Steps: 59 of 60" in report
     report = report_of(make_run(tmp_path / "m", metrics_records(), dict(FACTS, progress={"source": "metrics"})))
     assert "- Loss records from: the metrics file the trainer wrote (LLMTRAIN_METRICS_FILE)" in report
+
+
+def test_after_training_says_where_the_model_is_and_its_held_out_loss(tmp_path):
+    run_dir = make_run(tmp_path, metrics_records(), FACTS)
+    report = report_of(run_dir)
+    assert "## After training" not in report  # no model.json: nothing exported yet
+    model = {"model_dir": "/ws/gpt2-124m/export/step_000800", "checkpoint": "step_000800.pt",
+             "export": {"step": 800, "bytes": 497764352, "exported": True, "seconds": 3.25},
+             "evaluation": {"loss": 3.28125, "perplexity": 26.6, "tokens": 1000000, "ranks": 16,
+                            "text": "the validation split of /ws/gpt2-124m/data", "seconds": 41.5}}
+    (run_dir / "model.json").write_text(json.dumps(model))
+    section = report_of(run_dir).split("## After training\n\n", 1)[1]
+    assert section.splitlines()[:4] == [
+        "- Model directory (Hugging Face): /ws/gpt2-124m/export/step_000800",
+        "- From checkpoint: step_000800.pt",
+        "- Exported: step 800, 497764352 bytes, in 3.25 s",
+        "- Held-out loss: 3.2812, perplexity 26.6, over 1000000 tokens of the validation split of /ws/gpt2-124m/data "
+        "(16 ranks, 41.5 s)"]
+    # a job's file: text stays text, a loss that is no number is not recorded
+    model.update(model_dir="/ws/<b>x\n# y", evaluation={"loss": "low", "tokens": 5}, export={})
+    (run_dir / "model.json").write_text(json.dumps(model))
+    section = report_of(run_dir).split("## After training\n\n", 1)[1]
+    assert "&lt;b&gt;x" in section and "\n# y" not in section
+    assert "- Exported: your script's checkpoint, used as it is" in section
+    assert "- Held-out loss: not recorded" in section

@@ -21,7 +21,6 @@ little-endian tensor bytes, which this module writes and reads itself, bounded a
 
 import json
 import math
-import os
 import struct
 from pathlib import Path
 
@@ -291,4 +290,3 @@ def is_model_dir(path):
     """Whether path is a Hugging Face model directory (a config.json and safetensors weights)."""
     path = Path(path)
     return (path / CONFIG).is_file() and ((path / WEIGHTS).is_file() or (path / "model.safetensors.index.json").is_file())
-

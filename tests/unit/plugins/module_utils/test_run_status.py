@@ -290,3 +290,24 @@ def test_a_job_behind_another_waits_for_it_whatever_reason_slurm_gives():
     assert [(w["kind"], w["job_id"], w["state"], w["failed"]) for w in waits] == [("data job", "47", "PENDING", False)]
     assert run_status.waiting_text(waits, False) == "waiting for the data job 47"
     assert run_status.waits_for(dict(training, dependency=None), {}, "r", "llmtrain-") == []
+
+
+def test_the_detail_gives_the_newest_evaluation_of_the_export_job(tmp_path):
+    run = make_run(tmp_path, "a", "13", done_state="COMPLETED", starts=[("13", 1)], ends=[("13", 1, "completed", 0)])
+    assert run_status.newest_evaluation(str(run)) is None  # nothing evaluated yet
+    (run / "eval").mkdir()
+    for step, loss in ((200, 2.5), (800, 1.8178), (1000, "x")):
+        (run / "eval" / ("step_%06d.json" % step)).write_text(json.dumps(dict(
+            loss=loss, perplexity=6.158, tokens=1000000, model="/ws/a/export/step_%06d" % step,
+            text="the validation split of /ws/a/data")))
+    # the newest has no number for its loss: it is not shown, and an older one is not taken for it
+    assert run_status.newest_evaluation(str(run)) is None
+    (run / "eval" / "step_001000.json").unlink()
+    (run / "eval" / "step_000900.json").symlink_to(run / "eval" / "step_000200.json")
+    assert run_status.newest_evaluation(str(run)) is None  # a link is not followed
+    (run / "eval" / "step_000900.json").unlink()
+    (run / "eval" / ".step_000900.rank-0.json").write_text("{}")  # a rank's part, not a result
+    rows = [row(tmp_path, "a")]
+    rows[0]["evaluation"] = run_status.newest_evaluation(str(run))
+    assert ("  model: /ws/a/export/step_000800; held-out loss 1.8178 (perplexity 6.16) over 1000000 tokens of the "
+            "validation split of /ws/a/data") in run_status.detail(rows[0], None)
