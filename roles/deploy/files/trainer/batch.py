@@ -12,7 +12,7 @@ default to the job's (RANK or SLURM_PROCID, WORLD_SIZE or SLURM_NTASKS).
 Each rank appends one JSON record per finished prompt to its own part file,
 OUT/parts/w<world>/rank-<rank>.jsonl, written whole in one append: {"index", "id" (when given),
 "prompt", "completion", "tokens", "prompt_tokens", "truncated", "max_new_tokens", "capped",
-"finish", "seed", "temperature", "top_k", "seconds", "rank", "world"}. A rank that starts again (a
+"finish", "seed", "temperature", "top_k", "seconds", "rank", "world", "node"}. A rank that starts again (a
 requeued or rerun job) first reads the part files that can hold its prompts (its own, and those of
 earlier starts with another world size), ignores a torn last line, and generates only the prompts
 that have no record. Every prompt is sampled with a generator seeded by its own seed, so its text
@@ -36,6 +36,7 @@ import json
 import math
 import os
 import re
+import socket
 import sys
 import time
 from array import array
@@ -322,11 +323,12 @@ def run_rank(args):
     model = load_model(args.model, device)
     if rank == 0:
         print(f"batch: {args.model} ({model.describe}) on {device}", file=sys.stderr, flush=True)
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     fd = open_part(part_path(args.out, rank, world))
     try:
         for index in missing:
             record = generate(model, prompts.pop(index), args.max_new_tokens, device)
-            append_record(fd, {"index": index, **record, "rank": rank, "world": world})
+            append_record(fd, {"index": index, **record, "rank": rank, "world": world, "node": node})
     finally:
         os.close(fd)
     return 0
