@@ -152,7 +152,7 @@ def test_a_bad_prompts_file_stops_the_play_before_anything_is_submitted(trained,
     before = job_ids()
     failed = run_playbook("batch.yml", "-e", json.dumps(batch_values(str(prompts_file))), check=False)
     assert failed.rc != 0
-    assert "inference_prompts_file=%s line 2: unknown key \\\"max_tokens\\\" (did you mean max_new_tokens?)" % prompts_file \
+    assert 'inference_prompts_file=%s line 2: unknown key "max_tokens" (did you mean max_new_tokens?)' % prompts_file \
         in failed.output, failed.output[-3000:]
     assert "inference_prompts_file=%s line 3: it is not JSON" % prompts_file in failed.output
     assert job_ids() - before == set()
