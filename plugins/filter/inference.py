@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import run_facts
-from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import prompts
+from ansible_collections.llmtrain.slurm.plugins.module_utils import prompts_file as prompts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 
 display = Display()

@@ -254,7 +254,7 @@ def load_transformers(model_dir, config, device, reason):
     if not isinstance(block, int) or block <= 0 or block > 1 << 24:
         block = 2048  # no context length it names: bound the prompt all the same
     return Model(lambda idx: model(input_ids=idx).logits, lambda text: tokenizer.encode(text, add_special_tokens=False),
-                 lambda ids: tokenizer.decode(ids), len(tokenizer), block, tokenizer.eos_token_id,
+                 tokenizer.decode, len(tokenizer), block, tokenizer.eos_token_id,
                  f"{config.get('model_type')} with transformers {transformers.__version__}")
 
 

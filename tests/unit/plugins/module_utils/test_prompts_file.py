@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.filter import inference
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
-from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import prompts
+from ansible_collections.llmtrain.slurm.plugins.module_utils import prompts_file as prompts
 
 
 def write(tmp_path, text, name="prompts.jsonl"):
@@ -81,7 +81,7 @@ def test_many_bad_lines_name_the_first_ten_then_how_many_more(tmp_path):
 
 @pytest.mark.parametrize("setup, message", [
     (lambda tmp: str(tmp / "missing.jsonl"), "cannot be read (No such file or directory): give the path of a file of prompts"),
-    (lambda tmp: str(tmp), "cannot be read (not a regular file)"),
+    (str, "cannot be read (not a regular file)"),
     (lambda tmp: str(write(tmp, "")), "holds no prompt: give one JSON object per line"),
     (lambda tmp: str(write(tmp, "\n")), "line 1: it is empty"),
     (lambda tmp: "a\nb", "must be the path of a file of prompts on this machine"),
