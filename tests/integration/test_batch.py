@@ -16,15 +16,17 @@ from cluster import NODES, RUNS, WORKSPACE, BackgroundPlaybook, job_ids, run_pla
 RUN = "batch-demo"
 CAP = 48  # inference_max_new_tokens: the most tokens any prompt gets
 BLOCK = 64  # the local inventory's model context (pretrain_model.block_size)
+# what the training's inference stage and the batches share: the export job of one is the other's
+RUN_VALUES = {"run_name": RUN, "inference_nodes": 3, "inference_evaluate": False}
 
 
 @pytest.fixture(scope="module")
 def trained(local_cluster):
-    """A short training run of the local inventory's model (3 nodes x 2 ranks)."""
+    """A short training run of the local inventory's model (3 nodes x 2 ranks), exported by its inference stage."""
     shutil.rmtree(os.path.join(WORKSPACE, RUN), ignore_errors=True)
     shutil.rmtree(os.path.join(RUNS, RUN), ignore_errors=True)
-    run_playbook("pretrain.yml", "-e", json.dumps({"run_name": RUN, "pretrain_steps": 60, "pretrain_checkpoint_interval": 30,
-                                                   "inference_max_new_tokens": 20}))
+    run_playbook("pretrain.yml", "-e", json.dumps(dict(RUN_VALUES, pretrain_steps=60, pretrain_checkpoint_interval=30,
+                                                       inference_max_new_tokens=20)))
     return os.path.join(WORKSPACE, RUN)
 
 
@@ -34,8 +36,7 @@ def write_prompts(path, prompts):
 
 
 def batch_values(prompts_file, **extra):
-    return dict({"run_name": RUN, "inference_prompts_file": prompts_file, "inference_nodes": 3,
-                 "inference_max_new_tokens": CAP}, **extra)
+    return dict(RUN_VALUES, inference_prompts_file=prompts_file, inference_max_new_tokens=CAP, **extra)
 
 
 def batch_dirs(run_dir):
@@ -67,7 +68,7 @@ def test_a_batch_over_three_nodes_comes_back_complete_in_order_and_a_rerun_submi
     before = job_ids()
     ran = run_playbook("batch.yml", "-e", json.dumps(batch_values(prompts_file)))
     new = job_ids() - before
-    assert len(new) == 2, new  # the export (a stand-in until the export stage) and the batch
+    assert len(new) == 1, new  # the batch: the training's inference stage exported the model
 
     local = os.path.join(RUNS, RUN)
     records = [json.loads(line) for line in open(os.path.join(local, "generations.jsonl"))]
