@@ -36,7 +36,9 @@ def write_prompts(path, prompts):
 
 
 def batch_values(prompts_file, **extra):
-    return dict(RUN_VALUES, inference_prompts_file=prompts_file, inference_max_new_tokens=CAP, **extra)
+    values = dict(RUN_VALUES, inference_prompts_file=prompts_file, inference_max_new_tokens=CAP)
+    values.update(extra)
+    return values
 
 
 def batch_dirs(run_dir):
