@@ -419,7 +419,7 @@ def main(argv=None):
         if not args.merge:
             return run_rank(args)
         complete, result = merge(args.prompts, args.out)
-    except (BatchError, OSError) as e:
+    except (ValueError, OSError) as e:  # BatchError, and a model or tokenizer that cannot be read
         parser.error(str(e))
     if not complete:
         print(f"batch: {len(result)} prompt(s) have no record yet (first: line {result[0] + 1}): run the batch again, "
