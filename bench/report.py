@@ -28,6 +28,7 @@ BENCHMARKS = [
     ("Trainer overhead on CPU", [sys.executable, "bench/trainer_bench.py", "--format", "markdown"]),
     ("FSDP against DDP on CPU (memory per rank, tokens/s)", [sys.executable, "bench/fsdp_bench.py", "--format", "markdown"]),
     ("Trainer on GPU (GPT-2 124M, bf16, compile)", [sys.executable, "bench/trainer_gpu.py", "--format", "markdown"]),
+    ("Batch inference on CPU (GPT-2 124M shape): tokens/s per rank", [sys.executable, "bench/batch_bench.py", "--format", "markdown"]),
     ("TensorBoard event files: a poll against the file's size",
      [sys.executable, "bench/event_files_bench.py", "--format", "markdown"]),
     ("Notifications (run_notify): event to message, a hanging webhook, the end's figures at 2,048 nodes",

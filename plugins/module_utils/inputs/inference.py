@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, number, one_line
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.slurm import TIME_LIMIT
 
 
 def errors(values):
@@ -33,4 +34,14 @@ def errors(values):
         if temperature is None or temperature < 0:
             found.append("inference_temperature=%r must be a number >= 0 (0 always takes the most likely token)."
                          % (values["inference_temperature"],))
+    # the batch (inference_prompts_file, whose content llmtrain.slurm.prompts_file checks)
+    if "inference_prompts_file" in values and not one_line(values["inference_prompts_file"]):
+        found.append("inference_prompts_file=%r must be the path of a file of prompts on this machine (JSON lines), "
+                     "or null." % (values["inference_prompts_file"],))
+    count(found, values, "inference_nodes", 1, "the nodes of the batch job, each running slurm_procs_per_node ranks")
+    if "inference_batch_time_limit" in values and not TIME_LIMIT.fullmatch(str(values["inference_batch_time_limit"])):
+        found.append("inference_batch_time_limit=%r is not a Slurm time: use minutes, HH:MM:SS or D-HH:MM:SS "
+                     "(for example \"04:00:00\")." % (values["inference_batch_time_limit"],))
+    count(found, values, "inference_batch_wait_timeout", 1, "seconds the play waits for the batch job")
+    count(found, values, "inference_batch_fetch_max_mb", 1, "the largest generations.jsonl brought to the controller, in MiB")
     return found

@@ -103,6 +103,9 @@ LAYOUT = {
     "eval": "the held-out loss of each model evaluated, step_<N>.json (trainer.evaluate), and the text given "
             "as inference_eval_file",
     "export.done.json": "the record of the export job (done_record.py; the job marks it completed, job_end.py)",
+    "batch": "<batch>/ per batch of inference_prompts_file (its prompts, model and sampling defaults): prompts.jsonl, "
+             "parts/w<world>/rank-<rank>.jsonl (trainer.batch appends a record per prompt), generations.jsonl and "
+             "summary.json (trainer.batch --merge), batch.sbatch and batch.done.json (the sbatch module)",
 }
 
 # what a job reads of starts.jsonl (its end) for the nodes of the start before, and of a marker
