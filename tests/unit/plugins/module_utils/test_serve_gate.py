@@ -135,8 +135,8 @@ def test_an_oversized_body_or_head_is_refused_before_the_backend(gate, backend):
     answer, _ = request(gate, "GET", "/v1/models", headers={"Authorization": "Bearer " + KEY, "X-Big": "y" * 40000})
     assert answer.status == 431
     # a body sent in chunks has no length to bound before it is read
-    answer, _ = request(gate, "POST", "/v1/completions", iter([b"{}"]), {"Authorization": "Bearer " + KEY,
-                                                                         "Transfer-Encoding": "chunked"})
+    chunked = {"Authorization": "Bearer " + KEY, "Transfer-Encoding": "chunked"}
+    answer, _ = request(gate, "POST", "/v1/completions", iter([b"{}"]), chunked)
     assert answer.status == 411
     assert backend.requests == []
 
