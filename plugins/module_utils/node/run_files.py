@@ -98,6 +98,10 @@ LAYOUT = {
     "samples.txt": "the generated text (the inference stage)",
     "samples.json": "the generated text as records (the inference stage)",
     "generate.done.json": "the record of the samples job (done_record.py; the job marks it completed, job_end.py)",
+    "export": "step_<N>/, a checkpoint as a Hugging Face model directory (trainer.export): playbooks/serve.yml "
+              "serves the newest",
+    "serve": "the serving job's endpoint.json (node/serve_gate.py writes it once the server answers, "
+             "module_utils/serve.py reads it) and the link, named after the run, to the model it serves",
 }
 
 # what a job reads of starts.jsonl (its end) for the nodes of the start before, and of a marker

@@ -98,7 +98,7 @@ def request(gate, method, path, body=None, headers=None):
 def test_without_the_key_a_request_is_refused_with_the_openai_error_and_never_reaches_the_backend(gate, backend):
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + KEY},
                     {"Authorization": "Bearer " + KEY + "x"}):
-        answer, _ = request(gate, "POST", "/v1/completions", b'{"prompt": "def "}',
+        answer, _connection = request(gate, "POST", "/v1/completions", b'{"prompt": "def "}',
                             dict(headers, **{"Content-Type": "application/json"}))
         assert answer.status == 401
         assert answer.getheader("WWW-Authenticate") == "Bearer"
@@ -114,14 +114,14 @@ def test_with_the_key_requests_pass_both_ways_and_the_key_stays_at_the_gate(gate
     connection.request("GET", "/v1/models", headers={"Authorization": "bearer " + KEY})
     models = connection.getresponse()
     assert models.status == 200 and json.loads(models.read())["data"][0]["id"] == "tiny"
-    assert [(method, path) for method, path, _h, _b in backend.requests] == [("POST", "/v1/completions"),
-                                                                            ("GET", "/v1/models")]
+    assert [(method, path) for method, path, _h, _b in backend.requests] == [
+        ("POST", "/v1/completions"), ("GET", "/v1/models")]
     assert all("Authorization" not in headers for _m, _p, headers, _b in backend.requests)
     assert backend.requests[0][2]["Content-Type"] == "application/json"
 
 
 def test_a_stream_passes_through_event_by_event(gate, backend):
-    answer, _ = request(gate, "POST", "/v1/stream", b"{}", {"Authorization": "Bearer " + KEY})
+    answer, _connection = request(gate, "POST", "/v1/stream", b"{}", {"Authorization": "Bearer " + KEY})
     assert answer.status == 200 and answer.getheader("Content-Type") == "text/event-stream"
     # the first event arrives while the backend still holds back the second
     assert answer.read1(65536) == b"data: one\n\n"
@@ -130,13 +130,13 @@ def test_a_stream_passes_through_event_by_event(gate, backend):
 
 
 def test_an_oversized_body_or_head_is_refused_before_the_backend(gate, backend):
-    answer, _ = request(gate, "POST", "/v1/completions", b"x" * 5000, {"Authorization": "Bearer " + KEY})
+    answer, _connection = request(gate, "POST", "/v1/completions", b"x" * 5000, {"Authorization": "Bearer " + KEY})
     assert answer.status == 413 and "longer than 4096 bytes" in json.loads(answer.read())["error"]["message"]
-    answer, _ = request(gate, "GET", "/v1/models", headers={"Authorization": "Bearer " + KEY, "X-Big": "y" * 40000})
+    answer, _connection = request(gate, "GET", "/v1/models", headers={"Authorization": "Bearer " + KEY, "X-Big": "y" * 40000})
     assert answer.status == 431
     # a body sent in chunks has no length to bound before it is read
     chunked = {"Authorization": "Bearer " + KEY, "Transfer-Encoding": "chunked"}
-    answer, _ = request(gate, "POST", "/v1/completions", iter([b"{}"]), chunked)
+    answer, _connection = request(gate, "POST", "/v1/completions", iter([b"{}"]), chunked)
     assert answer.status == 411
     assert backend.requests == []
 
@@ -144,7 +144,7 @@ def test_an_oversized_body_or_head_is_refused_before_the_backend(gate, backend):
 def test_without_a_key_every_request_passes(backend):
     gate = gate_of(backend, "")
     try:
-        answer, _ = request(gate, "GET", "/v1/models")
+        answer, _connection = request(gate, "GET", "/v1/models")
         assert answer.status == 200
     finally:
         gate.shutdown()
@@ -155,7 +155,7 @@ def test_a_backend_that_does_not_answer_gives_502(backend):
     port = serve_gate.free_port("127.0.0.1")
     gate = serving(serve_gate.Gate("127.0.0.1", 0, port, ""))
     try:
-        answer, _ = request(gate, "GET", "/v1/models")
+        answer, _connection = request(gate, "GET", "/v1/models")
         assert answer.status == 502 and json.loads(answer.read())["error"]["type"] == "server_error"
     finally:
         gate.shutdown()
