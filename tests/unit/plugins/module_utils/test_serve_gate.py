@@ -98,8 +98,8 @@ def request(gate, method, path, body=None, headers=None):
 def test_without_the_key_a_request_is_refused_with_the_openai_error_and_never_reaches_the_backend(gate, backend):
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic " + KEY},
                     {"Authorization": "Bearer " + KEY + "x"}):
-        answer, _connection = request(gate, "POST", "/v1/completions", b'{"prompt": "def "}',
-                            dict(headers, **{"Content-Type": "application/json"}))
+        headers = dict(headers, **{"Content-Type": "application/json"})
+        answer, _connection = request(gate, "POST", "/v1/completions", b'{"prompt": "def "}', headers)
         assert answer.status == 401
         assert answer.getheader("WWW-Authenticate") == "Bearer"
         assert json.loads(answer.read())["error"]["code"] == "invalid_api_key"
