@@ -99,6 +99,11 @@ def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and
                                                    "export HF_HOME=%s" % (tmp_path / "hf-home")])
     before = job_ids()
 
+    # a bad value is refused before anything is submitted, naming the variable and the fix
+    refused = serve(dict(settings, inference_serve_port=80), check=False)
+    assert refused.rc != 0 and "inference_serve_port=80 must be 0 (a port free on the node" in refused.output
+    assert job_ids() - before == set()
+
     # no key: anyone who reaches the node's address may use it, and the play says so
     result = serve(settings)
     served = served_file()
