@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = [
     ("Pipeline on the local cluster", [sys.executable, "bench/pipeline_bench.py", "--format", "markdown"]),
     ("Network check on the local cluster", [sys.executable, "bench/network_bench.py", "--format", "markdown"]),
+    ("Serving: the job's start to its first token", [sys.executable, "bench/serve_bench.py", "--format", "markdown"]),
     ("Local clusters of 3 to 245 nodes", [sys.executable, "bench/cluster_scale_bench.py", "--format", "markdown"]),
     ("Slurm releases on the local cluster: bring-up and the pipeline",
      [sys.executable, "bench/release_bench.py", "--format", "markdown"]),

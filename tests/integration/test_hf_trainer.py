@@ -25,7 +25,7 @@ CORPUS = sorted(glob.glob(os.path.join(ROOT, "roles", "deploy", "files", "traine
 @pytest.fixture(scope="module")
 def transformers_dir():
     """transformers and what it imports, pinned (requirements.txt), kept in tests/output."""
-    return pinned_packages("hf-transformers-5.25.0", os.path.join(FILES, "requirements.txt"))
+    return pinned_packages("hf-transformers-5.25.0-serving", os.path.join(FILES, "requirements.txt"))
 
 
 def newest_job(run, kind=""):

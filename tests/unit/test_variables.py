@@ -311,7 +311,7 @@ def test_the_input_checks_take_every_choice_of_the_spec_and_refuse_another(name)
 def test_every_spec_choice_list_is_accounted_for():
     """A new choice variable whose choices code repeats belongs in CHOICE_COPIES; one that only the spec
     lists is listed here as such."""
-    only_in_spec = {"run_bad_node_policy", "local_cluster_state", "local_cluster_task_plugin"}
+    only_in_spec = {"run_bad_node_policy", "local_cluster_state", "local_cluster_task_plugin", "inference_serve_state"}
     with_choices = set(name for options in SPECS.values() for name, spec in options.items() if spec.get("choices"))
     assert with_choices == set(CHOICE_COPIES) | only_in_spec | set(CHOICES_READ_FROM_SPECS)
 

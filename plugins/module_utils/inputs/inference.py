@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, number, one_line
-from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.slurm import TIME_LIMIT
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, int_or_none, number, one_line, strings
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.slurm import MEMORY, TIME_LIMIT
 
 
 def errors(values):
@@ -38,10 +38,39 @@ def errors(values):
     if "inference_prompts_file" in values and not one_line(values["inference_prompts_file"]):
         found.append("inference_prompts_file=%r must be the path of a file of prompts on this machine (JSON lines), "
                      "or null." % (values["inference_prompts_file"],))
-    count(found, values, "inference_nodes", 1, "the nodes of the batch job, each running slurm_procs_per_node ranks")
+    count(found, values, "inference_nodes", 1, "the nodes of the evaluation and batch jobs, each running slurm_procs_per_node ranks")
     if "inference_batch_time_limit" in values and not TIME_LIMIT.fullmatch(str(values["inference_batch_time_limit"])):
         found.append("inference_batch_time_limit=%r is not a Slurm time: use minutes, HH:MM:SS or D-HH:MM:SS "
                      "(for example \"04:00:00\")." % (values["inference_batch_time_limit"],))
     count(found, values, "inference_batch_wait_timeout", 1, "seconds the play waits for the batch job")
     count(found, values, "inference_batch_fetch_max_mb", 1, "the largest generations.jsonl brought to the controller, in MiB")
+    found += serve_errors(values)
+    return found
+
+
+def serve_errors(values):
+    """The serving job's settings (playbooks/serve.yml)."""
+    found = []
+    if "inference_serve_time_limit" in values:
+        limit = str(values["inference_serve_time_limit"])
+        if not (TIME_LIMIT.fullmatch(limit) or limit.upper() in ("UNLIMITED", "INFINITE")):
+            found.append("inference_serve_time_limit=%r is not a Slurm time: use minutes, HH:MM:SS or D-HH:MM:SS "
+                         "(for example \"04:00:00\")." % values["inference_serve_time_limit"])
+    if "inference_serve_mem" in values and not MEMORY.fullmatch(str(values["inference_serve_mem"])):
+        found.append("inference_serve_mem=%r is not a Slurm memory size: a number with an optional K, M, G or T "
+                     "suffix, such as 16G." % values["inference_serve_mem"])
+    count(found, values, "inference_serve_gpus", 0, "GPUs of the serving job, 0 on CPU nodes")
+    count(found, values, "inference_serve_ready_timeout", 1, "seconds to wait for the server to answer")
+    if "inference_serve_port" in values:
+        port = int_or_none(values["inference_serve_port"])
+        if port is None or not (port == 0 or 1024 <= port <= 65535):
+            found.append("inference_serve_port=%r must be 0 (a port free on the node when the job starts) or a "
+                         "port from 1024 to 65535." % (values["inference_serve_port"],))
+    if "inference_serve_args" in values:
+        why = strings(values, "inference_serve_args", "[--max-model-len, '4096']")
+        if why:
+            found.append(why)
+    if "inference_serve_model" in values and not one_line(values["inference_serve_model"]):
+        found.append("inference_serve_model=%r must be a path on one line (a Hugging Face model directory on the "
+                     "cluster), or null." % (values["inference_serve_model"],))
     return found

@@ -106,6 +106,8 @@ LAYOUT = {
     "batch": "<batch>/ per batch of inference_prompts_file (its prompts, model and sampling defaults): prompts.jsonl, "
              "parts/w<world>/rank-<rank>.jsonl (trainer.batch appends a record per prompt), generations.jsonl and "
              "summary.json (trainer.batch --merge), batch.sbatch and batch.done.json (the sbatch module)",
+    "serve": "the serving job's endpoint.json (node/serve_gate.py writes it once the server answers, "
+             "module_utils/serve.py reads it) and the link, named after the run, to the model it serves",
 }
 
 # what a job reads of starts.jsonl (its end) for the nodes of the start before, and of a marker

@@ -4,7 +4,8 @@
 
 Reads RUN/metrics.jsonl (the trainer's records), RUN/node_times.json (each node's step times
 over the run, the reference trainer's), RUN/starts.jsonl (the nodes of each start of its jobs),
-RUN/hangs/*/summary.json (the hang watch's verdicts), RUN/samples.txt (generated text), RUN/model.json (the export and its held-out loss) and a facts JSON file
+RUN/hangs/*/summary.json (the hang watch's verdicts), RUN/samples.txt (generated text), RUN/model.json
+(the export and its held-out loss), RUN/summary.json (the last batch's figures) and a facts JSON file
 written by the playbook (default RUN/facts.json); writes RUN/loss.png and RUN/report.md, and
 RUN/nodes.md when the run has more nodes than the report's step-time table shows. Whatever is
 missing is reported as missing: a failed run still gets a report of what exists. The same
@@ -35,6 +36,8 @@ import time
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.txt"
 MODEL_FILE = "model.json"  # the inference stage's: the Hugging Face export and its held-out loss
+BATCH_SUMMARY_FILE = "summary.json"  # the last batch's (inference_prompts_file): prompts, tokens, tokens/s
+BATCH_RECORDS = "generations.jsonl"
 FACTS_FILE = "facts.json"
 NODE_TIMES_FILE = "node_times.json"
 NODES_FILE = "nodes.md"
@@ -925,9 +928,9 @@ def recovery_lines(events, starts=None, hung=()):
     return lines
 
 
-def after_training_lines(model):
-    """The Hugging Face model (runs/<run>/model.json: where, from which checkpoint, its size) and
-    its held-out loss, each value through md()."""
+def after_training_lines(model, batch):
+    """The Hugging Face model (runs/<run>/model.json: where, from which checkpoint, its size), its
+    held-out loss, and the last batch's figures (runs/<run>/summary.json), each value through md()."""
     export = model.get("export") if isinstance(model.get("export"), dict) else {}
     evaluation = model.get("evaluation") if isinstance(model.get("evaluation"), dict) else {}
     out = ["- Model directory (Hugging Face): %s" % md(model.get("model_dir", NOT_RECORDED)),
@@ -943,10 +946,15 @@ def after_training_lines(model):
             md(evaluation.get("tokens")), md(evaluation.get("text")), md(evaluation.get("ranks")), md(evaluation.get("seconds"))))
     else:
         out.append("- Held-out loss: %s" % NOT_RECORDED)
+    if is_number(batch.get("tokens_per_second")):
+        out.append("- Batch inference: %s prompts, %s tokens on %s ranks, %.1f tokens/s (%.1f per rank); records in "
+                   "`%s`" % (md(batch.get("prompts")), md(batch.get("tokens")), md(batch.get("ranks")),
+                             batch["tokens_per_second"], batch.get("tokens_per_second_per_rank") if is_number(
+                                 batch.get("tokens_per_second_per_rank")) else float("nan"), BATCH_RECORDS))
     return out
 
 
-def render(run_name, metrics, summary, facts, samples, plot_note, times, lines=(), hangs=(), model=None):
+def render(run_name, metrics, summary, facts, samples, plot_note, times, lines=(), hangs=(), model=None, batch=None):
     events = metrics[1] if metrics else []
     out = ["# Run %s" % md(run_name), "", "## Summary", ""]
     out += fetch_lines(facts) + summary_lines(metrics, summary, events, facts)
@@ -971,8 +979,8 @@ def render(run_name, metrics, summary, facts, samples, plot_note, times, lines=(
     out += ["", "## Checkpoint", ""] + checkpoint_lines(facts)
     out += ["", "## Samples", ""]
     out += fenced(samples) if samples and samples.strip() else ["Samples: %s." % NOT_RECORDED]
-    if model:
-        out += ["", "## After training", ""] + after_training_lines(model)
+    if model or batch:
+        out += ["", "## After training", ""] + after_training_lines(model or {}, batch or {})
     return "\n".join(out) + "\n"
 
 
@@ -1057,8 +1065,9 @@ def main(argv=None):
 
     report_path = os.path.join(run_dir, REPORT_FILE)
     model = read_facts(os.path.join(run_dir, MODEL_FILE))
+    batch = read_facts(os.path.join(run_dir, BATCH_SUMMARY_FILE))
     report = render(run_name, metrics, summary, facts, samples, plot_note, times,
-                    read_start_lines(os.path.join(run_dir, STARTS_FILE)), read_hangs(run_dir), model)
+                    read_start_lines(os.path.join(run_dir, STARTS_FILE)), read_hangs(run_dir), model, batch)
 
     def write_report(temp):
         with open(temp, "w", encoding="utf-8") as handle:

@@ -861,6 +861,11 @@ def test_after_training_says_where_the_model_is_and_its_held_out_loss(tmp_path):
         "- Exported: step 800, 497764352 bytes, in 3.25 s",
         "- Held-out loss: 3.2812, perplexity 26.6, over 1000000 tokens of the validation split of /ws/gpt2-124m/data "
         "(16 ranks, 41.5 s)"]
+    (run_dir / "summary.json").write_text(json.dumps({"prompts": 10000, "tokens": 1998334, "ranks": 32,
+                                                      "tokens_per_second": 4842.13, "tokens_per_second_per_rank": 151.3}))
+    section = report_of(run_dir).split("## After training\n\n", 1)[1]
+    assert ("- Batch inference: 10000 prompts, 1998334 tokens on 32 ranks, 4842.1 tokens/s (151.3 per rank); records in "
+            "`generations.jsonl`") in section
     # a job's file: text stays text, a loss that is no number is not recorded
     model.update(model_dir="/ws/<b>x\n# y", evaluation={"loss": "low", "tokens": 5}, export={})
     (run_dir / "model.json").write_text(json.dumps(model))
