@@ -38,7 +38,10 @@ pretrain: venv
 # `make units` runs the plugin tests again the way ansible-test imports the collection; the
 # import path it checks, `make sanity`'s import test checks too, so `make test` does not run
 # the same tests twice.
-test: venv test-unit test-integration test-releases molecule
+# The release streams and molecule side by side: each brings up clusters of its own (streams 10 and
+# 11, and the default local cluster), and each mostly waits on Slurm.
+test: venv test-unit test-integration
+	$(MAKE) -j2 --output-sync=target test-releases molecule
 
 # Two workers (pytest-xdist): the trainer's tests wait on their own rank processes, so the
 # unit tests take about 2.5 minutes here instead of 4. UNIT_WORKERS=0 runs them in one process.

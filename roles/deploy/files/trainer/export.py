@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from .checkpoint import CheckpointError, find_checkpoint, is_sharded, load_sharded_model
+from .checkpoint import NAME, TRAINER_STATE, CheckpointError, find_checkpoint, is_sharded, load_sharded_model
 from .fsio import TEMP_MARK, atomic_file, fsync_dir
 from .hf import (CONFIG, EXPORT_RECORD, GENERATION_CONFIG, WEIGHTS, gpt2_config, generation_config, read_json,
                  tokenizer_files, to_gpt2_weights, write_safetensors, ExportError)
@@ -33,33 +33,52 @@ def parse_args(argv):
     return p, p.parse_args(argv)
 
 
+def identity(path):
+    """What tells a checkpoint from another of the same name without reading it: its resolved path,
+    step, and its file's (a sharded one's trainer state's) size and modification time."""
+    path = Path(path).resolve()
+    stat = (path / TRAINER_STATE if is_sharded(path) else path).stat()
+    return {"checkpoint": str(path), "step": int(NAME.match(path.name).group(1)), "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns}
+
+
 def export_record(path, state):
-    return {"checkpoint": str(Path(path).resolve()), "step": int(state["step"]),
-            "tokens_seen": int(state.get("tokens_seen") or 0), "model_config": state["model_config"],
-            "tokenizer": (state.get("tokenizer") or {"kind": "bytes"}).get("kind")}
+    return dict(identity(path), tokens_seen=int(state.get("tokens_seen") or 0), model_config=state["model_config"],
+                tokenizer=(state.get("tokenizer") or {"kind": "bytes"}).get("kind"))
 
 
-def existing(target, record):
-    """Whether target is a complete export of the checkpoint record describes."""
+def existing(target, path):
+    """Whether target is a complete export of the checkpoint at path (its record names the same
+    identity): then nothing is read."""
     try:
-        return read_json(Path(target) / EXPORT_RECORD, EXPORT_RECORD) == record and (Path(target) / WEIGHTS).is_file()
-    except ExportError:
+        record = read_json(Path(target) / EXPORT_RECORD, EXPORT_RECORD)
+        return {k: record.get(k) for k in ("checkpoint", "step", "size", "mtime_ns")} == identity(path) and \
+            (Path(target) / WEIGHTS).is_file()
+    except (ExportError, OSError):
         return False
+
+
+def weights_of(path, state):
+    """GPT-2's tensors of the checkpoint: from its state dict as it is (a DDP file's), or through a
+    model the sharded checkpoint is loaded into."""
+    model_config = state["model_config"]
+    if not is_sharded(path):
+        return to_gpt2_weights(state.pop("model"), model_config)
+    model = GPT(GPTConfig(**model_config))
+    load_sharded_model(path, model)
+    return to_gpt2_weights(model.state_dict(), model_config)
 
 
 def write_export(target, path, state, record):
     """Write the export of the checkpoint (path, state) to target, through a hidden temp directory."""
     codec = Codec(state.get("tokenizer"))
     model_config = state["model_config"]
-    model = GPT(GPTConfig(**model_config))
-    if is_sharded(path):
-        load_sharded_model(path, model)
-    else:
-        model.load_state_dict(state["model"])
+    tensors = weights_of(path, state)
     temp = target.with_name(f".{target.name}{TEMP_MARK}{os.getpid()}")  # removed by remove_temp_files if left
     shutil.rmtree(temp, ignore_errors=True)
     temp.mkdir(parents=True)
-    write_safetensors(temp / WEIGHTS, to_gpt2_weights(model.state_dict(), model_config), metadata={"format": "pt"})
+    write_safetensors(temp / WEIGHTS, tensors, metadata={"format": "pt"})
+    del tensors
     files = {CONFIG: json.dumps(gpt2_config(model_config, codec), indent=2),
              GENERATION_CONFIG: json.dumps(generation_config(codec, int(model_config["vocab_size"])), indent=2)}
     files.update(tokenizer_files(state.get("tokenizer"), model_config["block_size"]))
@@ -77,18 +96,24 @@ def write_export(target, path, state, record):
 def main(argv=None):
     parser, args = parse_args(argv)
     begin = time.monotonic()
-    try:
-        path, state = find_checkpoint(args.checkpoint)
-        Codec(state.get("tokenizer"))  # a tokenizer that cannot be written fails before anything is
-    except (CheckpointError, TokenizerError) as e:
-        parser.error(str(e))
-    record = export_record(path, state)
-    target = Path(args.out) / f"step_{record['step']:06d}"
-    exported = not existing(target, record)
+    given = Path(args.checkpoint)
+    path = given if NAME.match(given.name) and given.exists() else None
+    target = Path(args.out) / f"step_{int(NAME.match(given.name).group(1)):06d}" if path else None
+    exported = not (path and existing(target, path))
     if exported:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_export(target, path, state, record)
+        try:
+            path, state = find_checkpoint(args.checkpoint)
+            Codec(state.get("tokenizer"))  # a tokenizer that cannot be written fails before anything is
+        except (CheckpointError, TokenizerError) as e:
+            parser.error(str(e))
+        record = export_record(path, state)
+        target = Path(args.out) / f"step_{record['step']:06d}"
+        exported = not existing(target, path)
+        if exported:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_export(target, path, state, record)
     size = sum(f.stat().st_size for f in target.iterdir() if f.is_file())
+    record = identity(path)
     print(json.dumps({"export": str(target), "step": record["step"], "checkpoint": record["checkpoint"],
                       "exported": exported, "bytes": size, "seconds": round(time.monotonic() - begin, 3)}), flush=True)
     return 0
