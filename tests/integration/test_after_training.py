@@ -300,7 +300,7 @@ def served_file():
 def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and_stops(
         trained, transformers_dir, tmp_path):
     settings = dict(RUN_VALUES, slurm_env_setup=["export PYTHONPATH=%s" % transformers_dir, "export HF_HUB_OFFLINE=1",
-                                                   "export HF_HOME=%s" % (tmp_path / "hf-home")])
+                                                 "export HF_HOME=%s" % (tmp_path / "hf-home")])
     before = job_ids()
 
     # a bad value is refused before anything is submitted, naming the variable and the fix

@@ -299,10 +299,10 @@ def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         if args.command == "address":
-            print(node_address())
+            sys.stdout.write("%s\n" % node_address())
             return 0
         if args.command == "free-port":
-            print(free_port(args.address))
+            sys.stdout.write("%s\n" % free_port(args.address))
             return 0
         if args.command == "announce":
             announce_when_ready(args, args.port)
@@ -321,4 +321,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
