@@ -299,8 +299,11 @@ def served_file():
 
 def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and_stops(
         trained, transformers_dir, tmp_path):
+    """One server, with a key (what the messages say without one, and of a server that refuses the
+    play's key, is pinned by tests/unit/plugins/module_utils/test_serve.py)."""
     settings = dict(RUN_VALUES, slurm_env_setup=["export PYTHONPATH=%s" % transformers_dir, "export HF_HUB_OFFLINE=1",
-                                                 "export HF_HOME=%s" % (tmp_path / "hf-home")])
+                                                 "export HF_HOME=%s" % (tmp_path / "hf-home")],
+                    slurm_secret_env={"LLMTRAIN_SERVE_API_KEY": KEY})
     before = job_ids()
 
     # a bad value is refused before anything is submitted, naming the variable and the fix
@@ -308,7 +311,6 @@ def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and
     assert refused.rc != 0 and "inference_serve_port=80 must be 0 (a port free on the node" in refused.output
     assert job_ids() - before == set()
 
-    # no key: anyone who reaches the node's address may use it, and the play says so
     result = serve(settings)
     served = served_file()
     job = served["job_id"]
@@ -316,14 +318,21 @@ def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and
     assert named(job_ids() - before, "llmtrain-serve-") == {job}
     assert served["url"] == "http://%s:%d/v1" % (served["address"], served["port"]) and served["url"].startswith(
         "http://10.213.")
-    assert served["model"] == RUN and served["backend"] == "transformers" and served["api_key_variable"] is None
+    assert served["model"] == RUN and served["backend"] == "transformers"
     assert served["tunnel"] == "ssh -N -L %d:%s:%d localhost" % (served["port"], served["address"], served["port"])
     assert served["url"] in result.output and served["tunnel"] in result.output
-    assert "anyone who can reach %s:%d can use it" % (served["address"], served["port"]) in result.output
-    answers = ask(transformers_dir, served)
+    # the key's name in serve.json, never the key, nor anywhere a user or another user reads
+    assert served["api_key_variable"] == "LLMTRAIN_SERVE_API_KEY"
+    assert KEY not in result.output and KEY not in open(os.path.join(RUNS, RUN, "serve.json")).read()
+    assert KEY not in open(os.path.join(WORKSPACE, RUN, "serve", "endpoint.json")).read()
+    assert KEY not in open(os.path.join(WORKSPACE, RUN, "scripts", "serve.sbatch")).read()
+    answers = ask(transformers_dir, served, KEY)
     assert answers["models"] == [RUN]
     assert answers["completion"][1] == 8 and answers["chat"][0] == "assistant" and answers["chat"][2] == 8
     assert answers["chunks"] >= 1
+    # a request with another key, or none, is refused
+    assert ask(transformers_dir, served, "sk-wrong") == {"refused": 401}
+    assert ask(transformers_dir, served) == {"refused": 401}
     # the server is the node's: its address is the node's, not the login host's loopback
     node = slurm("squeue", "--noheader", "--jobs", job, "--format=%N").strip()
     assert served["node"] == node
@@ -333,31 +342,11 @@ def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and
     assert served_file()["job_id"] == job and named(job_ids() - before, "llmtrain-serve-") == {job}
     assert "already running: re-attached" in again.output
 
-    # stopped: no job, no process of it left
+    # stopped: no job, no process of it left, and nothing to stop a second time
     stopped = serve(settings, "-e", "serve_state=absent")
     assert "job %s cancelled and ended" % job in stopped.output
     assert slurm("squeue", "--noheader", "--jobs", job, "--format=%T").strip() in ("CANCELLED", "")
     assert server_processes() == []
     assert not os.path.exists(os.path.join(RUNS, RUN, "serve.json"))
-
-    # with a key (slurm_secret_env): the key's name in serve.json, never the key; a request without it or
-    # with another is refused
-    keyed = dict(settings, slurm_secret_env={"LLMTRAIN_SERVE_API_KEY": KEY})
-    result = serve(keyed)
-    served = served_file()
-    assert served["job_id"] != job and served["api_key_variable"] == "LLMTRAIN_SERVE_API_KEY"
-    assert KEY not in result.output and KEY not in open(os.path.join(RUNS, RUN, "serve.json")).read()
-    assert KEY not in open(os.path.join(WORKSPACE, RUN, "serve", "endpoint.json")).read()
-    assert KEY not in open(os.path.join(WORKSPACE, RUN, "scripts", "serve.sbatch")).read()
-    answers = ask(transformers_dir, served, KEY)
-    assert answers["models"] == [RUN] and answers["completion"][1] == 8 and answers["chat"][0] == "assistant"
-    assert ask(transformers_dir, served, "sk-wrong") == {"refused": 401}
-    assert ask(transformers_dir, served) == {"refused": 401}
-    # the play without the key finds a server that refuses it, and says how to start it again
-    refused = serve(settings, check=False)
-    assert refused.rc != 0 and "refuses a request without a key" in refused.output, refused.output[-3000:]
-
-    serve(keyed, "-e", "serve_state=absent")
-    assert server_processes() == []
-    nothing = serve(keyed, "-e", "serve_state=absent")
+    nothing = serve(settings, "-e", "serve_state=absent")
     assert "has no queued or running server job" in nothing.output

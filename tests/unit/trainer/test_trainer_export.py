@@ -116,14 +116,13 @@ def test_a_damaged_safetensors_file_is_refused_not_read(tmp_path, damage):
 
 
 def evaluate_on(ranks, exports, data_dir, out, job="41"):
+    """Each rank in turn, as srun's tasks; the last one adds the parts up."""
     for rank in range(ranks):
+        assert not (out / f"{STEP_DIR}.json").exists()  # not before every rank is done
         env = {"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(ranks), "SLURM_JOB_ID": job}
         result = run_module("evaluate", "--model", exports, "--data", data_dir, "--out", out, "--batch-size", "3",
                             env=trainer_env(**env))
         assert result.returncode == 0, result.stderr
-    merged = run_module("evaluate", "--merge", "--model", exports, "--out", out, "--ranks", ranks,
-                        env=trainer_env(SLURM_JOB_ID=job))
-    assert merged.returncode == 0, merged.stderr
     return json.loads((out / f"{STEP_DIR}.json").read_text())
 
 
@@ -134,7 +133,7 @@ def test_the_evaluation_over_two_ranks_equals_one_ranks_and_the_trainers_val_los
     assert one["tokens"] == two["tokens"] > 0 and two["ranks"] == 2 and two["step"] == 24
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-6)
     assert two["perplexity"] == pytest.approx(2.718281828 ** two["loss"], rel=1e-6)
-    assert not list((tmp_path / "two").glob(".*"))  # the ranks' parts are gone once merged
+    assert not list((tmp_path / "two").glob(".*"))  # the ranks' parts and the merge's lock are gone once merged
     val = [r["val_loss"] for r in read_metrics(run_dir) if r.get("step") == 24 and "val_loss" in r][0]
     # the trainer's estimate: 2 batches of 4 random windows; this: every window of the split
     assert two["loss"] == pytest.approx(val, abs=0.15), (two["loss"], val)
@@ -142,14 +141,26 @@ def test_the_evaluation_over_two_ranks_equals_one_ranks_and_the_trainers_val_los
 
 def test_the_merge_refuses_a_missing_rank_or_another_jobs_part(exported, data_dir, tmp_path):
     _run_dir, exports, _line = exported
-    evaluate_on(2, exports, data_dir, tmp_path, job="7")
-    (tmp_path / f"{STEP_DIR}.json").unlink()
-    env = trainer_env(SLURM_PROCID="0", SLURM_NTASKS="2", SLURM_JOB_ID="8")
-    assert run_module("evaluate", "--model", exports, "--data", data_dir, "--out", tmp_path, env=env).returncode == 0
-    merged = run_module("evaluate", "--merge", "--model", exports, "--out", tmp_path, "--ranks", 2,
-                        env=trainer_env(SLURM_JOB_ID="8"))
+
+    def rank(index, job):
+        env = trainer_env(SLURM_PROCID=str(index), SLURM_NTASKS="2", SLURM_JOB_ID=job)
+        assert run_module("evaluate", "--model", exports, "--data", data_dir, "--out", tmp_path, env=env).returncode == 0
+
+    def merge(job):
+        return run_module("evaluate", "--merge", "--model", exports, "--out", tmp_path, "--ranks", 2,
+                          env=trainer_env(SLURM_JOB_ID=job))
+
+    rank(1, "7")  # an earlier job's rank 1, whose rank 0 never wrote
+    rank(0, "8")  # this job's rank 0 does not take job 7's part for its rank 1
+    assert not (tmp_path / f"{STEP_DIR}.json").exists()
+    merged = merge("8")
+    assert merged.returncode == 2 and "is of another job or number of ranks (7, 2)" in merged.stderr
+    (tmp_path / f".{STEP_DIR}.rank-1.json").unlink()
+    merged = merge("8")
     assert merged.returncode == 2 and "rank 1 left no result" in merged.stderr
     assert not (tmp_path / f"{STEP_DIR}.json").exists()
+    rank(1, "8")  # its own rank 1 completes the set
+    assert json.loads((tmp_path / f"{STEP_DIR}.json").read_text())["job_id"] == "8"
 
 
 def test_the_newest_export_is_the_one_evaluated_and_text_files_work(exported, tmp_path):
@@ -158,7 +169,8 @@ def test_the_newest_export_is_the_one_evaluated_and_text_files_work(exported, tm
     text = tmp_path / "held_out.txt"
     text.write_text("def f3(x):\n    return x * 2 + 1\n\n" * 20)
     env = trainer_env(SLURM_PROCID="0", SLURM_NTASKS="1", SLURM_JOB_ID="9")
-    assert run_module("evaluate", "--model", exports / STEP_DIR, "--text", text, "--out", tmp_path, env=env).returncode == 0
-    merged = run_module("evaluate", "--merge", "--model", exports / STEP_DIR, "--out", tmp_path, "--ranks", 1, env=env)
-    result = json.loads(merged.stdout)
+    evaluated = run_module("evaluate", "--model", exports / STEP_DIR, "--text", text, "--out", tmp_path, env=env)
+    assert evaluated.returncode == 0, evaluated.stderr
+    result = json.loads(evaluated.stdout)  # one rank: it merged its own part
+    assert result == json.loads((tmp_path / f"{STEP_DIR}.json").read_text())
     assert result["text"] == str(text) and result["tokens"] == (len(text.read_text()) - 1) // 32 * 32

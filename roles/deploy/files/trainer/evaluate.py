@@ -9,8 +9,8 @@ split of a directory trainer.prepare wrote (--data; its tokens are the model's),
 file encoded with the model's tokenizer (--text). It is cut into consecutive windows of the
 model's block size (at most --max-tokens targets in all); rank r of N (SLURM_PROCID and
 SLURM_NTASKS, or RANK and WORLD_SIZE) takes windows r, r+N, ..., and writes its sums to
-OUT/.step_<N>.rank-<r>.json. --merge adds the ranks' sums of this job (SLURM_JOB_ID) into
-OUT/step_<N>.json: {loss, perplexity, tokens, windows, ranks, model, step, text, seconds}, the
+OUT/.step_<N>.rank-<r>.json; the rank that writes the job's last part adds the ranks' sums of this
+job (SLURM_JOB_ID) into OUT/step_<N>.json (--merge does the same by hand): {loss, perplexity, tokens, windows, ranks, model, step, text, seconds}, the
 loss being the mean over every target token, as the trainer's val loss is over its windows.
 """
 
@@ -150,33 +150,64 @@ def part_path(out, name, rank):
     return Path(out) / f".{name}.rank-{rank}.json"
 
 
-def merge(args):
-    model_dir = model_dir_of(args.model)
-    name, step = model_name(model_dir)
-    job = os.environ.get("SLURM_JOB_ID", "")
+def read_parts(out, name, ranks, job):
+    """Every rank's part of this job, or EvaluateError naming the first missing or foreign one."""
     parts = []
-    for rank in range(args.ranks):
-        path = part_path(args.out, name, rank)
+    for rank in range(ranks):
+        path = part_path(out, name, rank)
         if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_PART_BYTES:
             raise EvaluateError(f"rank {rank} left no result ({path})")
         part = json.loads(path.read_text(encoding="utf-8"))
-        if part.get("job") != job or part.get("world") != args.ranks:
+        if part.get("job") != job or part.get("world") != ranks:
             raise EvaluateError(f"{path} is of another job or number of ranks ({part.get('job')}, {part.get('world')})")
         parts.append(part)
+    return parts
+
+
+def write_result(out, name, step, model_dir, parts, job):
+    """Add up the parts into OUT/<name>.json; the parts are removed."""
+    ranks = len(parts)
     tokens = sum(int(p["tokens"]) for p in parts)
     if tokens == 0:
         raise EvaluateError("no window of the text was evaluated: it is shorter than the model's block size plus one")
     loss = sum(float(p["loss_sum"]) for p in parts) / tokens
     result = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": tokens,
               "windows": sum(int(p["windows"]) for p in parts), "block_size": parts[0]["block_size"],
-              "ranks": args.ranks, "model": str(model_dir), "step": step, "text": parts[0]["text"],
+              "ranks": ranks, "model": str(model_dir), "step": step, "text": parts[0]["text"],
               "seconds": max(float(p["seconds"]) for p in parts), "job_id": job}
-    with atomic_file(Path(args.out) / f"{name}.json", "w") as handle:
+    with atomic_file(Path(out) / f"{name}.json", "w") as handle:
         handle.write(json.dumps(result, indent=2) + "\n")
-    for rank in range(args.ranks):
-        part_path(args.out, name, rank).unlink(missing_ok=True)
+    for rank in range(ranks):
+        part_path(out, name, rank).unlink(missing_ok=True)
     print(json.dumps(result), flush=True)
+    return result
+
+
+def merge(args):
+    model_dir = model_dir_of(args.model)
+    name, step = model_name(model_dir)
+    job = os.environ.get("SLURM_JOB_ID", "")
+    write_result(args.out, name, step, model_dir, read_parts(args.out, name, args.ranks, job), job)
     return 0
+
+
+def merge_when_complete(out, name, step, model_dir, world, job):
+    """The rank whose part completes the job's set adds them up: each rank looks once its own part
+    is written, so the last to write sees every part; where two see them at once, the one that
+    creates the merge's lock file merges. No process of its own, no barrier."""
+    try:
+        parts = read_parts(out, name, world, job)
+    except (EvaluateError, OSError, ValueError):
+        return  # a rank still at work: it merges
+    lock = Path(out) / f".{name}.merge-{job or 'local'}"
+    try:
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return
+    try:
+        write_result(out, name, step, model_dir, parts, job)
+    finally:
+        lock.unlink(missing_ok=True)
 
 
 def main(argv=None):
@@ -193,7 +224,7 @@ def main(argv=None):
         forward, block, codec = load_model(model_dir, device)
         tokens, what = read_tokens(args, codec, args.max_tokens + 1)
         total, count, windows = evaluate_rank(forward, tokens, block, rank, world, args.batch_size, device)
-        name, _step = model_name(model_dir)
+        name, step = model_name(model_dir)
         Path(args.out).mkdir(parents=True, exist_ok=True)
         part = {"job": os.environ.get("SLURM_JOB_ID", ""), "rank": rank, "world": world, "loss_sum": total,
                 "tokens": count, "windows": windows, "block_size": block, "text": what,
@@ -201,6 +232,7 @@ def main(argv=None):
         with atomic_file(part_path(args.out, name, rank), "w") as handle:
             handle.write(json.dumps(part) + "\n")
         print(f"evaluate: rank {rank}/{world}: {count} tokens of {what}, {model_dir}", file=sys.stderr, flush=True)
+        merge_when_complete(args.out, name, step, model_dir, world, part["job"])
     except (EvaluateError, ExportError, OSError, ValueError) as e:
         print(f"evaluate: {e}", file=sys.stderr, flush=True)
         return 2
