@@ -291,7 +291,8 @@ def test_every_python_of_a_run_runs_in_its_container(image):
     result = run_playbook("pretrain.yml", *values(run, **settings))
     jobs = dict((job_id, job) for job_id, job in jobs_of(run).items() if job_id not in known)
     assert sorted(name for name, _state, _nodes, _excluded in jobs.values()) == sorted(
-        ["llmtrain-%s" % run, "llmtrain-generate-%s" % run, "llmtrain-prepare-%s" % run]), result.output[-3000:]
+        ["llmtrain-%s" % run, "llmtrain-export-%s" % run, "llmtrain-generate-%s" % run, "llmtrain-prepare-%s" % run]), \
+        result.output[-3000:]
     assert {state for _name, state, _nodes, _excluded in jobs.values()} == {"COMPLETED"}
     checks = os.path.join(WORKSPACE, run, "node_check")
     for name in os.listdir(checks):  # the node check of every job: on every node, in the image
@@ -301,5 +302,8 @@ def test_every_python_of_a_run_runs_in_its_container(image):
     assert (network["ranks"], network["verdict"]) == (2, "ok"), network
     assert "Steps: 20 of 20" in open(os.path.join(RUNS, run, "report.md")).read()
     assert json.load(open(os.path.join(WORKSPACE, run, "samples.json")))  # the samples, made in the image too
+    # the export and the evaluation's ranks too (an srun step through ch-run), on one node (inference_nodes)
+    evaluation = json.load(open(os.path.join(RUNS, run, "model.json")))["evaluation"]
+    assert evaluation["ranks"] == 1 and evaluation["tokens"] > 0, evaluation
     again = run_playbook("pretrain.yml", *values(run, **settings))
     assert "no stage runs" in again.output, again.output[-3000:]
