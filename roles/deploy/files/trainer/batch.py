@@ -43,9 +43,9 @@ from array import array
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from .fsio import atomic_file
+from .model import sample_next
 
 EMPTY_PROMPT = "\n"  # an empty prompt starts the text as if after a newline (as trainer.generate)
 END_OF_TEXT = "<|endoftext|>"
@@ -272,17 +272,8 @@ def generate(model, prompt, cap, device):
     idx = torch.tensor([ids], dtype=torch.long, device=device)
     new, finish = [], "length"
     for _token in range(max_new):  # the sampling of GPT.generate, token by token
-        logits = model.forward(idx[:, -model.block_size:])[:, -1, :].float()
-        if model.vocab_size < logits.size(-1):
-            logits[:, model.vocab_size:] = float("-inf")
-        if temperature == 0:
-            next_token = logits.argmax(dim=-1, keepdim=True)
-        else:
-            logits = logits / temperature
-            if top_k:
-                kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            next_token = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+        logits = model.forward(idx[:, -model.block_size:])[:, -1, :]
+        next_token = sample_next(logits, temperature, top_k, generator, model.vocab_size)
         idx = torch.cat((idx, next_token), dim=1)
         new.append(int(next_token))
         if new[-1] == model.end_of_text:

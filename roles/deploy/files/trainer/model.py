@@ -203,16 +203,21 @@ class GPT(nn.Module):
         vocab_size: the tokenizer's (the model's is padded); tokens past it are never picked."""
         for _token in range(max_new_tokens):
             logits, _loss = self(idx[:, -self.config.block_size:])
-            logits = logits[:, -1, :].float()
-            if vocab_size is not None and vocab_size < logits.size(-1):
-                logits[:, vocab_size:] = float("-inf")
-            if temperature == 0:
-                next_token = logits.argmax(dim=-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k:
-                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                next_token = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
-            idx = torch.cat((idx, next_token), dim=1)
+            idx = torch.cat((idx, sample_next(logits[:, -1, :], temperature, top_k, generator, vocab_size)), dim=1)
         return idx
+
+
+def sample_next(logits, temperature, top_k, generator=None, vocab_size=None):
+    """The next token of each row of logits (B, V) as (B, 1): the most likely with temperature 0, else
+    sampled from the top_k (0: all) after dividing by temperature; tokens from vocab_size on (the
+    padding of the model's vocabulary) are never picked."""
+    logits = logits.float()
+    if vocab_size is not None and vocab_size < logits.size(-1):
+        logits[:, vocab_size:] = float("-inf")
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
