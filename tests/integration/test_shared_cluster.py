@@ -206,7 +206,8 @@ def test_what_the_site_requires_reaches_every_job_and_a_bad_value_stops_the_run_
             result.output[-3000:]
         jobs = dict((job_id, job) for job_id, job in jobs_of(run).items() if job_id not in known)
         names = sorted(name for name, _state, _nodes, _excluded in jobs.values())
-        assert names == sorted(["llmtrain-%s" % run, "llmtrain-generate-%s" % run, "llmtrain-prepare-%s" % run]), names
+        assert names == sorted(["llmtrain-%s" % run, "llmtrain-export-%s" % run, "llmtrain-generate-%s" % run,
+                                "llmtrain-prepare-%s" % run]), names
         for job_id, (name, state, nodes, _excluded) in jobs.items():
             info = slurm("scontrol", "show", "job", "-o", job_id)
             fields = dict(re.findall(r"(\w+)=(\S*)", info))
