@@ -85,8 +85,8 @@ def measure(args):
             wall, _peak, _out = run(["trainer.evaluate", "--model", str(Path(tmp) / "exports-0"), "--data", str(data),
                                      "--out", str(Path(tmp) / "eval"), "--max-tokens", str(args.eval_tokens),
                                      "--batch-size", "4", "--device", "cpu"], env)
-            part = json.loads(next((Path(tmp) / "eval").glob(".*.rank-0.json")).read_text())
-            rates.append(part["tokens"] / part["seconds"])
+            result = json.loads((Path(tmp) / "eval" / "step_000001.json").read_text())  # one rank: its own sums
+            rates.append(result["tokens"] / result["seconds"])
     return {"shape": args.shape, "config": shape, "params": params, "checkpoint_bytes": checkpoint_bytes,
             "export_bytes": export_bytes, "wall_s": spread(seconds), "export_s": spread(own), "peak_mib": spread(peaks),
             "rerun_s": spread(again), "eval_tokens": args.eval_tokens, "eval_threads": args.threads,
@@ -110,7 +110,7 @@ def render(result, form):
               "| of which the export itself (its own line's `seconds`: load, convert, write, fsync) | %s |" % fmt(result["export_s"], 2, " s"),
               "| peak memory of the export's process | %s |" % fmt(result["peak_mib"], 0, " MiB"),
               "| a rerun that finds the export (nothing written) | %s |" % fmt(result["rerun_s"], 2, " s"),
-              "| `trainer.evaluate`: held-out tokens/s per rank (CPU, %d thread(s), %s tokens) | %s |" % (
+              "| `trainer.evaluate`: held-out tokens/s per rank, its model's loading included (CPU, %d thread(s), %s tokens) | %s |" % (
                   result["eval_threads"], format(result["eval_tokens"], ","), fmt(result["eval_tokens_per_s"], 0))]
     lines += ["", "The export reads the checkpoint whole in one process (a sharded one too) and writes the "
               "safetensors file once, tensor by tensor; the tied output matrix is stored once, as GPT-2's files "
