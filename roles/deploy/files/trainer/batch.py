@@ -45,10 +45,10 @@ from pathlib import Path
 import torch
 
 from .fsio import atomic_file
+from .hf import load_model
 from .model import sample_next
 
 EMPTY_PROMPT = "\n"  # an empty prompt starts the text as if after a newline (as trainer.generate)
-END_OF_TEXT = "<|endoftext|>"
 # The prompts file is read by every rank; the play refuses a larger one before anything is submitted.
 MAX_PROMPTS_BYTES = 64 * 1024 * 1024
 # A part file's line longer than this is no record of ours (a record is its prompt, at most the
@@ -208,54 +208,6 @@ def append_record(fd, record):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-# --- models -----------------------------------------------------------------------------------
-
-class Model:
-    """What generation needs of a model: token ids <-> text, the logits of a sequence, its context."""
-
-    def __init__(self, forward, encode, decode, vocab_size, block_size, end_of_text, describe):
-        self.forward, self.encode, self.decode = forward, encode, decode
-        self.vocab_size, self.block_size, self.end_of_text, self.describe = vocab_size, block_size, end_of_text, describe
-
-
-def load_model(model_dir, device):
-    """The model in model_dir: a GPT-2 in the reference model, any other causal LM with transformers."""
-    from . import hf  # pylint: disable=import-outside-toplevel
-    model_dir = Path(model_dir)
-    try:
-        config = hf.read_json(model_dir / hf.CONFIG, hf.CONFIG)
-    except hf.ExportError as e:
-        raise BatchError(f"--model {model_dir}: {e}") from None
-    reason = None
-    if config.get("model_type") == "gpt2":
-        try:
-            model, codec, _config = hf.load_gpt2(model_dir, device)
-        except hf.ExportError as e:
-            reason = str(e)
-        else:
-            return Model(lambda idx: model(idx)[0], codec.encode, codec.decode, codec.vocab_size, model.config.block_size,
-                         codec.token_id(END_OF_TEXT),
-                         f"GPT-2 {model.num_params() / 1e6:.2f}M parameters, tokenizer {codec.describe()}")
-    return load_transformers(model_dir, config, device, reason)
-
-
-def load_transformers(model_dir, config, device, reason):
-    try:
-        import transformers  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        raise BatchError(f"--model {model_dir}: a {config.get('model_type')} model "
-                         f"({reason or 'not GPT-2'}) needs transformers in the nodes' Python") from None
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir)).to(device).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
-    block = next((config[k] for k in ("max_position_embeddings", "n_positions", "max_seq_len") if isinstance(config.get(k), int)),
-                 None) or getattr(tokenizer, "model_max_length", None)
-    if not isinstance(block, int) or block <= 0 or block > 1 << 24:
-        block = 2048  # no context length it names: bound the prompt all the same
-    return Model(lambda idx: model(input_ids=idx).logits, lambda text: tokenizer.encode(text, add_special_tokens=False),
-                 tokenizer.decode, len(tokenizer), block, tokenizer.eos_token_id,
-                 f"{config.get('model_type')} with transformers {transformers.__version__}")
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from .fsio import atomic_file
-from .hf import CONFIG, EXPORT_RECORD, ExportError, is_model_dir, load_gpt2, read_json
+from .hf import EXPORT_RECORD, ExportError, is_model_dir, load_model, read_json
 from .prepare import read_meta, token_file
 
 MAX_TEXT_BYTES = 1 << 30  # a --text file past this is cut (with --max-tokens, far more than is read)
@@ -89,35 +89,9 @@ def rank_and_world():
     return int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1))
 
 
-def load_model(model_dir, device):
-    """(a callable from token ids (B, T) to logits, its block size, a Codec) of model_dir: the
-    reference model for GPT-2 directories, transformers' AutoModelForCausalLM for any other."""
-    config = read_json(Path(model_dir) / CONFIG, CONFIG)
-    if config.get("model_type") == "gpt2":
-        try:
-            model, codec, _config = load_gpt2(model_dir, device)
-            return (lambda idx: model(idx)[0]), model.config.block_size, codec
-        except ExportError:
-            pass  # a GPT-2 of another variant: transformers has it
-    try:
-        from transformers import AutoModelForCausalLM, AutoTokenizer  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        raise EvaluateError(f"{model_dir} is a {config.get('model_type')!r} model: evaluating it needs transformers "
-                            "in the nodes' Python (slurm_python)") from None
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    block = int(getattr(model.config, "max_position_embeddings", 0) or getattr(model.config, "n_positions", 0) or 1024)
-
-    class HFCodec:  # pylint: disable=too-few-public-methods
-        @staticmethod
-        def encode(text):
-            return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    return (lambda idx: model(idx).logits), block, HFCodec()
-
-
-def read_tokens(args, codec, needed):
-    """The tokens to evaluate (at most `needed`), as a 1-D int64 array, and what they are."""
+def read_tokens(args, model, needed):
+    """The tokens to evaluate (at most `needed`; a text file encoded with the model's tokenizer), as a
+    1-D int64 array, and what they are."""
     if args.data:
         meta = read_meta(args.data)
         if not meta.get("val_tokens"):
@@ -126,7 +100,7 @@ def read_tokens(args, codec, needed):
         return np.asarray(tokens[:needed], dtype=np.int64), f"the validation split of {args.data}"
     with open(args.text, "rb") as handle:
         text = handle.read(MAX_TEXT_BYTES).decode("utf-8", errors="replace")
-    return np.asarray(codec.encode(text)[:needed], dtype=np.int64), str(args.text)
+    return np.asarray(model.encode(text)[:needed], dtype=np.int64), str(args.text)
 
 
 @torch.no_grad()
@@ -221,13 +195,13 @@ def main(argv=None):
         if device.type == "cuda":
             torch.cuda.set_device(int(os.environ.get("SLURM_LOCALID", os.environ.get("LOCAL_RANK", 0))) % torch.cuda.device_count())
         model_dir = model_dir_of(args.model)
-        forward, block, codec = load_model(model_dir, device)
-        tokens, what = read_tokens(args, codec, args.max_tokens + 1)
-        total, count, windows = evaluate_rank(forward, tokens, block, rank, world, args.batch_size, device)
+        model = load_model(model_dir, device, dtype=torch.float32)
+        tokens, what = read_tokens(args, model, args.max_tokens + 1)
+        total, count, windows = evaluate_rank(model.forward, tokens, model.block_size, rank, world, args.batch_size, device)
         name, step = model_name(model_dir)
         Path(args.out).mkdir(parents=True, exist_ok=True)
         part = {"job": os.environ.get("SLURM_JOB_ID", ""), "rank": rank, "world": world, "loss_sum": total,
-                "tokens": count, "windows": windows, "block_size": block, "text": what,
+                "tokens": count, "windows": windows, "block_size": model.block_size, "text": what,
                 "seconds": round(time.monotonic() - begin, 3)}
         with atomic_file(part_path(args.out, name, rank), "w") as handle:
             handle.write(json.dumps(part) + "\n")

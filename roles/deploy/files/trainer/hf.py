@@ -290,3 +290,53 @@ def is_model_dir(path):
     """Whether path is a Hugging Face model directory (a config.json and safetensors weights)."""
     path = Path(path)
     return (path / CONFIG).is_file() and ((path / WEIGHTS).is_file() or (path / "model.safetensors.index.json").is_file())
+
+
+# --- any model directory, for the jobs that use one ------------------------------------------------
+
+class Model:
+    """What the evaluation and batch jobs need of a model: token ids <-> text, the logits of a
+    sequence, its context."""
+
+    def __init__(self, forward, encode, decode, vocab_size, block_size, end_of_text, describe):
+        self.forward, self.encode, self.decode = forward, encode, decode
+        self.vocab_size, self.block_size, self.end_of_text, self.describe = vocab_size, block_size, end_of_text, describe
+
+
+def load_model(model_dir, device, dtype=None):
+    """The model in model_dir: a GPT-2 in the reference model, any other causal LM with transformers
+    (in dtype where given); ExportError for a directory neither reads."""
+    model_dir = Path(model_dir)
+    try:
+        config = read_json(model_dir / CONFIG, CONFIG)
+    except ExportError as e:
+        raise ExportError(f"--model {model_dir}: {e}") from None
+    reason = None
+    if config.get("model_type") == "gpt2":
+        try:
+            model, codec, _config = load_gpt2(model_dir, device)
+        except ExportError as e:
+            reason = str(e)
+        else:
+            return Model(lambda idx: model(idx)[0], codec.encode, codec.decode, codec.vocab_size, model.config.block_size,
+                         codec.token_id(END_OF_TEXT),
+                         f"GPT-2 {model.num_params() / 1e6:.2f}M parameters, tokenizer {codec.describe()}")
+    return load_transformers(model_dir, config, device, reason, dtype)
+
+
+def load_transformers(model_dir, config, device, reason, dtype=None):
+    try:
+        import transformers  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise ExportError(f"--model {model_dir}: a {config.get('model_type')} model "
+                          f"({reason or 'not GPT-2'}) needs transformers in the nodes' Python") from None
+    options = {"dtype": dtype} if dtype is not None else {}
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), **options).to(device).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir))
+    block = next((config[k] for k in ("max_position_embeddings", "n_positions", "max_seq_len") if isinstance(config.get(k), int)),
+                 None) or getattr(tokenizer, "model_max_length", None)
+    if not isinstance(block, int) or block <= 0 or block > 1 << 24:
+        block = 2048  # no context length it names: bound the prompt all the same
+    return Model(lambda idx: model(input_ids=idx).logits, lambda text: tokenizer.encode(text, add_special_tokens=False),
+                 tokenizer.decode, len(tokenizer), block, tokenizer.eos_token_id,
+                 f"{config.get('model_type')} with transformers {transformers.__version__}")
