@@ -20,7 +20,7 @@ ENDPOINT_FIELDS = dict(job_id=untrusted.JOB, node=untrusted.TEXT, address=untrus
                        backend=untrusted.TEXT, model=untrusted.TEXT, started=untrusted.TEXT,
                        ready=untrusted.TEXT)
 BACKENDS = {"vllm": "vLLM (vllm serve)", "transformers": "transformers serve, behind the job's gate"}
-# a host name or address as a shell word and a URL carry it
+# what an IP address may hold to go into a URL and a shell word as it is
 HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:[]")
 
 
@@ -48,10 +48,14 @@ def read_endpoint(path, job_id, uid=None):
     endpoint["api_key"] = record.get("api_key") is True
     if endpoint.get("job_id") != str(job_id):
         return None, None  # an earlier job's file: this job has not written its own yet
+    address = endpoint.get("address", "")
     try:
-        ipaddress.ip_address(endpoint.get("address", ""))
+        ipaddress.ip_address(address)
     except ValueError:
-        return None, "its address %r is no IP address" % untrusted.printable(str(record.get("address")))[:60]
+        address = None
+    # an IPv6 scope id (fe80::1%eth0) may hold any character: the address goes into a URL and a shell command
+    if not address or not set(address) <= HOST_CHARS:
+        return None, "its address %r is no IP address without a scope" % untrusted.printable(str(record.get("address")))[:60]
     if not 0 < endpoint.get("port", 0) < 65536:
         return None, "its port %r is no TCP port" % untrusted.printable(str(record.get("port")))[:20]
     missing = [name for name in ("node", "backend", "model") if not endpoint.get(name)]
@@ -82,8 +86,8 @@ def host_url(address):
 def tunnel(endpoint, login_host, login_user=None):
     """The ssh command a user runs on a laptop to reach the server through the login node."""
     target = "%s@%s" % (login_user, login_host) if login_user else login_host
-    return "ssh -N -L %d:%s:%d %s" % (endpoint["port"], host_url(endpoint["address"]), endpoint["port"],
-                                      shlex.quote(target))
+    forward = "%d:%s:%d" % (endpoint["port"], host_url(endpoint["address"]), endpoint["port"])
+    return "ssh -N -L %s %s" % (shlex.quote(forward), shlex.quote(target))
 
 
 def serve_record(endpoint, login_host, login_user=None, key_name=None, time_limit=None):

@@ -9,15 +9,23 @@ per stream: pretrain.yml here finds it finished, or trains it; 3 nodes x 2 ranks
   the prompts' order; a batch job requeued while it generates makes only the prompts without a
   record; a rerun submits nothing; a bad prompts file stops the play before anything is submitted;
 - serving (playbooks/serve.yml): transformers serve behind the job's gate at its node's address;
-  the real openai client gets a completion and a chat completion there, with no key and with one
-  (a wrong key refused); a rerun re-attaches; serve_state=absent stops it and nothing of it is left."""
+  the real openai client gets a completion and a chat completion there with the key (a wrong key, or
+  none, refused), also while a hundred keyless clients trickle their heads to the gate; tracing on
+  (set -x) leaves no key in the job's log; a rerun re-attaches; serve_state=absent stops it and nothing
+  of it is left. With a stand-in vLLM the key reaches it and never the log; a slurm_python that cannot
+  serve fails the play within seconds of its job, naming what to install, its job ended."""
 
 import glob
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -297,11 +305,60 @@ def served_file():
         return json.load(handle)
 
 
+def job_log(job):
+    with open(os.path.join(WORKSPACE, RUN, "logs", "llmtrain-serve-%s-%s.out" % (RUN, job))) as handle:
+        return handle.read()
+
+
+class SlowClients:
+    """count connections to address:port that send a request head without a key, a header line every
+    second, until closed."""
+
+    def __init__(self, address, port, count):
+        self.stop = threading.Event()
+        self.sockets = []
+        for _ in range(count):
+            client = socket.create_connection((address, port), timeout=10)
+            client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            self.sockets.append(client)
+        self.thread = threading.Thread(target=self.trickle, daemon=True)
+        self.thread.start()
+
+    def trickle(self):
+        index = 0
+        while not self.stop.wait(1):
+            for client in self.sockets:
+                try:
+                    client.sendall(b"X-Slow-%d: a\r\n" % index)
+                except OSError:
+                    pass
+            index += 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        self.stop.set()
+        self.thread.join(10)
+        for client in self.sockets:
+            client.close()
+
+
+def models_status(served, key=None):
+    request = urllib.request.Request(served["url"] + "/models", headers={"Authorization": "Bearer " + key} if key else {})
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
 def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and_stops(
         trained, transformers_dir, tmp_path):
     """One server, with a key (what the messages say without one, and of a server that refuses the
     play's key, is pinned by tests/unit/plugins/module_utils/test_serve.py)."""
-    settings = dict(RUN_VALUES, slurm_env_setup=["export PYTHONPATH=%s" % transformers_dir, "export HF_HUB_OFFLINE=1",
+    # tracing on, as a user debugging the job's environment has it
+    settings = dict(RUN_VALUES, slurm_env_setup=["set -x", "export PYTHONPATH=%s" % transformers_dir, "export HF_HUB_OFFLINE=1",
                                                  "export HF_HOME=%s" % (tmp_path / "hf-home")],
                     slurm_secret_env={"LLMTRAIN_SERVE_API_KEY": KEY})
     before = job_ids()
@@ -333,6 +390,10 @@ def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and
     # a request with another key, or none, is refused
     assert ask(transformers_dir, served, "sk-wrong") == {"refused": 401}
     assert ask(transformers_dir, served) == {"refused": 401}
+    # a hundred keyless clients trickling their heads cannot keep the keyed one out
+    with SlowClients(served["address"], served["port"], 100):
+        time.sleep(2)
+        assert ask(transformers_dir, served, KEY)["models"] == [RUN]
     # the server is the node's: its address is the node's, not the login host's loopback
     node = slurm("squeue", "--noheader", "--jobs", job, "--format=%N").strip()
     assert served["node"] == node
@@ -350,3 +411,66 @@ def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and
     assert not os.path.exists(os.path.join(RUNS, RUN, "serve.json"))
     nothing = serve(settings, "-e", "serve_state=absent")
     assert "has no queued or running server job" in nothing.output
+    # traced, and no line of the log holds the key
+    log = job_log(job)
+    assert "+ export HF_HUB_OFFLINE=1" in log and KEY not in log, log[-3000:]
+
+
+# vLLM's stand-in (vLLM needs a GPU): `python -m vllm.entrypoints.cli.main serve NAME ... --host H --port P`
+# answers /v1/models with the key it finds in VLLM_API_KEY, as vLLM does
+VLLM_MAIN = r"""
+import http.server, json, os, sys
+args = sys.argv[1:]
+key = os.environ.get("VLLM_API_KEY")
+class Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def do_GET(self):
+        ok = not key or self.headers.get("Authorization") == "Bearer " + key
+        body = json.dumps({"object": "list", "data": [{"id": args[1], "object": "model"}]} if ok else {}).encode()
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+print("stand-in vllm serving %s; its key under its own name: %s" % (args[1], "LLMTRAIN_SERVE_API_KEY" in os.environ),
+      flush=True)
+http.server.HTTPServer((args[args.index("--host") + 1], int(args[args.index("--port") + 1])), Handler).serve_forever()
+"""
+
+
+def test_with_vllm_the_key_reaches_vllm_only_and_no_line_of_the_log(trained, tmp_path):
+    standin = tmp_path / "vllm-standin"
+    for name, text in {"vllm/__init__.py": "", "vllm/entrypoints/__init__.py": "", "vllm/entrypoints/cli/__init__.py": "",
+                       "vllm/entrypoints/cli/main.py": VLLM_MAIN}.items():
+        (standin / name).parent.mkdir(parents=True, exist_ok=True)
+        (standin / name).write_text(text)
+    settings = dict(RUN_VALUES, slurm_env_setup=["set -x", "export PYTHONPATH=%s" % standin],
+                    slurm_secret_env={"LLMTRAIN_SERVE_API_KEY": KEY})
+    serve(settings)
+    served = served_file()
+    assert served["backend"] == "vllm" and served["url"].startswith("http://10.213.")
+    assert (models_status(served, KEY), models_status(served), models_status(served, "sk-wrong")) == (200, 401, 401)
+    stopped = serve(settings, "-e", "serve_state=absent")
+    assert "job %s cancelled and ended" % served["job_id"] in stopped.output
+    log = job_log(served["job_id"])
+    assert "+ export PYTHONPATH=" in log and "its key under its own name: False" in log, log[-3000:]
+    assert KEY not in log
+
+
+def test_a_slurm_python_that_cannot_serve_fails_the_play_at_once_naming_the_fix(trained):
+    """The nodes' Python as it is: it has torch, and neither vLLM nor transformers."""
+    before = job_ids()
+    began = time.monotonic()
+    failed = serve(dict(RUN_VALUES, slurm_env_setup=["set -x"], slurm_secret_env={"LLMTRAIN_SERVE_API_KEY": KEY}),
+                   check=False)
+    took = time.monotonic() - began
+    # the play waits seconds for the job to end (it waited until inference_serve_ready_timeout, 900 s, for a job
+    # that stayed up with its server dead); the whole play took 14 s on an idle machine, more beside the other stream
+    waited = float(re.search(r"waited: ([0-9.]+)", failed.output).group(1))
+    assert failed.rc != 0 and waited < 20 and took < 90, (took, failed.output[-3000:])
+    assert "cannot serve: it lacks" in failed.output and "pip install 'transformers[serving]'" in failed.output, \
+        failed.output[-3000:]
+    jobs = named(job_ids() - before, "llmtrain-serve-")
+    assert len(jobs) == 1
+    assert slurm("squeue", "--noheader", "--jobs", jobs.pop(), "--format=%T").strip() in ("FAILED", "")
+    assert server_processes() == [] and KEY not in failed.output

@@ -1,55 +1,64 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The serving job's side of the OpenAI-compatible server (playbooks/serve.yml), on its node.
+"""The gate of the serving job (llmtrain_node.serve_job): an HTTP/1.1 server on the node's address
+that hands each request with the API key to `transformers serve` on the node's 127.0.0.1 (which has
+no key of its own), and streams its answers back as they come (SSE).
 
-    python -m llmtrain_node.serve_gate address
-        the node's address: its name (SLURMD_NODENAME) resolved, IPv4, not a loopback one
-    python -m llmtrain_node.serve_gate free-port ADDRESS
-        a port free on ADDRESS now (the kernel's choice), for a server that binds it itself
-    python -m llmtrain_node.serve_gate gate --address A --port P --backend-port B ...
-        listens on A:P (P 0: a free port) and forwards every request to 127.0.0.1:B, where
-        `transformers serve` listens (it has no API key of its own): with a key set (the
-        environment variable --key-env names), only requests that carry `Authorization: Bearer
-        <key>`; request heads and bodies bounded, responses streamed through as they come (SSE)
-    python -m llmtrain_node.serve_gate announce --address A --port P ...
-        for a server that checks the key itself (vLLM): waits, as the gate does, until it answers
+HTTP is parsed by h11, the parser of uvicorn (which `transformers serve` runs on, so it is there
+wherever the gate runs) and of httpcore; the connections are asyncio's. What a client without the key
+can hold is bounded before anything else:
+- a connection waits for its request head at most HEAD_TIMEOUT seconds in all (not per read), and the
+  head is at most MAX_HEAD_BYTES: past either it is closed;
+- at most MAX_WAITING connections wait for a head, and MAX_WAITING_PER_ADDRESS of one client address:
+  a new one past a bound closes the oldest waiting one (of that address, else of all), so that slow
+  clients cannot keep a new one out;
+- the key is checked on the head, before the body is read and before a request takes one of the
+  MAX_ACTIVE slots of requests passed to the server.
+A request the gate passes on is in origin form, with one Content-Length and no Transfer-Encoding;
+the server gets the gate's own Host and never the key; its answer gets the gate's Server and Date.
 
-Either way the endpoint file (<run>/serve/endpoint.json: job id, node, address, port, backend,
-model, whether a key is asked for, started) is written, atomically, once /v1/models answers:
-the play waits for that file. The key itself is never written anywhere.
-
-This file imports nothing outside Python's standard library: it runs on the batch node, beside
-the run's other scripts."""
+This file imports nothing outside Python's standard library but h11, and that only in the gate's
+functions: the rest runs wherever the run's other node scripts run."""
 
 from __future__ import annotations
 
-import argparse
+import asyncio
+import collections
+import email.utils
 import hmac
-import http.client
-import http.server
 import json
 import os
 import socket
 import sys
-import threading
-import time
-
-from .atomic import replace_file
 
 # The request head a client may send (its request line and headers together), and its body:
 # an OpenAI request is a few KB of JSON; a long prompt some hundred KB.
 MAX_HEAD_BYTES = 32768
 MAX_BODY_BYTES = 16 * 1048576
-# Connections served at once; a client beyond them gets 503 at once rather than a thread.
-MAX_CONNECTIONS = 64
-# Seconds a client may take to send its request, and the server to send the next part of an answer
-# (a long completion that is not streamed comes in one part, after all its tokens).
-CLIENT_TIMEOUT = 60
+# Requests passed to the server at once; a keyed request beyond them gets 503 at once.
+MAX_ACTIVE = 64
+# Connections waiting for a request head, in all and per client address (see above).
+MAX_WAITING = 512
+MAX_WAITING_PER_ADDRESS = 32
+# Seconds for a whole request head (from the connection, or from the previous answer on it); for a
+# whole body; for each write to a client; for each part of the server's answer (a completion that is
+# not streamed comes in one part, after all its tokens).
+HEAD_TIMEOUT = 10
+BODY_TIMEOUT = 60
+WRITE_TIMEOUT = 60
 BACKEND_TIMEOUT = 900
-# Hop-by-hop headers (RFC 9110, 7.6.1) are the gate's own on each side; the key stays at the gate.
-HOP_BY_HOP = frozenset(("connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-                        "transfer-encoding", "upgrade", "host", "authorization", "content-length"))
-CHUNK_BYTES = 65536
+READ_BYTES = 65536
+SERVER = b"llmtrain-serve-gate"
+# Headers of one hop (RFC 9110, 7.6.1), and what the gate sets itself on each side: the key stays at
+# the gate; the server gets the gate's Host and Content-Length, the client the gate's Server and Date.
+REQUEST_DROPPED = frozenset((b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
+                             b"trailer", b"transfer-encoding", b"upgrade", b"host", b"authorization",
+                             b"content-length", b"expect", b"proxy-connection"))
+ANSWER_DROPPED = frozenset((b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te",
+                            b"trailer", b"transfer-encoding", b"upgrade", b"server", b"date", b"proxy-connection"))
+REASONS = {400: "Bad Request", 401: "Unauthorized", 408: "Request Timeout", 411: "Length Required",
+           413: "Content Too Large", 414: "URI Too Long", 431: "Request Header Fields Too Large",
+           501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
 def say(text):
@@ -57,9 +66,269 @@ def say(text):
     sys.stderr.flush()
 
 
+def bearer_ok(header, key):
+    """Whether an Authorization header (bytes or str) carries the key, compared in constant time; any
+    header passes when there is no key."""
+    if not key:
+        return True
+    if isinstance(header, bytes):
+        header = header.decode("latin-1")
+    scheme, _sep, given = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8", "surrogateescape"),
+                                                              key.encode("utf-8"))
+
+
+def error_body(message, kind, code):
+    """An error as the OpenAI API words one, so that its clients show the message."""
+    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode("utf-8")
+
+
+def refusal(status, message, kind="invalid_request_error", code=None):
+    """A whole answer that refuses a request and closes the connection, as bytes: written as it is,
+    whatever state the client's request left the parser in."""
+    body = error_body(message, kind, code)
+    head = ["HTTP/1.1 %d %s" % (status, REASONS[status]), "Server: %s" % SERVER.decode(),
+            "Date: %s" % email.utils.formatdate(usegmt=True), "Content-Type: application/json",
+            "Content-Length: %d" % len(body), "Connection: close"]
+    if status == 401:
+        head.append("WWW-Authenticate: Bearer")
+    if status == 503:
+        head.append("Retry-After: 1")
+    return ("\r\n".join(head) + "\r\n\r\n").encode("ascii") + body
+
+
+class Refused(Exception):
+    """A request the gate answers itself, with status and message, and then closes."""
+
+    def __init__(self, status, message, kind="invalid_request_error", code=None):
+        super().__init__(message)
+        self.answer = refusal(status, message, kind, code)
+
+
+class Waiting:
+    """The connections that wait for a request head, oldest first, in all and by client address; one
+    added past a bound closes the oldest of its address, else the oldest of all. Each is its
+    transport (what closes it)."""
+
+    def __init__(self, most=MAX_WAITING, per_address=MAX_WAITING_PER_ADDRESS):
+        self.most, self.per_address = most, per_address
+        self.all = collections.OrderedDict()
+        self.by_address = {}
+        self.closed = 0
+
+    def __len__(self):
+        return len(self.all)
+
+    def add(self, transport, address):
+        mine = self.by_address.setdefault(address, collections.OrderedDict())
+        if len(mine) >= self.per_address:
+            self.close(next(iter(mine)))
+        elif len(self.all) >= self.most:
+            self.close(next(iter(self.all)))
+        self.all[transport] = address
+        mine[transport] = True
+
+    def remove(self, transport):
+        address = self.all.pop(transport, None)
+        mine = self.by_address.get(address)
+        if mine is not None:
+            mine.pop(transport, None)
+            if not mine:
+                del self.by_address[address]
+
+    def close(self, transport):
+        self.remove(transport)
+        self.closed += 1
+        transport.abort()
+
+
+class Gate:
+    """The gate's connections to clients and to the server on 127.0.0.1:backend_port; serve() runs it
+    on (address, port) until stopped."""
+
+    def __init__(self, backend_port, key, max_body=MAX_BODY_BYTES, max_active=MAX_ACTIVE, max_waiting=MAX_WAITING,
+                 max_waiting_per_address=MAX_WAITING_PER_ADDRESS, head_timeout=HEAD_TIMEOUT, body_timeout=BODY_TIMEOUT,
+                 write_timeout=WRITE_TIMEOUT, backend_timeout=BACKEND_TIMEOUT, backend_host="127.0.0.1"):
+        import h11  # pylint: disable=import-outside-toplevel
+        self.h11 = h11
+        self.backend = (backend_host, backend_port)
+        self.key, self.max_body, self.max_active = key, max_body, max_active
+        self.head_timeout, self.body_timeout = head_timeout, body_timeout
+        self.write_timeout, self.backend_timeout = write_timeout, backend_timeout
+        self.waiting = Waiting(max_waiting, max_waiting_per_address)
+        self.active = 0
+        self.server = None
+
+    async def start(self, address, port):
+        """Listens on (address, port; 0: a free one) and returns the port."""
+        self.server = await asyncio.start_server(self.connection, address, port, backlog=1024,
+                                                 limit=READ_BYTES, reuse_address=True)
+        return self.server.sockets[0].getsockname()[1]
+
+    async def connection(self, reader, writer):
+        h11 = self.h11
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        client = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        try:
+            while True:
+                request = await self.head(reader, writer, client, peer[0])
+                if request is None:
+                    return
+                await self.answer(request, reader, writer, client)
+                if client.our_state is not h11.DONE or client.their_state is not h11.DONE:
+                    return
+                client.start_next_cycle()
+        except Refused as refused:
+            await self.write(writer, refused.answer)
+        except (OSError, asyncio.TimeoutError, h11.ProtocolError):
+            pass  # a client that went away, or that broke off what it sent: nothing to answer
+        except Exception as err:  # pylint: disable=broad-except
+            say("the gate could not serve a request: %s" % type(err).__name__)
+        finally:
+            self.waiting.remove(writer.transport)
+            writer.transport.abort()
+
+    async def head(self, reader, writer, client, address):
+        """The next request's head (h11's Request), or None where the client closed; the client waits
+        in self.waiting meanwhile, for at most head_timeout seconds."""
+        h11 = self.h11
+        self.waiting.add(writer.transport, address)
+        try:
+            event = await asyncio.wait_for(self.event(reader, client), self.head_timeout)
+        except asyncio.TimeoutError:
+            if not client.trailing_data[0]:
+                return None  # an idle connection: closed without an answer that a new request could take for its own
+            raise Refused(408, "The request's head did not come within %d s." % self.head_timeout) from None
+        except h11.RemoteProtocolError as err:
+            status = err.error_status_hint if err.error_status_hint in REASONS else 400
+            raise Refused(status, "The gate refuses this request: %s." % (
+                "its head is longer than %d bytes" % MAX_HEAD_BYTES if status == 431 else
+                "it asks for a transfer coding the gate does not take" if status == 501 else "it is no valid HTTP/1.1"
+            )) from None
+        finally:
+            self.waiting.remove(writer.transport)
+        if isinstance(event, h11.ConnectionClosed):
+            return None
+        return event
+
+    async def event(self, reader, connection):
+        """The next event of an h11 connection, reading what it needs."""
+        h11 = self.h11
+        while True:
+            event = connection.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            connection.receive_data(await reader.read(READ_BYTES))
+
+    def checked(self, request):
+        """Refused unless the request's head is fit to pass on."""
+        # h11 bounds a head that comes in parts; one that came whole in one read is measured here
+        if len(request.method) + len(request.target) + sum(len(n) + len(v) + 4 for n, v in request.headers) > MAX_HEAD_BYTES:
+            raise Refused(431, "The gate refuses this request: its head is longer than %d bytes." % MAX_HEAD_BYTES)
+        headers = dict(request.headers)  # names lower case; h11 refused duplicates of the framing ones
+        if not bearer_ok(headers.get(b"authorization"), self.key):
+            # the body is not read: the connection goes
+            raise Refused(401, "Incorrect API key: send it as 'Authorization: Bearer <key>'.", code="invalid_api_key")
+        if not request.target.startswith(b"/"):
+            raise Refused(400, "Send the request's path only (origin form), not a full URI or '*'.")
+        if b"transfer-encoding" in headers:
+            raise Refused(411, "Send the request body with a Content-Length.")
+        if int(headers.get(b"content-length", b"0")) > self.max_body:  # h11 took ASCII digits only
+            raise Refused(413, "The request body is longer than %d bytes." % self.max_body)
+
+    async def answer(self, request, reader, writer, client):
+        h11 = self.h11
+        self.checked(request)
+        if self.active >= self.max_active:
+            raise Refused(503, "The server is busy with %d requests: try again." % self.active, kind="server_error")
+        self.active += 1
+        try:
+            if client.they_are_waiting_for_100_continue:
+                await self.write(writer, client.send(h11.InformationalResponse(status_code=100, headers=[])))
+            # h11 ends every request with EndOfMessage, one without a body too
+            body = await asyncio.wait_for(self.body(reader, client), self.body_timeout)
+            await self.relay(request, body, writer, client)
+        finally:
+            self.active -= 1
+
+    async def body(self, reader, client):
+        h11 = self.h11
+        parts = []
+        while True:
+            event = await self.event(reader, client)
+            if isinstance(event, h11.EndOfMessage):
+                return b"".join(parts)
+            if not isinstance(event, h11.Data):
+                raise h11.RemoteProtocolError("the body ended early")
+            parts.append(event.data)
+
+    async def relay(self, request, body, writer, client):
+        """Passes the request to the server and its answer back; a server that does not answer is a 502."""
+        h11 = self.h11
+        headers = [(b"host", b"%s:%d" % (self.backend[0].encode(), self.backend[1]))]
+        named = set(REQUEST_DROPPED) | connection_tokens(request.headers)
+        headers += [(name, value) for name, value in request.headers if name not in named]
+        if body or request.method in (b"POST", b"PUT", b"PATCH"):
+            headers.append((b"content-length", b"%d" % len(body)))
+        server = h11.Connection(h11.CLIENT, max_incomplete_event_size=4 * MAX_HEAD_BYTES)
+        backend = None
+        try:
+            try:
+                from_server, backend = await asyncio.wait_for(asyncio.open_connection(*self.backend),
+                                                              self.backend_timeout)
+                backend.write(server.send(h11.Request(method=request.method, target=request.target, headers=headers)))
+                if body:
+                    backend.write(server.send(h11.Data(data=body)))
+                backend.write(server.send(h11.EndOfMessage()))
+                await backend.drain()
+                answer = await self.backend_event(from_server, server)
+                while isinstance(answer, h11.InformationalResponse):
+                    answer = await self.backend_event(from_server, server)
+                if not isinstance(answer, h11.Response):
+                    raise h11.RemoteProtocolError("no answer")
+            except (OSError, asyncio.TimeoutError, h11.ProtocolError) as err:
+                raise Refused(502, "The model server did not answer (%s)." % type(err).__name__,
+                              kind="server_error") from None
+            dropped = ANSWER_DROPPED | connection_tokens(answer.headers)
+            kept = [(name, value) for name, value in answer.headers if name not in dropped]
+            kept += [(b"server", SERVER), (b"date", email.utils.formatdate(usegmt=True).encode("ascii"))]
+            await self.write(writer, client.send(h11.Response(status_code=answer.status_code, headers=kept,
+                                                              reason=answer.reason)))
+            # from here on, a server or client that breaks off ends both connections (connection())
+            while True:
+                event = await self.backend_event(from_server, server)
+                if isinstance(event, h11.Data):
+                    await self.write(writer, client.send(event))
+                elif isinstance(event, h11.EndOfMessage):
+                    await self.write(writer, client.send(h11.EndOfMessage()))
+                    return
+                else:
+                    raise h11.RemoteProtocolError("the answer ended early")
+        finally:
+            if backend is not None:
+                backend.transport.abort()
+
+    async def backend_event(self, reader, connection):
+        return await asyncio.wait_for(self.event(reader, connection), self.backend_timeout)
+
+    async def write(self, writer, data):
+        if data:
+            writer.write(data)
+            await asyncio.wait_for(writer.drain(), self.write_timeout)
+
+
+def connection_tokens(headers):
+    """The header names a Connection header lists: of one hop too (RFC 9110, 7.6.1)."""
+    names = set()
+    for name, value in headers:
+        if name == b"connection":
+            names.update(token.strip().lower() for token in value.split(b","))
+    return names
+
+
 def node_address(name=None):
-    """The IPv4 address the node's name resolves to (SLURMD_NODENAME, else the host name), never a
-    loopback one; raises OSError saying why not."""
+    """The IPv4 address the node's name resolves to, never a loopback one; raises OSError saying
+    why not."""
     name = name or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     addresses = [info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)]
     usable = [address for address in addresses if not address.startswith("127.")]
@@ -74,251 +343,3 @@ def free_port(address):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((address, 0))
         return probe.getsockname()[1]
-
-
-def bearer_ok(header, key):
-    """Whether an Authorization header carries the key (in constant time); any header without one."""
-    if not key:
-        return True
-    scheme, _sep, given = (header or "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8"), key.encode("utf-8"))
-
-
-def error_body(message, kind, code):
-    """An error as the OpenAI API words one, so that its clients show the message."""
-    return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode("utf-8")
-
-
-class Gate(http.server.ThreadingHTTPServer):
-    """An HTTP/1.1 server on (address, port) that hands each request to the backend on
-    127.0.0.1:backend_port (GateHandler)."""
-
-    daemon_threads = True
-    request_queue_size = 64
-
-    def __init__(self, address, port, backend_port, key, max_body=MAX_BODY_BYTES, client_timeout=CLIENT_TIMEOUT,
-                 backend_timeout=BACKEND_TIMEOUT, max_connections=MAX_CONNECTIONS):
-        self.backend_port, self.key, self.max_body = backend_port, key, max_body
-        self.client_timeout, self.backend_timeout = client_timeout, backend_timeout
-        self.slots = threading.BoundedSemaphore(max_connections)
-        super().__init__((address, port), GateHandler)
-
-    def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def handle_error(self, request, client_address):
-        """A client that went away (a reset, a timeout) is none of the log's business; anything else
-        is one line, without the request."""
-        error = sys.exc_info()[1]
-        if not isinstance(error, OSError):
-            say("the gate could not serve a request: %s" % type(error).__name__)
-
-    def process_request_thread(self, request, client_address):
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-
-class GateHandler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "llmtrain-serve-gate"
-    sys_version = ""
-
-    def setup(self):
-        super().setup()
-        self.connection.settimeout(self.server.client_timeout)
-
-    def log_message(self, format, *args):  # pylint: disable=redefined-builtin
-        pass  # no line per request in the job's log (a prompt is no one else's business)
-
-    def refuse(self, status, message, kind="invalid_request_error", code=None, close=False):
-        body = error_body(message, kind, code)
-        self.send_response(status)
-        if status == 401:
-            self.send_header("WWW-Authenticate", "Bearer")
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        self.wfile.write(body)
-
-    def parse_request(self):
-        if not super().parse_request():
-            return False
-        head = len(self.requestline) + sum(len(k) + len(v) + 4 for k, v in self.headers.items())
-        if head > MAX_HEAD_BYTES:
-            self.refuse(431, "The request's headers are longer than %d bytes." % MAX_HEAD_BYTES, close=True)
-            return False
-        return True
-
-    def forward(self):
-        self._started = False
-        if not bearer_ok(self.headers.get("Authorization"), self.server.key):
-            # the body is not read: the connection goes
-            self.refuse(401, "Incorrect API key: send it as 'Authorization: Bearer <key>'.", code="invalid_api_key",
-                        close=True)
-            return
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            self.refuse(411, "Send the request body with a Content-Length.", close=True)
-            return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0:
-            self.refuse(400, "The request's Content-Length is no number of bytes.", close=True)
-            return
-        if length > self.server.max_body:
-            self.refuse(413, "The request body is longer than %d bytes." % self.server.max_body, close=True)
-            return
-        body = self.rfile.read(length) if length else None
-        headers = dict((k, v) for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP)
-        backend = http.client.HTTPConnection("127.0.0.1", self.server.backend_port, timeout=self.server.backend_timeout)
-        try:
-            backend.request(self.command, self.path, body=body, headers=headers)
-            answer = backend.getresponse()
-            self.relay(answer)
-        except (OSError, http.client.HTTPException) as err:
-            if not self._started:
-                self.refuse(502, "The model server did not answer (%s)." % type(err).__name__, kind="server_error",
-                            close=True)
-            else:
-                self.close_connection = True
-        finally:
-            backend.close()
-
-    def relay(self, answer):
-        """The backend's answer to the client: as it is with a length, else in chunks as they come."""
-        self._started = True
-        self.send_response(answer.status, answer.reason)
-        length = answer.getheader("Content-Length")
-        for key, value in answer.getheaders():
-            if key.lower() not in HOP_BY_HOP:
-                self.send_header(key, value)
-        if length is not None and self.command != "HEAD":
-            self.send_header("Content-Length", length)
-            self.end_headers()
-            remaining = int(length)
-            while remaining > 0:
-                data = answer.read(min(CHUNK_BYTES, remaining))
-                if not data:
-                    self.close_connection = True
-                    return
-                self.wfile.write(data)
-                remaining -= len(data)
-            return
-        if self.command == "HEAD" or answer.status in (204, 304):
-            self.send_header("Content-Length", length or "0")
-            self.end_headers()
-            return
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        while True:
-            data = answer.read1(CHUNK_BYTES)
-            if not data:
-                break
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = forward
-
-
-def answers(address, port, key, timeout=5):
-    """Whether http://address:port/v1/models answers 200 (with the key, when one is set)."""
-    connection = http.client.HTTPConnection(address, port, timeout=timeout)
-    try:
-        connection.request("GET", "/v1/models", headers={"Authorization": "Bearer " + key} if key else {})
-        answer = connection.getresponse()
-        answer.read(1048576)
-        return answer.status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        connection.close()
-
-
-def endpoint_record(args, port, started, now=None):
-    """What the endpoint file holds: where the server listens, and whose it is; never the key."""
-    return {"job_id": args.job_id, "node": args.node, "address": args.address, "port": port,
-            "backend": args.backend, "model": args.model, "api_key": bool(args.key),
-            "started": started, "ready": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))}
-
-
-def announce_when_ready(args, port, check=answers, sleep=time.sleep, clock=time.monotonic):
-    """Waits until the server answers on (address, port), then writes the endpoint file. The
-    server's own end (its process dies) ends the job, and this wait with it."""
-    started = time.strftime("%Y-%m-%dT%H:%M:%S")
-    began = clock()
-    while not check(args.address, port, args.key):
-        sleep(0.5)
-    replace_file(args.endpoint_file, (json.dumps(endpoint_record(args, port, started), sort_keys=True) + "\n")
-                 .encode("utf-8"), prefix=".endpoint.")
-    say("%s serves %s on http://%s:%d/v1 (ready after %.1f s)%s" % (
-        args.backend, args.model, args.address, port, clock() - began,
-        "" if args.key else "; no API key is set: whoever reaches the node's address can use it"))
-
-
-def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m llmtrain_node.serve_gate")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("address")
-    free = commands.add_parser("free-port")
-    free.add_argument("address")
-    for name in ("gate", "announce"):
-        sub = commands.add_parser(name)
-        sub.add_argument("--address", required=True)
-        sub.add_argument("--port", type=int, required=True)
-        sub.add_argument("--endpoint-file", required=True)
-        sub.add_argument("--job-id", required=True)
-        sub.add_argument("--node", required=True)
-        sub.add_argument("--backend", required=True)
-        sub.add_argument("--model", required=True)
-        sub.add_argument("--key-env", default="", help="the environment variable that holds the API key, if any")
-        if name == "gate":
-            sub.add_argument("--backend-port", type=int, required=True)
-            sub.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES)
-    args = parser.parse_args(argv)
-    if args.command in ("gate", "announce"):
-        args.key = os.environ.get(args.key_env, "") if args.key_env else ""
-    return args
-
-
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        if args.command == "address":
-            sys.stdout.write("%s\n" % node_address())
-            return 0
-        if args.command == "free-port":
-            sys.stdout.write("%s\n" % free_port(args.address))
-            return 0
-        if args.command == "announce":
-            announce_when_ready(args, args.port)
-            return 0
-        gate = Gate(args.address, args.port, args.backend_port, args.key, max_body=args.max_body_bytes)
-    except OSError as err:
-        say("serve_gate %s: %s" % (args.command, err))
-        return 1
-    worker = threading.Thread(target=announce_when_ready, args=(args, gate.server_address[1]), daemon=True)
-    worker.start()
-    try:
-        gate.serve_forever()
-    finally:
-        gate.server_close()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -25,6 +25,9 @@ def test_the_endpoint_of_this_job_is_read_with_each_field_typed(tmp_path):
 
 @pytest.mark.parametrize("record, why", [
     (dict(ENDPOINT, address="node1; rm -rf /"), "is no IP address"),
+    # a scope id may hold anything: it would reach the URL and the tunnel's shell command
+    (dict(ENDPOINT, address="fe80::1%$(id>&2);echo"), "is no IP address without a scope"),
+    (dict(ENDPOINT, address="fe80::1%eth0"), "is no IP address without a scope"),
     (dict(ENDPOINT, port=70000), "is no TCP port"),
     (dict(ENDPOINT, port="41877"), "is no TCP port"),
     (dict(ENDPOINT, model=""), "it lacks model"),
@@ -58,7 +61,7 @@ def test_serve_json_names_the_keys_variable_never_the_key_and_the_tunnel_through
                           tunnel_url="http://localhost:41877/v1", started="2026-12-05T10:00:00", time_limit="04:00:00")
     keyless = serve.serve_record(dict(ENDPOINT, api_key=False, address="fd00::5"), "login1", "al ice", "K", None)
     assert keyless["api_key_variable"] is None and keyless["url"] == "http://[fd00::5]:41877/v1"
-    assert keyless["tunnel"] == "ssh -N -L 41877:[fd00::5]:41877 'al ice@login1'"
+    assert keyless["tunnel"] == "ssh -N -L '41877:[fd00::5]:41877' 'al ice@login1'"
 
 
 def test_what_the_play_prints_says_who_can_use_it_how_to_reach_it_and_how_to_stop_it():
