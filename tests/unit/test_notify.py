@@ -6,8 +6,11 @@ what a channel would receive, in order, in both formats."""
 import json
 import os
 import signal
+import socket
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -31,6 +34,71 @@ def fake(tmp_path):
     made = Fake(tmp_path)
     made.config.update(notify=True, run_name="r1", gpus_per_node=8)
     return made
+
+
+class Silent:
+    """A webhook that hangs, or a server a redirect points to: a real TCP server that accepts each
+    connection and never answers; it keeps what each connection sent first."""
+
+    def __init__(self, address):
+        self.server = socket.socket()
+        self.server.bind((address, 0))
+        self.server.listen(16)
+        self.address = "%s:%d" % self.server.getsockname()
+        self.connections, self.got = [], []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                connection = self.server.accept()[0]
+            except OSError:  # closed
+                return
+            self.connections.append(connection)
+            threading.Thread(target=self.read, args=(connection,), daemon=True).start()
+
+    def read(self, connection):
+        try:
+            self.got.append(connection.recv(65536))
+        except OSError:
+            pass
+
+    def close(self):
+        self.server.shutdown(socket.SHUT_RDWR)
+        self.server.close()
+        for connection in self.connections:
+            connection.close()
+
+
+class Answering:
+    """A webhook that answers each post with its status (and a Location, where given)."""
+
+    def __init__(self, address, status, location=None):
+        self.paths = []
+        answering = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                answering.paths.append(self.path)
+                self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer((address, 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, path):
+        return "http://%s:%d%s" % (self.server.server_address[0], self.server.server_address[1], path)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def hooks(fake, *entries, mode=0o600):
@@ -154,6 +222,86 @@ def test_a_webhook_that_hangs_does_not_hold_the_training_and_one_that_is_down_fa
         assert fake.lines()[-1]["how"] == "finished"
     finally:
         hanging.close()
+
+
+def sent(fake, capfd):
+    """A stop event posted by its sender process, as the job starts it -> (the sender's exit status, its
+    error output, the seconds it took)."""
+    began = time.monotonic()
+    sender = notify.post(str(fake.run_dir), notify.event_record("stop", "r1", "42", 1, why="stopped on request"),
+                         [JOB_PYTHON], fake.env)
+    notify.wait([sender])
+    return sender.returncode, capfd.readouterr().err, time.monotonic() - began
+
+
+def test_a_failed_webhook_is_said_by_its_host_and_status_or_error_type_never_its_token(fake, capfd):
+    failing = Answering("127.0.0.1", 500)
+    closed = socket.socket()
+    closed.bind(("127.0.0.2", 0))
+    down = "http://%s:%d/services/T000/B000/SECRET-DOWN" % closed.getsockname()
+    closed.close()  # nothing listens there now
+    try:
+        hooks(fake, dict(url=failing.url("/services/T000/B000/SECRET-500"), format="slack"),
+              dict(url=down, format="json"),
+              dict(url=failing.url("/services/T000/B000/SECRET TOKEN"), format="json"))
+        status, err, _took = sent(fake, capfd)
+        assert status == 0 and failing.paths == ["/services/T000/B000/SECRET-500"]
+        assert "llmtrain: the stop notification to 127.0.0.1 was not sent: HTTP 500\n" in err
+        assert "llmtrain: the stop notification to 127.0.0.2 was not sent: ConnectionRefusedError\n" in err
+        # a URL with a blank is never posted (http.client's error would quote its path)
+        assert "holds entries that are no webhook" in err and "SECRET" not in err
+        assert notify.send([dict(url=failing.url("/services/T000/B000/SECRET TOKEN"))], dict(text="x")) == [
+            ("127.0.0.1", "InvalidURL")]
+    finally:
+        failing.close()
+
+
+def test_hooks_that_hang_are_each_tried_and_each_said_within_the_senders_bound(fake, capfd):
+    hanging = [Silent("127.0.0.%d" % n) for n in (1, 2, 3)]
+    try:
+        hooks(fake, *[dict(url="http://%s/services/T000/B000/SECRET%d" % (h.address, n), format="slack")
+                      for n, h in enumerate(hanging)])
+        status, err, took = sent(fake, capfd)
+        # the sender ended itself, in time, rather than the job's wait or its own alarm ending it unheard
+        assert status == 0 and took < notify.SEND_MAX_S, (status, err, took)
+        assert [got[0][:5] for got in (h.got for h in hanging)] == [b"POST "] * 3
+        for n in (1, 2, 3):
+            assert ("llmtrain: the stop notification to 127.0.0.%d was not sent: no answer in %d s\n" % (
+                n, notify.REQUEST_TIMEOUT_S)) in err, err
+        assert "SECRET" not in err
+    finally:
+        for h in hanging:
+            h.close()
+
+
+def test_the_sender_says_a_hook_still_unanswered_at_its_limit():
+    trickling = Silent("127.0.0.1")
+    try:
+        began = time.monotonic()
+        assert notify.send([dict(url="http://%s/hook" % trickling.address)], dict(text="x"), limit=1) == [
+            ("127.0.0.1", "no answer in 1 s")]
+        assert time.monotonic() - began < 2
+    finally:
+        trickling.close()
+
+
+def test_a_redirect_to_another_host_or_scheme_is_not_followed_and_is_said(fake, capfd):
+    elsewhere, ftp = Silent("127.0.0.2"), Silent("127.0.0.1")
+    to_host = Answering("127.0.0.1", 302, "http://%s/services/T000/B000/SECRET" % elsewhere.address)
+    to_ftp = Answering("127.0.0.3", 302, "ftp://%s/SECRET" % ftp.address)
+    try:
+        hooks(fake, dict(url=to_host.url("/hook"), format="json"), dict(url=to_ftp.url("/hook"), format="slack"))
+        status, err, _took = sent(fake, capfd)
+        assert status == 0 and to_host.paths == ["/hook"] and to_ftp.paths == ["/hook"]
+        # neither the other host nor the ftp server was reached
+        assert elsewhere.connections == [] and ftp.connections == []
+        for host in ("127.0.0.1", "127.0.0.3"):
+            assert ("llmtrain: the stop notification to %s was not sent: it answered a redirect (HTTP 302), which is "
+                    "not followed: give run_notify the URL it redirects to\n" % host) in err, err
+        assert "SECRET" not in err
+    finally:
+        for server in (elsewhere, ftp, to_host, to_ftp):
+            server.close()
 
 
 def test_the_webhooks_file_must_be_the_users_alone_and_without_it_nothing_is_sent(fake, receiver):

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, one_line, strings
 from ansible_collections.llmtrain.slurm.plugins.module_utils.argument_specs import choices
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.notify import FORMATS as NOTIFY_FORMATS
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.notify import host_of, odd_character
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # characters W&B refuses in a project name
@@ -52,7 +53,8 @@ def errors(values):
 
 
 def notify_errors(hooks):
-    """run_notify's entries: {url: http(s)://..., format: slack|json}. A URL is never shown (it holds a token)."""
+    """run_notify's entries: {url: http(s)://... of printable ASCII, format: slack|json}. A URL is never shown (it holds
+    a token)."""
     fix = "such as run_notify: [{url: \"{{ vault_slack_webhook }}\", format: slack}]"
     if hooks is None:
         return []
@@ -65,10 +67,19 @@ def notify_errors(hooks):
             continue
         try:
             parts = urlsplit(hook["url"])
-            good = parts.scheme in ("http", "https") and bool(parts.hostname) and one_line(hook["url"])
+            good = parts.scheme in ("http", "https") and bool(parts.hostname)
         except ValueError:
             good = False
-        if not good:
+        odd = odd_character(hook["url"])
+        if odd:
+            # the entry is named by its host besides its index, where the host is printable and as written
+            # (urlsplit drops a tab or a line break)
+            host = host_of(hook["url"])
+            named = " (to %s)" % host if good and not odd_character(host) and host in hook["url"].lower() else ""
+            found.append("run_notify[%d].url%s has %s, which a URL cannot hold: remove it (often a blank or line "
+                         "break copied with the URL, at its end) or percent-encode it (%%20 for a space). The URL "
+                         "is not shown here: it holds a token." % (index, named, odd))
+        elif not good:
             found.append("run_notify[%d].url must be an http:// or https:// URL on one line (not shown here: it may "
                          "hold a token)." % index)
         if hook.get("format", "slack") not in NOTIFY_FORMATS:

@@ -8,7 +8,10 @@ at most SEND_MAX_S, only where the training has already stopped: before a requeu
 
 The webhooks are in env/notify.json (NOTIFY_HOOKS: [{url, format}], written by the pretrain role
 with mode 0600, as their URLs hold tokens): never in the job script, its config, a log or the
-report. A log line about a webhook names its host alone.
+report. A log line about a webhook names its host alone, and why a post failed by the HTTP status or
+the error's type alone (an error's text may quote the URL). The webhooks are posted to at once, each
+with REQUEST_TIMEOUT_S for each step (to connect, for the answer), all within SEND_MAX_S; a redirect
+is not followed (urllib would post to, or GET, wherever it points: another host, ftp://).
 
 Formats: "slack" posts {"text": the event's line} (Slack's incoming webhooks and the many that
 take their payload: Mattermost, Rocket.Chat, Teams' workflows); "json" posts the event as a
@@ -27,12 +30,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
+from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
-from urllib.request import Request, build_opener
+from urllib.request import HTTPRedirectHandler, Request, build_opener
 
 from . import run_files
 from .atomic import replace_file
@@ -73,6 +79,8 @@ HOOKS_MAX_BYTES = 65536
 STATE_MAX_BYTES = 4096
 TEXT_MAX_CHARS = 300
 NODES_MAX_CHARS = 200
+# what a URL's characters outside printable ASCII are called, where a message says why it is refused
+CHARACTER_NAMES = {" ": "a space", "\t": "a tab", "\r": "a carriage return", "\n": "a line break"}
 
 
 def cut(text, limit=TEXT_MAX_CHARS):
@@ -87,6 +95,17 @@ def host_of(url):
         return urlsplit(url).hostname or "?"
     except ValueError:
         return "?"
+
+
+def odd_character(url):
+    """What the first character of url that no URL may hold as it is (a blank, a control, one outside
+    ASCII) is, in words that do not quote the URL; None where every one is printable ASCII. Such a
+    URL is refused where it is given: urllib would drop a tab or a line break where it parses it, and
+    refuse the others only once a post is due."""
+    odd = next((c for c in url if not " " < c < "\x7f"), None)
+    if odd is None:
+        return None
+    return CHARACTER_NAMES.get(odd) or ("a control character" if odd <= "\x7f" else "a character outside ASCII")
 
 
 def load_hooks(run_dir, uid=None):
@@ -108,7 +127,8 @@ def load_hooks(run_dir, uid=None):
     except (OSError, Unreadable) as err:
         return [], "cannot read %s: %s" % (path, cut(err))
     good = [h for h in hooks if isinstance(h, dict) and isinstance(h.get("url"), str)
-            and urlsplit(h["url"]).scheme in ("http", "https") and h.get("format", "slack") in FORMATS] \
+            and odd_character(h["url"]) is None and urlsplit(h["url"]).scheme in ("http", "https")
+            and h.get("format", "slack") in FORMATS] \
         if isinstance(hooks, list) else []
     if not isinstance(hooks, list) or len(good) != len(hooks):
         return good, "%s holds entries that are no webhook ({url: http(s)://..., format: slack|json}): left out" % path
@@ -217,18 +237,56 @@ def body(hook_format, event):
     return json.dumps({"text": slack_escape(event["text"])}).encode("utf-8")
 
 
-def send(hooks, event, timeout=REQUEST_TIMEOUT_S):
-    """Posts event to each webhook -> [(host, why)] of those that failed."""
+class NoRedirect(HTTPRedirectHandler):
+    """A webhook's redirect is not followed: urllib would turn the POST into a GET to wherever it points
+    (another host, another scheme). The answer is an HTTPError of its 3xx status."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+def post_one(hook, event, timeout):
+    """Posts event to one webhook -> None once it took it, else why not: the HTTP status or the error's
+    type, never its text (http.client's quotes the URL's path, where the token is)."""
+    request = Request(hook["url"], data=body(hook.get("format", "slack"), event), method="POST",
+                      headers={"Content-Type": "application/json", "User-Agent": "llmtrain-notify"})
+    try:
+        # besides NoRedirect, the default handlers: the environment's proxies (https_proxy, no_proxy),
+        # certificates verified
+        with build_opener(NoRedirect).open(request, timeout=timeout) as answer:
+            answer.read(65536)
+        return None
+    except HTTPError as err:
+        err.close()
+        if 300 <= err.code < 400:
+            return "it answered a redirect (HTTP %d), which is not followed: give run_notify the URL it redirects to" % err.code
+        return "HTTP %d" % err.code
+    except Exception as err:  # any failure of one webhook is said, by its type
+        reason = err.reason if isinstance(err, URLError) and isinstance(err.reason, BaseException) else err
+        return "no answer in %d s" % timeout if isinstance(reason, socket.timeout) else type(reason).__name__
+
+
+def send(hooks, event, timeout=REQUEST_TIMEOUT_S, limit=SEND_MAX_S - 1):
+    """Posts event to each webhook at once, each with timeout seconds for each step (to connect, for
+    the answer), all within limit seconds -> [(host, why)] of those that failed, in the order of hooks,
+    those still unanswered at the limit among them. A hook that hangs keeps none of the others from
+    being tried; its thread is left to the sender's exit."""
+    done = {}
+
+    def post_to(index, hook):
+        done[index] = post_one(hook, event, timeout)
+
+    threads = [threading.Thread(target=post_to, args=(index, hook), daemon=True) for index, hook in enumerate(hooks)]
+    deadline = time.monotonic() + limit
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
     failed = []
-    for hook in hooks:
-        request = Request(hook["url"], data=body(hook.get("format", "slack"), event), method="POST",
-                          headers={"Content-Type": "application/json", "User-Agent": "llmtrain-notify"})
-        try:
-            # the default handlers: the environment's proxies (https_proxy, no_proxy), certificates verified
-            with build_opener().open(request, timeout=timeout) as answer:
-                answer.read(65536)
-        except Exception as err:  # any failure of one webhook is said and the next one is tried
-            failed.append((host_of(hook["url"]), cut(getattr(err, "reason", None) or err, 120)))
+    for index, hook in enumerate(hooks):
+        why = done.get(index, "no answer in %d s" % limit)
+        if why:
+            failed.append((host_of(hook["url"]), why))
     return failed
 
 
@@ -280,12 +338,15 @@ def wait(senders, limit=SEND_MAX_S + 2):
 def main(argv=None):
     """python -m llmtrain_node.notify RUN_DIR < EVENT_JSON: posts the event to the run's webhooks."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    # the alarm, should anything here hang, ends the sender unheard: send's own limit ends before it, so
+    # that each failure is said
     signal.alarm(SEND_MAX_S)
+    deadline = time.monotonic() + SEND_MAX_S - 1
     event = json.loads(sys.stdin.read(1 << 20))
     hooks, problem = load_hooks(argv[0])
     if problem:
         sys.stderr.write("llmtrain: %s\n" % problem)
-    for host, why in send(hooks, event):
+    for host, why in send(hooks, event, limit=max(0.0, deadline - time.monotonic())):
         sys.stderr.write("llmtrain: the %s notification to %s was not sent: %s\n" % (event["event"], host, why))
     return 0
 

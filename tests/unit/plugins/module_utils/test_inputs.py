@@ -85,6 +85,16 @@ def test_each_bad_value_is_named_with_its_fix(name, value, words):
     assert words in errors[0]
 
 
+@pytest.mark.parametrize("name, value", [
+    ("slurm_nodes", "\u0662"), ("slurm_gpus_per_node", "\uff14"), ("slurm_cpus_per_task", "\u00b2"),
+    ("slurm_time_limit", "\u0663\u0660"), ("slurm_time_limit", "1-\u0661\u0662"),
+])
+def test_a_number_of_other_digits_than_0_to_9_is_refused(name, value):
+    """Arabic-Indic, fullwidth and superscript digits, which Python reads as numbers and Slurm does not."""
+    errors = inputs.validate(dict(GOOD, **{name: value}))
+    assert len(errors) == 1 and errors[0].startswith("%s=%r" % (name, value)), errors
+
+
 def test_more_processes_than_gpus():
     errors = inputs.validate(dict(GOOD, slurm_procs_per_node=8))
     assert errors == ["slurm_procs_per_node=8 is more than slurm_gpus_per_node=4: each process needs its own GPU, "
@@ -453,3 +463,27 @@ def test_every_option_the_collection_sets_is_an_sbatch_option_and_owned_by_a_var
     for option, owner in COLLECTION_OPTIONS.items():
         assert owner.startswith("the collection (") or owner.split(" ", maxsplit=1)[0].rstrip(",").startswith(
             ("slurm_", "run_", "pretrain_")), option
+
+
+@pytest.mark.parametrize("url, said", [
+    ("https://hooks.slack.com/services/T000/B000/SECRET\tTOKEN", "a tab"),
+    ("https://hooks.slack.com/services/T000/B000/SECRET TOKEN", "a space"),
+    ("https://hooks.slack.com/services/T000/B000/SECRETTOKEN\r", "a carriage return"),
+    ("https://hooks.slack.com/services/T000/B000/SECRETTOKEN\n", "a line break"),
+    ("https://hooks.slack.com/services/T000/B000/SECRET\x1b]52;c;TOKEN", "a control character"),
+    ("https://hooks.slack.com/services/T000/B000/SECRET\u00a0TOKEN", "a character outside ASCII"),
+])
+def test_a_webhook_url_with_a_blank_or_a_control_is_refused_by_host_never_shown(url, said):
+    errors = inputs.validate(dict(GOOD, run_notify=[dict(url="https://example.com/ok"), dict(url=url)]))
+    assert errors == [
+        "run_notify[1].url (to hooks.slack.com) has %s, which a URL cannot hold: remove it (often a blank or line "
+        "break copied with the URL, at its end) or percent-encode it (%%20 for a space). The URL is not shown "
+        "here: it holds a token." % said]
+    assert "SECRET" not in errors[0] and "TOKEN" not in errors[0]
+
+
+def test_a_webhook_url_whose_host_is_not_printable_is_named_by_its_index_alone():
+    errors = inputs.validate(dict(GOOD, run_notify=[dict(url="https://hooks.slack\t.com/services/T000/B000/SECRET"),
+                                                    dict(url="https://hooks slack.com/services/SECRET")]))
+    assert [e.split(" has ")[0] for e in errors] == ["run_notify[0].url", "run_notify[1].url"]
+    assert not any("slack" in e or "SECRET" in e for e in errors)
