@@ -13,6 +13,8 @@ import os
 import signal
 import time
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
+
 PROC = "/proc"
 COMM_LENGTH = 15  # the kernel keeps this much of a program's name in comm
 
@@ -24,7 +26,8 @@ def read_pidfile(path):
             text = handle.read().strip()
     except (IOError, OSError):
         return None
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    pid = untrusted.whole(text)
+    return pid if pid else None
 
 
 def process_status(pid, proc=PROC):

@@ -248,7 +248,7 @@ def newest_hang(hang_dir, job_id):
     starts = []
     for name in names:
         job, _dash, start = name.rpartition("-")
-        if job == str(job_id) and start.isdigit():
+        if job == str(job_id) and untrusted.digits(start):
             starts.append(int(start))
     for start in sorted(starts, reverse=True):
         path = os.path.join(hang_dir, "%s-%d" % (job_id, start), "summary.json")

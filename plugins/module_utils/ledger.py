@@ -46,7 +46,7 @@ def tres(text):
     counts, typed = dict(cpus=0, nodes=0, gpus=None), 0
     for item in (text or "").split(","):
         name, _sep, value = item.partition("=")
-        value = int(value) if value.isdigit() else 0
+        value = untrusted.whole(value, 0)
         if name == "cpu":
             counts["cpus"] = value
         elif name == "node":
@@ -71,10 +71,9 @@ def parse_usage(text):
         record = dict(zip(USAGE_FIELDS, values))
         if not untrusted.JOB_ID.match(record["JobIDRaw"]):
             continue
-        seconds = record["ElapsedRaw"]
         rows.append(dict(tres(record["AllocTRES"]), job_id=record["JobIDRaw"], array_id=record["JobID"],
                          state=normalize_state(record["State"]), start=null(record["Start"]),
-                         seconds=int(seconds) if seconds.isdigit() else 0))
+                         seconds=untrusted.whole(record["ElapsedRaw"], 0)))
     return rows
 
 

@@ -12,6 +12,7 @@ import signal
 import threading
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import MAX_LINE_CHARS, tail_lines
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.record_patterns import DEFAULT_PATTERNS, ESCAPES, NUMBER, UNTIMED_CHARS
 
@@ -19,14 +20,15 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node.record_pattern
 # node/record_patterns.py: the training job's hang watch uses them too.
 # The trainers' evaluation lines: no record of their own, their val_loss goes to the record of
 # their step (the Trainer's, which print none: to the record before them), in a log of the whole run.
+# Steps here and in tqdm's bar are ASCII digits, 18 at most (a count, as untrusted.whole reads one).
 VAL_PATTERNS = [re.compile(p % dict(number=NUMBER)) for p in (
     r"^\s*\{'eval_loss': '?(?P<val_loss>%(number)s)'?",  # Hugging Face Trainer
-    r"\bvalidation loss at iteration (?P<step>\d+) \| lm loss value: (?P<val_loss>%(number)s) \|",  # Megatron-LM
-    r"\bvalidate step: *(?P<step>\d+) +loss: *(?P<val_loss>%(number)s)",  # torchtitan
+    r"\bvalidation loss at iteration (?P<step>[0-9]{1,18}) \| lm loss value: (?P<val_loss>%(number)s) \|",  # Megatron-LM
+    r"\bvalidate step: *(?P<step>[0-9]{1,18}) +loss: *(?P<val_loss>%(number)s)",  # torchtitan
 )]
 # tqdm's bar, "{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}, {rate}]": the step a Hugging Face
 # Trainer's log line does not print
-PROGRESS_BAR = re.compile(r"\| *(?P<n>\d+)/(?P<total>\d+) \[")
+PROGRESS_BAR = re.compile(r"\| *(?P<n>[0-9]{1,18})/(?P<total>[0-9]{1,18}) \[")
 _ESCAPES = re.compile(ESCAPES)
 INTEGERS = ("step", "total_steps")
 NUMBERS = ("loss", "val_loss", "lr", "tokens_per_s", "epoch")
@@ -58,9 +60,15 @@ def compile_patterns(patterns):
 
 
 def _value(name, text):
+    """The number a group holds, or None. ASCII digits only: a pattern of your own with \\d also
+    matches other scripts' digits, which int() and float() read as numbers (and '1_0' as 10)."""
+    if name in INTEGERS:
+        return untrusted.whole(text.strip())
+    if not text.isascii() or "_" in text:
+        return None
     try:
-        return int(text) if name in INTEGERS else float(text.replace(",", ""))
-    except (TypeError, ValueError):
+        return float(text.replace(",", ""))
+    except ValueError:
         return None
 
 

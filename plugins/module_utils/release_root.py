@@ -10,17 +10,30 @@ import json
 import os
 import re
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
+
 # The record a built root carries at its top: what it was built from (a change rebuilds it)
 # and what it holds. Jobs and the client wrappers also find it there to know they run inside.
 MARKER = ".llmtrain-release-root.json"
 # Raised when what a root is built from or how changes, so that older roots are rebuilt.
 FORMAT = 1
 MARKER_MAX_BYTES = 64 * 1024
+# A release the module takes: a Slurm series (24.11) in ASCII digits. It names the root's directory
+# in the cache, which the module removes and builds again, so nothing else ('../x') may pass.
+RELEASE = re.compile(r"[0-9]+[.][0-9]+\Z")
+
+
+def release_error(release):
+    """Why release is no Slurm series a root can be built for, or None."""
+    if isinstance(release, str) and RELEASE.match(release):
+        return None
+    return ("release=%s must be a Slurm release: digits 0-9, a dot and digits 0-9, such as 24.11 "
+            "(it names the release's root in the cache)" % printable(release))
 
 
 def series(version):
     """'24.11' of '24.11.5-4+deb13u1'; None when the version does not start so."""
-    match = re.match(r"(\d+)\.(\d+)(?:\.|$|-)", version or "")
+    match = re.match(r"([0-9]+)\.([0-9]+)(?:\.|$|-)", version or "")
     return "%d.%02d" % (int(match.group(1)), int(match.group(2))) if match else None
 
 

@@ -108,7 +108,7 @@ def starts_and_ends(path):
 
 EVAL_DIR = "eval"
 EVAL_MAX_BYTES = 65536
-EVAL_NAME = re.compile(r"^(?:step_|checkpoint-)(\d+)\.json$")
+EVAL_NAME = re.compile(r"^(?:step_|checkpoint-)([0-9]+)\.json$")
 
 
 def newest_evaluation(run_dir):

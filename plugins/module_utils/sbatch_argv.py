@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.nccl import env_name_errors
 
 COMMENT_PREFIX = "llmtrain:"
@@ -206,6 +207,6 @@ def parse_parsable(stdout):
     """`sbatch --parsable` prints 'JOBID' or 'JOBID;CLUSTER'."""
     line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
     job_id = line.split(";")[0]
-    if not job_id.isdigit():
+    if not untrusted.digits(job_id):
         raise ValueError("sbatch printed no job id: %r" % stdout)
     return job_id

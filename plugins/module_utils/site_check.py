@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import OPTION_RELEASES
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_version
 
@@ -40,7 +41,7 @@ def constraint_errors(constraint, usable, nodes_needed, partition):
         for feature in node.get("features") or []:
             counts[feature] = counts.get(feature, 0) + 1
     # (counts such as the 2 of h100*2 are not features)
-    unknown = sorted(name for name in set(FEATURE.findall(constraint)) - set(counts) if not name.isdigit())
+    unknown = sorted(name for name in set(FEATURE.findall(constraint)) - set(counts) if not untrusted.digits(name))
     if unknown:
         return ["slurm_constraint=%s names %s, which no usable node of partition %s has; their features: %s. "
                 "Name features the nodes have (scontrol show node lists AvailableFeatures), or unset slurm_constraint."

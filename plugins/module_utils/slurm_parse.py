@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import fingerprint_of_comment
 
 # Base states and state flags as Slurm names them (slurm.h, job_state_string()).
@@ -92,32 +93,37 @@ def normalize_state(text):
     return word if word in JOB_STATES else (word or "UNKNOWN")
 
 
+# a part of a duration: ASCII digits, with a fraction where sacct prints one (TotalCPU's MM:SS.mmm)
+DURATION_PART = re.compile(r"[0-9]{1,9}(?:[.][0-9]{1,9})?\Z")
+
+
 def parse_duration(text):
-    """Slurm durations ([D-]HH:MM:SS, MM:SS, MM) -> seconds; None for UNLIMITED/unknown."""
+    """Slurm durations ([D-]HH:MM:SS, MM:SS, MM, D-HH, D-HH:MM) -> seconds; None for UNLIMITED and
+    for what is no duration (INVALID, other scripts' digits)."""
     text = null(text)
     if text is None or text.upper() in ("UNLIMITED", "INFINITE"):
         return None
-    days = 0
-    if "-" in text:
-        head, text = text.split("-", 1)
-        days = int(head)
-    parts = [float(p) for p in text.split(":")]
-    if len(parts) == 1:
-        seconds = parts[0] * 60
-    else:
-        seconds = 0
-        for part in parts:
-            seconds = seconds * 60 + part
-    return int(days * 86400 + seconds)
+    days, dash, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if (dash and not (untrusted.digits(days) and len(days) <= 9)) or len(parts) > 3 \
+            or not all(DURATION_PART.match(part) for part in parts):
+        return None
+    numbers = [float(part) for part in parts]
+    if dash:  # D-HH[:MM[:SS]]
+        hours, minutes, seconds = numbers + [0.0] * (3 - len(numbers))
+    elif len(numbers) == 1:  # MM
+        hours, minutes, seconds = 0.0, numbers[0], 0.0
+    else:  # [HH:]MM:SS
+        hours, minutes, seconds = [0.0] * (3 - len(numbers)) + numbers
+    return int(int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds)
 
 
 def parse_exit_code(text):
-    """'2:0' -> (2, 0): the job's exit code and the signal that ended it."""
-    text = null(text)
-    if text is None:
-        return None, None
-    code, _sep, signal = text.partition(":")
-    return int(code), int(signal or 0)
+    """'2:0' -> (2, 0): the job's exit code and the signal that ended it; (None, None) where Slurm
+    says none, or what it says is no such pair of ASCII numbers."""
+    code, _sep, signal = (null(text) or "").partition(":")
+    code, signal = untrusted.whole(code), untrusted.whole(signal or "0")
+    return (code, signal) if code is not None and signal is not None else (None, None)
 
 
 def expand_hostlist(text):
@@ -167,7 +173,7 @@ def _expand_range_list(text):
         if "-" in part:
             low, high = part.split("-", 1)
             width = len(low) if low.startswith("0") or len(low) == len(high) else 0
-            if not (low.isdigit() and high.isdigit()) or int(low) > int(high):
+            if not (untrusted.digits(low) and untrusted.digits(high)) or int(low) > int(high):
                 raise ValueError("bad range %r in host list" % part)
             values.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
         elif part:
@@ -184,7 +190,7 @@ def parse_gres(text):
         name = fields[0]
         count_text = fields[-1] if len(fields) > 1 else "1"
         gres_type = fields[1] if len(fields) == 3 else None
-        if len(fields) == 2 and not re.match(r"^\d+[KMGT]?$", count_text):
+        if len(fields) == 2 and not re.match(r"^[0-9]+[KMGT]?$", count_text):
             gres_type, count_text = count_text, "1"
         count = _count(count_text)
         entry = result.setdefault(name, dict(total=0, types={}, untyped=0))
@@ -197,7 +203,7 @@ def parse_gres(text):
 
 
 def _count(text):
-    match = re.match(r"^(\d+)([KMGT]?)$", text)
+    match = re.match(r"^([0-9]+)([KMGT]?)$", text)
     if not match:
         raise ValueError("bad GRES count %r" % text)
     return int(match.group(1)) * {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}[match.group(2)]
@@ -205,7 +211,7 @@ def _count(text):
 
 def parse_version(text):
     """'slurm-wlm 22.05.8' / 'slurm 23.11.1' -> '22.05.8'."""
-    match = re.search(r"(\d+\.\d+(?:\.\d+)?)", text or "")
+    match = re.search(r"([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text or "")
     return match.group(1) if match else None
 
 
@@ -312,11 +318,7 @@ def parse_partitions(text):
 
 
 def _int(value):
-    value = null(value)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+    return untrusted.whole(null(value))
 
 
 # Reasons a pending job gives when the nodes it needs are out of service: it cannot start
@@ -460,7 +462,7 @@ def parse_squeue(text, fields=SQUEUE_FIELDS):
         for key in set(fields) - {"job_id", "state", "name"}:
             job[key] = null(job[key])
         if "num_nodes" in job:
-            job["num_nodes"] = int(job["num_nodes"]) if (job["num_nodes"] or "").isdigit() else None
+            job["num_nodes"] = untrusted.whole(job["num_nodes"])
         jobs.append(job)
     return jobs
 
@@ -522,7 +524,7 @@ def parse_state_counts(text):
         fields = line.split()
         if not fields:
             continue
-        if len(fields) != 2 or not fields[0].isdigit():
+        if len(fields) != 2 or not untrusted.digits(fields[0]):
             raise ValueError("unexpected sinfo line %r (expected '%s')" % (line, SINFO_STATE_FORMAT))
         state, flags = _node_state(fields[1])
         counts.append(dict(count=int(fields[0]), state=state, state_flags=flags))

@@ -32,14 +32,14 @@ import re
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 
 NAME = "trainer_state.json"
-CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+CHECKPOINT = re.compile(r"^checkpoint-([0-9]+)$")
 HEAD_BYTES = 4096
 TAIL_BYTES = 65536
 # the collect step's read: about 20,000 entries of log_history as the Trainer writes them
 COLLECT_TAIL_BYTES = 4 * 1048576
 # a record's epoch range holds this many of the state's entries at most that are looked at
 MAX_CANDIDATES = 64
-_TOP_INT = re.compile(r'^ {2}"(global_step|max_steps|logging_steps)": (\d{1,18}),?$', re.M)
+_TOP_INT = re.compile(r'^ {2}"(global_step|max_steps|logging_steps)": ([0-9]{1,18}),?$', re.M)
 _TOP_EPOCH = re.compile(r'^ {2}"epoch": ([-+0-9.eE]{1,32}),?$', re.M)
 _ENTRY = re.compile(r"\{[^{}]*\}")
 # an entry of log_history is a few hundred bytes

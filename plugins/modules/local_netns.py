@@ -107,6 +107,7 @@ namespaces:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import daemon, netns
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 
 
 class Runner:
@@ -124,7 +125,7 @@ class Runner:
     def end_processes(self, namespace):
         """End what still runs in a namespace before it goes: processes the test hosts
         started there (job steps outliving their slurmd), found by namespace, not name."""
-        pids = [int(pid) for pid in self.query("netns", "pids", namespace).split() if pid.isdigit()]
+        pids = [int(pid) for pid in self.query("netns", "pids", namespace).split() if untrusted.digits(pid)]
         for pid in pids:
             daemon.stop(pid, timeout=5.0)
         return pids

@@ -29,10 +29,12 @@ author:
   - llmtrain.slurm maintainers (!UNKNOWN)
 options:
   release:
-    description: The Slurm series the root must hold, such as V(24.11). Required unless O(state=absent).
+    description:
+      - The Slurm series the root must hold, digits 0-9, a dot and digits 0-9, such as V(24.11); it names the
+        root's directory in O(cache). Required unless O(state=absent).
     type: str
   suite:
-    description: The Debian suite that packages it, such as V(trixie). Required unless O(state=absent).
+    description: The Debian suite or codename that packages it (a-z, 0-9 and -), such as V(trixie). Required unless O(state=absent).
     type: str
   mirror:
     description: The Debian mirror debootstrap and apt fetch from.
@@ -120,14 +122,19 @@ unmounted:
 import fcntl
 import json
 import os
+import re
 import shutil
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import release_root
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 
 DEBOOTSTRAP_SCRIPTS = "/usr/share/debootstrap/scripts"
+# A Debian suite or codename, as the local_cluster role takes one: it is debootstrap's argument, run as
+# root, and names a file of DEBOOTSTRAP_SCRIPTS, so nothing else (an option, '../x') may pass.
+SUITE = re.compile(r"[a-z][a-z0-9-]{1,30}\Z")
 POLICY_RC_D = "#!/bin/sh\n# llmtrain.slurm: packages never start daemons in this root\nexit 101\n"
 
 
@@ -281,6 +288,12 @@ def main():
         supports_check_mode=False,
     )
     p = module.params
+    bad_release = p["release"] is not None and release_root.release_error(p["release"])
+    if bad_release:  # before any path is made of it
+        module.fail_json(msg="local_release_root: %s" % bad_release)
+    if p["suite"] is not None and not SUITE.match(p["suite"]):  # before debootstrap is given it
+        module.fail_json(msg="local_release_root: suite=%s must be a Debian suite or codename: a letter a-z, then 1 "
+                             "to 30 of a-z, 0-9 and -, such as trixie" % printable(p["suite"]))
     root = Root(module)
     if p["state"] == "absent":
         gone = root.unmount_all(p["path"])

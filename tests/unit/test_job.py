@@ -126,6 +126,16 @@ def test_a_finished_training_adds_its_start_and_end_lines_and_marks_the_done_rec
     assert done["state"] == "COMPLETED" and done["exit_code"] == "0:0"
 
 
+@pytest.mark.parametrize("count", ["\u0662", "x"])
+def test_a_restart_count_that_is_no_ascii_number_is_none(fake, count):
+    """SLURM_RESTART_COUNT in other scripts' digits (which int() reads) or no digits at all (which made
+    int() raise): the job's first start."""
+    status, out = fake.run(fake.step("true"), restart=count)
+    assert status == 0, out
+    assert "llmtrain: job 42 start 1 on n[1-3]" in out and "Traceback" not in out
+    assert [line["start"] for line in fake.lines()] == [1, 1]
+
+
 def test_a_failed_training_ends_failed_with_its_status(fake):
     status, out = fake.run(fake.step("exit 7"))
     assert status == 7, out

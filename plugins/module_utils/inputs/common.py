@@ -14,7 +14,7 @@ def int_or_none(value):
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and re.match(r"^-?\d+$", value.strip()):
+    if isinstance(value, str) and re.match(r"^-?[0-9]+$", value.strip()):
         return int(value)
     return None
 

@@ -14,7 +14,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import 
 PARTITION = re.compile(r"^[A-Za-z0-9_.-]+$")
 MEMORY = re.compile(r"^[1-9][0-9]*[KMGT]?$")
 # minutes | MM:SS | HH:MM:SS | D-HH | D-HH:MM | D-HH:MM:SS
-TIME_LIMIT = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|\d+-\d{1,2}:\d{1,2}:\d{1,2})$")
+TIME_LIMIT = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|\d+-\d{1,2}:\d{1,2}:\d{1,2})$", re.ASCII)
 NODE_ITEM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-\[\]]*")
 # an account, QoS, reservation or GPU type name: Slurm's names have no blanks, commas or colons
 SLURM_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-+@]*$")

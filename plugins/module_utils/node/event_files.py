@@ -33,6 +33,8 @@ import stat
 import struct
 import time
 
+from .untrusted import whole
+
 EVENT_FILE_PREFIX = "events.out.tfevents."
 CSV_FILE = "metrics.csv"
 
@@ -630,7 +632,7 @@ def tags_seen(state):
 def _file_time(path):
     """The time an event file's name carries (events.out.tfevents.<time>.<host>...), else 0."""
     part = os.path.basename(path)[len(EVENT_FILE_PREFIX):].split(".", 1)[0]
-    return int(part) if part.isdigit() else 0
+    return whole(part, 0)
 
 
 # the fields a converted record may carry besides step and loss

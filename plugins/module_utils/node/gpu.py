@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -20,6 +21,14 @@ QUERY_FIELDS = ["index", "name", "uuid", "memory.total", "driver_version", "comp
 # Drivers older than 510 do not know compute_cap; they are queried without it.
 QUERY_FIELDS_OLD_DRIVER = [f for f in QUERY_FIELDS if f != "compute_cap"]
 NO_DRIVER_RC = 9
+# nvidia-smi's numbers, in ASCII digits (int() and float() also read other scripts' digits, '1_0',
+# and float() 'inf', which int() refuses): a GPU's or a MIG device's index, a size in MiB
+INDEX = re.compile(r"[0-9]{1,9}\Z")
+MIB = re.compile(r"[0-9]{1,12}(?:[.][0-9]{1,9})?\Z")
+# `nvidia-smi -L`: "GPU 0: NVIDIA A100 (UUID: GPU-...)", and its MIG devices under it,
+# "  MIG 1g.10gb     Device  0: (UUID: MIG-...)"
+LIST_GPU = re.compile(r"GPU ([0-9]{1,9}):")
+LIST_MIG = re.compile(r"MIG (\S+) +Device +([0-9]{1,9}):(.*)")
 
 TORCH_PROBE = (
     "import json\n"
@@ -53,12 +62,14 @@ def parse_query_csv(text, fields=None):
             raise ValueError("nvidia-smi printed %d fields where %d were asked: %r"
                              % (len(cells), len(fields), line))
         row = dict(zip(fields, cells))
+        if not INDEX.match(row["index"] or ""):
+            raise ValueError("nvidia-smi printed %r where a GPU's index was asked: %r" % (row["index"], line))
         memory = row.get("memory.total")
         gpus.append(dict(
             index=int(row["index"]),
             name=row["name"],
             uuid=row["uuid"],
-            memory_total_mib=int(float(memory)) if memory else None,
+            memory_total_mib=int(float(memory)) if memory and MIB.match(memory) else None,
             driver_version=row["driver_version"],
             compute_capability=row.get("compute_cap"),
             mig_mode=row["mig.mode.current"],
@@ -72,17 +83,17 @@ def parse_list(text):
     migs, current = {}, None
     for line in text.splitlines():
         stripped = line.strip()
-        if stripped.startswith("GPU ") and ":" in stripped:
-            current = int(stripped[4:stripped.index(":")])
+        gpu, mig = LIST_GPU.match(stripped), LIST_MIG.match(stripped)
+        if gpu:
+            current = int(gpu.group(1))
             migs.setdefault(current, [])
-        elif stripped.startswith("MIG ") and current is not None:
-            # MIG 1g.10gb     Device  0: (UUID: MIG-...)
-            head, _sep, tail = stripped.partition(":")
-            words = head.split()
-            uuid = tail.strip()
+        elif stripped.startswith("GPU "):
+            current = None  # a GPU without an index: its MIG devices are no one's
+        elif mig and current is not None:
+            uuid = mig.group(3).strip()
             if uuid.startswith("(UUID:"):
                 uuid = uuid[len("(UUID:"):].rstrip(")").strip()
-            migs[current].append(dict(profile=words[1], device=int(words[-1]), uuid=uuid))
+            migs[current].append(dict(profile=mig.group(1), device=int(mig.group(2)), uuid=uuid))
     return migs
 
 

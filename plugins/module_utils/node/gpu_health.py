@@ -32,7 +32,7 @@ REBOOT = "reboot the node"
 REPLACE = "the GPU needs replacing: drain the node"
 SLOWED = "its clocks are held down while idle: check its cooling and power, or drain the node"
 _LINE = re.compile(r"^(?P<key>\S.*?)\s+:\s?(?P<value>.*)$")
-_XID = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<code>\d+)(?:, (?P<text>.*))?")
+_XID = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<code>[0-9]+)(?:, (?P<text>.*))?")
 # the driver's load: Xids before the last one were before a reload (or a reboot) of the driver
 _DRIVER_LOAD = re.compile(r"NVRM: loading NVIDIA UNIX")
 # Xids after which the GPU is unfit until it is reset, the node rebooted or the GPU replaced:

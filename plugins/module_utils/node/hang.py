@@ -54,7 +54,7 @@ import time
 from . import bad_nodes, event_files
 from .exit_codes import code
 from .node_check import read_json, write_json
-from .untrusted import METRICS_RECORD_MAX_BYTES, record as json_record
+from .untrusted import METRICS_RECORD_MAX_BYTES, digits, record as json_record, whole
 from .record_patterns import DEFAULT_PATTERNS, ESCAPES, MAX_LINE_CHARS, UNTIMED_CHARS
 
 AUTO_FACTOR = 10
@@ -421,7 +421,7 @@ def summarize(records, nodes, suspects, silent_s, limit_s, step, out_dir):
             if first_frames(rank):
                 frames[node] = first_frames(rank)
                 break
-    return dict(job_id=os.environ.get("SLURM_JOB_ID"), restart=int(os.environ.get("SLURM_RESTART_COUNT") or 0),
+    return dict(job_id=os.environ.get("SLURM_JOB_ID"), restart=whole(os.environ.get("SLURM_RESTART_COUNT"), 0),
                 time=now_stamp(), silent_s=round(silent_s), timeout_s=round(limit_s), step=step,
                 nodes=len(nodes), answered=len(records), ranks=sum(len(r.get("ranks") or []) for r in records.values()),
                 suspects=suspects, frames=frames, dir=out_dir)
@@ -466,7 +466,7 @@ def end_training(job, pid):
         out = ""
     for line in out.splitlines():
         step, _bar, name = line.strip().partition("|")
-        if step.startswith(job + ".") and step.rsplit(".", 1)[1].isdigit() and name != "hang-dump":
+        if step.startswith(job + ".") and digits(step.rsplit(".", 1)[1]) and name != "hang-dump":
             subprocess.run(["scancel", "--signal=KILL", step], check=False)
     for _attempt in range(12):
         if not alive(pid):
@@ -547,7 +547,7 @@ def watch_until_the_end(args, silence, events):
         reported = True
         step = last_step(metrics) if metrics else None
         step = events.step if step is None and events is not None else step
-        start = int(os.environ.get("SLURM_RESTART_COUNT") or 0) + 1
+        start = whole(os.environ.get("SLURM_RESTART_COUNT"), 0) + 1
         out_dir = os.path.join(args.out_dir, "%s-%d" % (os.environ.get("SLURM_JOB_ID", "job"), start))
         os.makedirs(out_dir, exist_ok=True)
         say("no progress for %d s (pretrain_hang_timeout %s: %d s)%s; dumping every rank's stack into %s" % (
@@ -597,7 +597,7 @@ def ranks_of(job_id, node=None, uid=None, proc="/proc"):
     uid = os.getuid() if uid is None else uid
     found = []
     for name in os.listdir(proc):
-        if not name.isdigit():
+        if not digits(name):
             continue
         pid = int(name)
         try:
@@ -609,7 +609,7 @@ def ranks_of(job_id, node=None, uid=None, proc="/proc"):
         if env.get("SLURM_JOB_ID") == job_id and "RANK" in env and "LOCAL_RANK" in env \
                 and (node is None or env.get("SLURMD_NODENAME", node) == node):
             found.append((pid, env))
-    return sorted(found, key=lambda item: int(item[1].get("RANK") or 0))
+    return sorted(found, key=lambda item: whole(item[1].get("RANK"), 0))
 
 
 def py_spy():
@@ -637,7 +637,7 @@ def dump(args):
     spy = py_spy()
     ranks, texts = [], []
     for pid, env in ranks_of(os.environ.get("SLURM_JOB_ID", ""), node):
-        rank = dict(pid=pid, rank=int(env.get("RANK") or 0), local_rank=int(env.get("LOCAL_RANK") or 0))
+        rank = dict(pid=pid, rank=whole(env.get("RANK"), 0), local_rank=whole(env.get("LOCAL_RANK"), 0))
         try:
             rank["state"], rank["wchan"] = proc_state(pid)
         except (OSError, IndexError):

@@ -51,7 +51,7 @@ import time
 
 from . import job_end, job_log, notify, run_files
 from .exit_codes import code, name_of
-from .untrusted import HANG_SUMMARY_MAX_BYTES, METRICS_RECORD_MAX_BYTES, Unreadable, loads, printable, read
+from .untrusted import HANG_SUMMARY_MAX_BYTES, METRICS_RECORD_MAX_BYTES, Unreadable, loads, printable, read, whole
 
 ENDING_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1")
 SHOW_JOB_MAX_BYTES = 65536
@@ -121,7 +121,7 @@ class Job:
         self.env = os.environ if env is None else env
         self.run_dir = config["run_dir"]
         self.job_id = self.env.get("SLURM_JOB_ID", "")
-        self.start = int(self.env.get("SLURM_RESTART_COUNT") or 0) + 1
+        self.start = whole(self.env.get("SLURM_RESTART_COUNT"), 0) + 1
         self.how = None
         self.signal = None
         self.ending = False
@@ -375,8 +375,8 @@ class Job:
             summary = job_log.log_summary(log, tail=0, errors=0, max_bytes=LOG_READ_MAX_BYTES)
         except OSError:
             return details
-        if summary["failed_rank"] is not None:
-            details["rank"] = int(summary["failed_rank"])
+        if whole(summary["failed_rank"]) is not None:
+            details["rank"] = whole(summary["failed_rank"])
         if summary["node"]:
             details["node"] = notify.cut(summary["node"], 64)
         if summary["traceback"]:

@@ -132,7 +132,7 @@ def output_tail(job, count):
     return lines
 
 
-RANK_PREFIX = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?(.*)$")
+RANK_PREFIX = re.compile(r"^\[(?:default)?rank([0-9]+)\]:\s?(.*)$")
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning)\b.*$|^[A-Za-z_][\w.]*: .*$")
 # an error line; Slurm 26.05 writes its own in a job's log as "[2026-12-05T06:19:51.002] error: ...",
 # where 22.05 and 24.11 write "slurmstepd: error: ..."
@@ -156,19 +156,19 @@ TRACEBACK_LINES = 60  # a deeper traceback keeps its first 20 and last 39 lines
 CHAIN_MARKERS = ("During handling of the above exception", "The above exception was the direct cause")
 # The line the pretrain job script prints at each start: its output file is opened for
 # appending, so the starts of a requeued job follow each other there.
-START = re.compile(r"llmtrain: job \d+ start \d+ on ")
+START = re.compile(r"llmtrain: job [0-9]+ start [0-9]+ on ")
 START_LINE = re.compile(rb"[\r\n](" + START.pattern.encode() + rb")")
 # torch.distributed.run's failure summary (ChildFailedError): per failed process its host, then its rank.
 SUMMARY_HOST = re.compile(r"^\s+host\s+: (\S+)\s*$")
-SUMMARY_RANK = re.compile(r"^\s+rank\s+: (\d+) \(local_rank: \d+\)")
-SRUN_TASK_FAILED = re.compile(r"^srun: error: ([^\s:]+): task (\d+): Exited with exit code")
+SUMMARY_RANK = re.compile(r"^\s+rank\s+: ([0-9]+) \(local_rank: [0-9]+\)")
+SRUN_TASK_FAILED = re.compile(r"^srun: error: ([^\s:]+): task ([0-9]+): Exited with exit code")
 # How a task of the training step ended, as srun tells it ("task 1: Terminated" is a SIGTERM's), and
 # torch.distributed.run's line as its launcher takes a SIGTERM once it has its handlers
-SRUN_TASK_END = re.compile(r"^srun: error: [^\s:]+: tasks? [\d,-]+: ")
-SRUN_TASK_SIGTERM = re.compile(r"^srun: error: [^\s:]+: tasks? [\d,-]+: Terminated$")
+SRUN_TASK_END = re.compile(r"^srun: error: [^\s:]+: tasks? [0-9,-]+: ")
+SRUN_TASK_SIGTERM = re.compile(r"^srun: error: [^\s:]+: tasks? [0-9,-]+: Terminated$")
 LAUNCHER_SIGTERM = re.compile(r"Received (?:Signals\.SIGTERM|15) death signal")
 # Slurm ending the whole job (a cancel, its time limit): its SIGTERMs are no stray ones
-SLURM_JOB_ENDED = re.compile(r"error: \*\*\* JOB \d+ ON \S+ CANCELLED AT ")
+SLURM_JOB_ENDED = re.compile(r"error: \*\*\* JOB [0-9]+ ON \S+ CANCELLED AT ")
 
 
 def last_start(handle, block=READ_BYTES, floor=0):

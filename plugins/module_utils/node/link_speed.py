@@ -7,8 +7,8 @@ as veths). InfiniBand: /sys/class/infiniband/<hca>/ports/<port>/rate ("400 Gb/se
 summed over the active ports of the HCAs NCCL will use (NCCL_IB_HCA). NVLink (inside a node):
 `nvidia-smi nvlink -s` ("Link 0: 26.562 GB/s"). Speeds are returned in Gb/s (bits).
 
-This file imports nothing from Ansible: the run role copies it into the run's scripts
-directory, where the network check imports it; unit tests call its parsers directly.
+This file imports nothing from Ansible (untrusted.py beside it alone): the run role copies it into the
+run's scripts directory, where the network check imports it; unit tests call its parsers directly.
 """
 
 from __future__ import annotations
@@ -16,20 +16,21 @@ from __future__ import annotations
 import os
 import re
 
-IB_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec\b")
-NVLINK_GPU = re.compile(r"^GPU\s+([0-9]+):")
-NVLINK_LINK = re.compile(r"^\s*Link\s+[0-9]+:\s*([0-9]+(?:\.[0-9]+)?)\s*GB/s", re.IGNORECASE)
+from .untrusted import whole
+
+# the numbers the driver and the kernel print, in ASCII digits and bounded (int() refuses thousands of them)
+IB_RATE = re.compile(r"^\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*Gb/sec\b")
+NVLINK_GPU = re.compile(r"^GPU\s+([0-9]{1,9}):")
+NVLINK_LINK = re.compile(r"^\s*Link\s+[0-9]+:\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*GB/s", re.IGNORECASE)
 # interfaces that carry no traffic between nodes (NCCL leaves lo and docker* out by default)
 NOT_BETWEEN_NODES = ("lo", "docker", "virbr")
 
 
 def ethernet_gbps(text):
-    """/sys/class/net/<if>/speed ("25000", "-1", "") -> Gb/s, None when the link reports none."""
-    try:
-        mbps = int((text or "").strip())
-    except ValueError:
-        return None
-    return mbps / 1000.0 if mbps > 0 else None
+    """/sys/class/net/<if>/speed ("25000", "-1", "") -> Gb/s, None when the link reports none (or no
+    number in ASCII digits)."""
+    mbps = whole((text or "").strip())
+    return mbps / 1000.0 if mbps else None
 
 
 def ib_rate_gbps(text):
@@ -43,10 +44,11 @@ def nvlink_gbps(text):
     links print <inactive> and count nothing)."""
     speeds, gpu = {}, None
     for line in (text or "").splitlines():
-        head = NVLINK_GPU.match(line)
-        if head:
-            gpu = int(head.group(1))
-            speeds.setdefault(gpu, 0.0)
+        if line.startswith("GPU"):
+            head = NVLINK_GPU.match(line)
+            gpu = int(head.group(1)) if head else None  # a GPU without an index: its links are no one's
+            if gpu is not None:
+                speeds.setdefault(gpu, 0.0)
             continue
         link = NVLINK_LINK.match(line)
         if link and gpu is not None:

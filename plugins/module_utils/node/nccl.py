@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from .untrusted import digits
+
 # inventory variable suffix (after "nccl_env_") -> environment variable
 VARIABLES = {
     "socket_ifname": "NCCL_SOCKET_IFNAME",
@@ -98,7 +100,7 @@ def check(env_name, value):
                     % (", ".join(DEBUG_SUBSYSTEMS), _named(bad)))
         return None
     if env_name == "NCCL_NET_GDR_LEVEL":
-        ok = value.upper() in GDR_LEVELS or (value.isdigit() and int(value) <= 5)
+        ok = value.upper() in GDR_LEVELS or (digits(value) and int(value) <= 5)
         return None if ok else "must be one of %s or a number 0-5" % ", ".join(GDR_LEVELS)
     if env_name == "NCCL_CROSS_NIC":
         return None if value in ("0", "1", "2") else "must be 0, 1 or 2"

@@ -209,7 +209,7 @@ def cpu_binding(environ, procs, affinity=None):
     except (AttributeError, OSError):
         return None
     asked = environ.get("SLURM_CPUS_PER_TASK", "")
-    asked = int(asked) if asked.isdigit() and len(asked) < 7 else 1
+    asked = int(asked) if untrusted.digits(asked) and len(asked) < 7 else 1
     return dict(count=len(bound), list=cpu_ranges(bound), asked=asked, procs=procs)
 
 

@@ -29,17 +29,17 @@ from __future__ import annotations
 #   anchored at the line's start (^), which fails at once anywhere else. A start then costs its
 #   gap's length times the word's, plus the blanks after each word its gap reaches, which only
 #   the starts (`step N`) of the gap before that word read again.
-NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf"
+NUMBER = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|nan|inf"
 # between a name and its value: blanks, at most one ':' or '=', blanks
 SEP = r"\s*(?:[:=]\s*)?"
 DEFAULT_PATTERNS = [
-    r"^\s*step (?P<step>\d+): train loss (?P<loss>%(number)s), val loss (?P<val_loss>%(number)s)" % dict(number=NUMBER),
-    r"^\s*iter(?:ation)?\s+(?P<step>\d+)\s*(?:[:|,]\s*)?loss%(sep)s(?P<loss>%(number)s)" % dict(sep=SEP, number=NUMBER),
-    r"\biteration +(?P<step>\d+)/ *(?P<total_steps>\d+) \|(?:.{0,400}? learning rate: (?P<lr>%(number)s) \|)?"
+    r"^\s*step (?P<step>[0-9]+): train loss (?P<loss>%(number)s), val loss (?P<val_loss>%(number)s)" % dict(number=NUMBER),
+    r"^\s*iter(?:ation)?\s+(?P<step>[0-9]+)\s*(?:[:|,]\s*)?loss%(sep)s(?P<loss>%(number)s)" % dict(sep=SEP, number=NUMBER),
+    r"\biteration +(?P<step>[0-9]+)/ *(?P<total_steps>[0-9]+) \|(?:.{0,400}? learning rate: (?P<lr>%(number)s) \|)?"
     r".{0,400}? lm loss: (?P<loss>%(number)s) \|" % dict(number=NUMBER),
-    r"(?<!validate )\bstep: *(?P<step>\d+) +loss: *(?P<loss>%(number)s)(?:.{0,200}? tps: (?P<tokens_per_s>\d[\d,]*))?"
+    r"(?<!validate )\bstep: *(?P<step>[0-9]+) +loss: *(?P<loss>%(number)s)(?:.{0,200}? tps: (?P<tokens_per_s>[0-9][0-9,]*))?"
     % dict(number=NUMBER),
-    r"(?i)(?<!validate )\bstep%(sep)s(?P<step>\d+)(?:\s*/\s*(?P<total_steps>\d+))?\b.{0,80}?\bloss%(sep)s"
+    r"(?i)(?<!validate )\bstep%(sep)s(?P<step>[0-9]+)(?:\s*/\s*(?P<total_steps>[0-9]+))?\b.{0,80}?\bloss%(sep)s"
     r"(?P<loss>%(number)s)(?:.{0,80}?\blr%(sep)s(?P<lr>%(number)s))?" % dict(sep=SEP, number=NUMBER),
     r"^\s*\{'loss': '?(?P<loss>%(number)s)'?(?:.*?'learning_rate': '?(?P<lr>%(number)s)'?)?"
     r"(?:.*?'epoch': '?(?P<epoch>%(number)s)'?)?" % dict(number=NUMBER),

@@ -30,7 +30,7 @@ import re
 import time as clock
 
 from .atomic import replace_file
-from .untrusted import COUNT, INT, JOB, NUMBER, TEXT, Unreadable, fields, loads, read
+from .untrusted import COUNT, INT, JOB, NUMBER, TEXT, Unreadable, fields, loads, read, whole
 
 STARTS = "starts.jsonl"
 FACTS = "facts.json"
@@ -50,7 +50,7 @@ USAGE_FIELDS = dict(first=TEXT, starts=COUNT, node_s=NUMBER, gpu_s=NUMBER, cpu_s
 # a run of more jobs than this counts those it drops (the ledger then is usage.json's)
 USAGE_JOBS_KEPT = 100
 # SLURM_JOB_CPUS_PER_NODE: "2(x3),1", each node's CPUs in the job
-CPUS_PER_NODE = re.compile(r"\A(\d+)(?:\(x(\d+)\))?\Z")
+CPUS_PER_NODE = re.compile(r"\A([0-9]+)(?:\(x([0-9]+)\))?\Z")
 NOTIFY_HOOKS = "env/notify.json"
 NOTIFY_SENT = "notify_sent.json"
 
@@ -121,8 +121,8 @@ HOST_NAME = re.compile(r"\A[A-Za-z0-9._-]+\Z")
 # <run>/checkpoints/: the reference trainer's step_NNNNNN.pt (ddp) and step_NNNNNN/ (fsdp); a Hugging
 # Face Trainer's checkpoint-N. Anything else there (a checkpoint moved aside as .bad, a sharded one
 # being written, your script's own names) is not numbered.
-REFERENCE_CHECKPOINT = re.compile(r"\Astep_0*(\d+)(?:[.]pt)?\Z")
-CHECKPOINT = re.compile(r"\A(?:step_0*(\d+)(?:[.]pt)?|checkpoint-(\d+))\Z")
+REFERENCE_CHECKPOINT = re.compile(r"\Astep_0*([0-9]+)(?:[.]pt)?\Z")
+CHECKPOINT = re.compile(r"\A(?:step_0*([0-9]+)(?:[.]pt)?|checkpoint-([0-9]+))\Z")
 # The fields of each kind of line, of the types they must have (a job id of digits, JOBID_TASK for
 # an array's): a line whose job id or start is not of its type is not one of them.
 START_FIELDS = dict(job_id=JOB, start=COUNT, nodes=TEXT, left=TEXT, time=TEXT, node_count=COUNT)
@@ -315,7 +315,7 @@ def job_cpus(cpus_per_node, cpus_on_node, node_count):
         total += int(match.group(1)) * int(match.group(2) or 1)
     if total:
         return total
-    return int(cpus_on_node) * node_count if (cpus_on_node or "").isdigit() else 0
+    return whole(cpus_on_node, 0) * node_count
 
 
 def add_usage(run_dir, job_id, start, began, ended, node_count, gpus_per_node, cpus=0):

@@ -9,6 +9,7 @@ collection reads from them goes through this module.
   in the reader, nor hand a reader a value its code would recurse into without end; what fails is
   Unreadable, which the callers count and say.
 - Fields (field, fields): each of the type it must have, or absent: a step of "5" is no step.
+- Numbers in text (digits, whole, JOB_ID): ASCII digits only, whatever else Unicode calls a digit.
 - Text for a terminal (printable): control characters (C0, C1, DEL) and bidirectional controls
   taken out, so that no escape sequence of a file reaches the user's terminal (OSC 52 writes the
   clipboard, OSC 8 draws a link that lies about where it leads, CSI clears the screen).
@@ -27,8 +28,11 @@ import sys
 MAX_DEPTH = 32
 # JSON integers beyond 64 bits are no step, count or size
 MAX_INT = 2 ** 63 - 1
-# a Slurm job id as the run's files name it: JOBID, or ARRAYJOB_TASK
-JOB_ID = re.compile(r"\A\d{1,18}(?:_\d{1,18})?\Z")
+# a Slurm job id as the run's files name it: JOBID, or ARRAYJOB_TASK. ASCII digits only, here and in
+# every number read from Slurm or a file (digits, whole): \d and str.isdigit() also take Arabic-Indic,
+# fullwidth and superscript digits, which int() reads as numbers (or fails on) and no Slurm command takes.
+JOB_ID = re.compile(r"\A[0-9]{1,18}(?:_[0-9]{1,18})?\Z")
+_DIGITS = re.compile(r"[0-9]+\Z")
 # What a file of the run holds at most, for every reader of it; a larger one is none of them.
 # A line of metrics.jsonl: the reference trainer's records are under 1 KB, a script of one's own
 # may write more; a longer line is counted as unreadable, never cut into garbage.
@@ -37,6 +41,17 @@ METRICS_RECORD_MAX_BYTES = 1048576
 DONE_RECORD_MAX_BYTES = 65536
 # a hang's summary (hangs/<job>-<start>/summary.json): its suspects and their first frames
 HANG_SUMMARY_MAX_BYTES = 4 * 1048576
+
+
+def digits(text):
+    """Whether text is a string of one or more ASCII digits (0-9), and nothing else."""
+    return isinstance(text, str) and _DIGITS.match(text) is not None
+
+
+def whole(text, default=None):
+    """The integer text writes in ASCII digits, no more than 18 of them (beyond 64 bits it is no count,
+    id or time), else default."""
+    return int(text) if digits(text) and len(text) <= 18 else default
 
 
 class Unreadable(ValueError):

@@ -485,11 +485,11 @@ def jobs_lines(facts):
 # is its step, or 0 for none). Anything else there (a Trainer's final config.json and
 # model.safetensors, logs) is not a checkpoint.
 CHECKPOINT_NAMES = [
-    (re.compile(r"^checkpoint-(\d+)$"), 1),  # Hugging Face Trainer: checkpoint-N/
-    (re.compile(r"^step-(\d+)$"), 1),  # torchtitan: step-N/
-    (re.compile(r"^iter_(\d+)$"), 1),  # Megatron-LM: iter_0000100/
-    (re.compile(r"^step_(\d+)(?:\.pt)?$"), 1),  # the reference trainer: step_000100.pt, step_000100/
-    (re.compile(r"^(?:.*[-_])?step=(\d+)(?:[-_].*)?\.ckpt$"), 1),  # Lightning: epoch=1-step=20.ckpt
+    (re.compile(r"^checkpoint-([0-9]+)$"), 1),  # Hugging Face Trainer: checkpoint-N/
+    (re.compile(r"^step-([0-9]+)$"), 1),  # torchtitan: step-N/
+    (re.compile(r"^iter_([0-9]+)$"), 1),  # Megatron-LM: iter_0000100/
+    (re.compile(r"^step_([0-9]+)(?:\.pt)?$"), 1),  # the reference trainer: step_000100.pt, step_000100/
+    (re.compile(r"^(?:.*[-_])?step=([0-9]+)(?:[-_].*)?\.ckpt$"), 1),  # Lightning: epoch=1-step=20.ckpt
     (re.compile(r"^.*\.(?:ckpt|pt|pth)$"), 0),  # a checkpoint file: last.ckpt, nanoGPT's ckpt.pt
 ]
 # the report names at most this many checkpoints (the first and the newest), and of the rest a count

@@ -873,3 +873,9 @@ def test_after_training_says_where_the_model_is_and_its_held_out_loss(tmp_path):
     assert "&lt;b&gt;x" in section and "\n# y" not in section
     assert "- Exported: your script's checkpoint, used as it is" in section
     assert "- Held-out loss: not recorded" in section
+
+
+def test_a_checkpoint_name_with_other_digits_than_0_to_9_has_no_step():
+    """Arabic-Indic 42 was read as step 42, a superscript 2 made int() raise."""
+    found, other = run_report.trainer_checkpoints(["checkpoint-\u0664\u0662", "step_\u00b2.pt", "checkpoint-40"])
+    assert found == [(40, "checkpoint-40"), (None, "step_\u00b2.pt")] and other == ["checkpoint-\u0664\u0662"]

@@ -48,6 +48,10 @@ def test_bad_json_config_is_named(tmp_path, content, message):
     (["--steps", "3", "--preempt-signal", "SIGUSR1"], "--preempt-signal SIGUSR1 is refused"),
     (["--steps", "3", "--preempt-signal", "SIGKILL"], "--preempt-signal SIGKILL cannot be caught"),
     (["--steps", "3", "--preempt-signal", "SIGNOPE"], "--preempt-signal 'SIGNOPE'"),
+    # a signal's number in other scripts' digits (\u0661\u0662 is 12 to int(): SIGUSR2) or a superscript
+    (["--steps", "3", "--preempt-signal", "\u0661\u0662"], "--preempt-signal '\u0661\u0662' is not a signal name"),
+    (["--steps", "3", "--preempt-signal", "\uff11\uff15"], "--preempt-signal '\uff11\uff15' is not a signal name"),
+    (["--steps", "3", "--preempt-signal", "\u00b2"], "--preempt-signal '\u00b2' is not a signal name"),
     (["--steps", "3", "--rendezvous-timeout", "0"], r"--rendezvous-timeout must be a positive integer \(got 0\)"),
     (["--steps", "3", "--rendezvous-timeout", "-5"], "--rendezvous-timeout must be a positive integer"),
 ])

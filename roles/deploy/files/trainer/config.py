@@ -6,6 +6,7 @@ Each field ``some_name`` is the flag ``--some-name``; a few fields have aliases.
 
 import argparse
 import json
+import re
 import signal
 from dataclasses import dataclass, field, fields
 
@@ -81,7 +82,9 @@ def parse_signal(name):
     """'SIGUSR2', 'USR2' or '12' -> signal.Signals; refuse those the trainer cannot own."""
     text = str(name).strip().upper()
     try:
-        sig = signal.Signals(int(text)) if text.isdigit() else signal.Signals[text if text[:3] == "SIG" else "SIG" + text]
+        # a number in ASCII digits: isdigit() also takes other scripts' digits, which int() reads
+        sig = signal.Signals(int(text)) if re.fullmatch(r"[0-9]+", text) else signal.Signals[
+            text if text[:3] == "SIG" else "SIG" + text]
     except (KeyError, ValueError):
         raise ConfigError(f"--preempt-signal {name!r} is not a signal name such as SIGUSR2") from None
     if sig.name == "SIGUSR1":

@@ -4,6 +4,7 @@ job script's line per Slurm start, to which rank 0 adds where the start resumed)
 
 import json
 import os
+import re
 import sys
 from datetime import datetime, timezone
 
@@ -13,20 +14,26 @@ FAILURES_TAIL_BYTES = 65536
 FAILURES_NAMED = 8
 
 
+def env_count(name):
+    """The count an environment variable holds in ASCII digits (18 at most), else 0: isdigit() and int()
+    also take other scripts' digits, and int() '1_0'."""
+    text = os.environ.get(name) or ""
+    return int(text) if re.fullmatch(r"[0-9]{1,18}", text) else 0
+
+
 def slurm_start():
     """{job_id, start} of the Slurm job this runs in (start 1, then one more per requeue), {} outside one."""
     job_id = os.environ.get("SLURM_JOB_ID")
     if not job_id:
         return {}
-    restarts = os.environ.get("SLURM_RESTART_COUNT") or "0"
-    return {"job_id": job_id, "start": int(restarts) + 1 if restarts.isdigit() else 1}
+    return {"job_id": job_id, "start": env_count("SLURM_RESTART_COUNT") + 1}
 
 
 def record_failure(path, rank, node, step, error):
     """One line for the rank whose step raised: appended, so that ranks failing together keep theirs."""
     text = (f"{type(error).__name__}: {error}".strip().splitlines() or [type(error).__name__])[0][:500]
     line = {"rank": rank, "node": node, "step": step, "error": text,
-            "restart_in_job": int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0),
+            "restart_in_job": env_count("TORCHELASTIC_RESTART_COUNT"),
             "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), **slurm_start()}
     append_line(path, line)
 

@@ -55,7 +55,7 @@ from .metrics import METRICS_FILE, NODE_TIMES_FILE, MetricsLog, NodeTimes, loss_
 from .mfu import mfu, peak_bf16_flops
 from .model import GPT, AttentionKernels, GPTConfig, attention_kernels_problem, padded_vocab
 from .prepare import DataError, read_meta
-from .runfiles import RANK_FAILURES_FILE, add_start_line, recent_failures, record_failure, slurm_start
+from .runfiles import RANK_FAILURES_FILE, add_start_line, env_count, recent_failures, record_failure, slurm_start
 from .state import model_and_optimizer, restore_rng, rng_state, seed_everything
 from .tokenizer import tokenizer_record
 from .wandb_log import WandbLog
@@ -201,7 +201,7 @@ class Training:
         self.metrics = self.node_times = self.events = self.wandb = None
         # torch.distributed.run's restarts of the ranks inside the job (pretrain_restarts_in_job):
         # the launcher whose rank failed counts one; the others restarted theirs for it at 0
-        restart_in_job = dist.max_int_async(int(os.environ.get("TORCHELASTIC_RESTART_COUNT") or 0)).wait()
+        restart_in_job = dist.max_int_async(env_count("TORCHELASTIC_RESTART_COUNT")).wait()
         if not dist.is_main:
             return
         if cfg.wandb_project:  # first: a W&B that does not start stops the run before it writes anything

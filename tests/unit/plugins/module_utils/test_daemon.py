@@ -36,6 +36,9 @@ def test_read_pidfile(tmp_path):
     assert daemon.read_pidfile(str(bad)) is None
     assert daemon.read_pidfile(str(empty)) is None
     assert daemon.read_pidfile(str(tmp_path / "missing")) is None
+    for text in ("\u0664\u0661\u0666\u0668", "\u00b2"):  # Arabic-Indic 4168 (read as a pid), a superscript 2 (raised)
+        bad.write_text(text)
+        assert daemon.read_pidfile(str(bad)) is None
 
 
 def test_alive_needs_a_live_non_zombie_with_the_expected_name(proc):

@@ -39,3 +39,16 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
     except TypeError:
         pass
     assert os.listdir(str(tmp_path)) == []
+
+
+def test_a_record_that_names_a_job_in_other_digits_names_no_job_to_wait_for(tmp_path):
+    """sbatch queues a job behind the pending job a record names (--dependency=afterok:ID): only an id
+    of the digits 0-9 is one; Arabic-Indic 42 and fullwidth 12 are not."""
+    path = str(tmp_path / "data.done.json")
+    for job_id in ("\u0664\u0662", "\uff11\uff12", "4\u00b2"):
+        done_record.write(path, dict(fingerprint="aaaa", job_id=job_id, state="PENDING"))
+        assert done_record.pending_job(path) is None and done_record.job_of(path) == dict(state="PENDING")
+        record, why = done_record.read(path, "aaaa")
+        assert record is None and "names no Slurm job" in why
+    done_record.write(path, dict(fingerprint="aaaa", job_id="42", state="PENDING"))
+    assert done_record.pending_job(path) == "42"

@@ -172,6 +172,18 @@ def test_a_file_of_a_week_s_scalars_is_read_from_its_end_where_the_first_record_
     assert state["read"][str(path)]["offset"] == size and state["read"][str(path)]["bad"] == 0
 
 
+def test_an_event_file_whose_name_has_no_time_in_digits_0_to_9_is_taken_as_the_oldest(tmp_path):
+    """Records come in the files' order, oldest first (in the report a later record of a step replaces an
+    earlier one): Arabic-Indic 9 was read as time 9, a superscript 2 made int() raise."""
+    newer = tmp_path / "events.out.tfevents.5.host.1.0"
+    newer.write_bytes(record(1, {"loss": 2.0}))
+    for name in ("events.out.tfevents.\u0669.host.1.0", "events.out.tfevents.\u00b2.host.1.0"):
+        (tmp_path / name).write_bytes(record(1, {"loss": 1.0}))
+        found = event_files.metrics_of([str(newer), str(tmp_path / name)])
+        assert [(r["step"], r["loss"]) for r in found["records"]] == [(1, 1.0), (1, 2.0)]
+        (tmp_path / name).unlink()
+
+
 def test_a_damaged_record_is_counted_said_and_stepped_over(tmp_path):
     path = tmp_path / "events.out.tfevents.1.host.1.0"
     records = [record(step, {"loss": float(step)}) for step in range(1, 11)]

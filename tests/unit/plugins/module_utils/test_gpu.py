@@ -189,3 +189,22 @@ def test_what_a_real_h200_printed_is_read_as_it_was_there():
     assert result["gpus"][0]["name"] == "NVIDIA H200" and result["gpus"][0]["compute_capability"] == "9.0"
     assert result["count"] == result["torch_count"] == 1 and result["reason"] is None
     assert gpu.parse_list(fixture("h200_list.txt")) == {0: []}  # one GPU, no MIG device
+
+
+def test_nvidia_smis_numbers_are_ascii_digits():
+    """An index or a size in other scripts' digits (which int() and float() read), '1_0' or inf: a
+    row without an index is a reason, a size unknown, a MIG device or GPU of -L not listed."""
+    rows = fixture("h100x8.csv").splitlines()
+    for index in ("\u0660", "\uff10", "1_0", "-1", "x"):
+        text = "\n".join([index + rows[0][1:]] + rows[1:]) + "\n"
+        runner = Runner((QUERY, (0, text, "")), (["python"], CPU_TORCH))
+        result = gpu.detect("python", runner, which_found, environ={})
+        assert result["count"] == 0 and result["gpus"] == []
+        assert result["reason"].startswith("nvidia-smi printed %r where a GPU's index was asked: " % index)
+    for memory in ("\u0668\u0661\u0665\u0665\u0669", "\u00b2", "inf", "nan", "1e400", "8_1559"):
+        first = gpu.parse_query_csv(rows[0].replace("81559", memory) + "\n")[0]
+        assert first["index"] == 0 and first["memory_total_mib"] is None
+    listed = fixture("a100_mig_list.txt")
+    assert gpu.parse_list(listed.replace("Device  2:", "Device  \u0662:")) == {
+        0: gpu.parse_list(listed)[0][:2], 1: []}
+    assert gpu.parse_list(listed.replace("GPU 0:", "GPU \u0660:")) == {1: []}  # its MIG devices are no one's

@@ -88,6 +88,13 @@ def test_an_xid_line_says_its_device_its_count_and_its_last_line():
     assert xids[45]["devices"] == ["PCI:0000:dc:00", "PCI:0000:ed:00", "PCI:0000:ba:00", "PCI:0000:97:00"]
 
 
+def test_an_xid_code_of_other_digits_than_0_to_9_is_no_xid():
+    """The kernel writes the code in 0-9; Arabic-Indic 79 is some other line."""
+    line = "NVRM: Xid (PCI:0000:3b:00): %s, pid=1, GPU has fallen off the bus.\n"
+    xids = gpu_health.parse_xids(line % "\u0667\u0669" + line % "\u00b2" + line % "79")
+    assert [(code, xids[code]["count"]) for code in xids] == [(79, 1)]
+
+
 def test_xids_before_the_driver_last_loaded_are_past():
     log = fixture("kernel_xid79_partial.txt") + "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  580.159.04\n"
     assert gpu_health.parse_xids(log) == {}

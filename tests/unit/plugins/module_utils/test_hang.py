@@ -156,6 +156,20 @@ def test_the_batch_nodes_ranks_are_this_jobs_on_this_node(tmp_path, monkeypatch)
     assert hang.local_rank_pids(proc) == {101, 102}
 
 
+def test_numbers_in_an_environment_are_ascii_digits_or_none(tmp_path, monkeypatch):
+    """A rank's RANK and the job's SLURM_RESTART_COUNT in other scripts' digits (which int() reads) or
+    not digits at all (which made int() raise) count as none."""
+    job = dict(SLURM_JOB_ID="45", SLURMD_NODENAME="n0", LOCAL_RANK="0", RANK="0")
+    monkeypatch.setenv("SLURM_JOB_ID", "45")
+    monkeypatch.setenv("SLURMD_NODENAME", "n0")
+    proc = fake_proc(tmp_path, {101: dict(job, RANK="1"), 102: dict(job, RANK="\u0662"), 103: dict(job, RANK="x")})
+    found = [pid for pid, _env in hang.ranks_of("45", "n0", proc=proc)]
+    assert sorted(found[:2]) == [102, 103] and found[2] == 101  # as rank 0, in the order /proc lists them
+    for count, restart in (("2", 2), ("\u0662", 0), ("\uff12", 0), ("1_0", 0), ("x", 0), ("", 0)):
+        monkeypatch.setenv("SLURM_RESTART_COUNT", count)
+        assert hang.summarize({}, [], {}, 61.2, 60, 41, str(tmp_path))["restart"] == restart
+
+
 def test_with_restarts_in_the_job_a_silence_is_a_hang_only_when_the_ranks_stay_the_same():
     """torch.distributed.run stops the ranks of every node after a failure and starts new ones: the
     silence until then is no hang. Ranks that stay the same processes past the grace are hung."""

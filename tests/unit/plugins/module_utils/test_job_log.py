@@ -72,6 +72,16 @@ def test_log_summary_names_the_rank_that_failed_first_not_the_peers_that_lost_it
         "srun: error: slurm-worker-1: task 1: Exited with exit code 1"]
 
 
+def test_log_summary_takes_ranks_and_tasks_in_digits_0_to_9_only(tmp_path):
+    """A line of the training's own that writes a rank in Arabic-Indic digits names no rank."""
+    lines = rank_traceback(None, "RuntimeError: boom")
+    lines = ["[rank\u0663]: " + line for line in lines] + ["srun: error: n1: task \u0663: Exited with exit code 1"]
+    summary = job_log.log_summary(write_log(tmp_path, lines))
+    assert summary["failed_rank"] is None
+    lines = rank_traceback(3, "RuntimeError: boom") + ["srun: error: n1: task 3: Exited with exit code 1"]
+    assert job_log.log_summary(write_log(tmp_path, lines))["failed_rank"] == "3"
+
+
 def test_log_summary_picks_the_cause_even_when_the_lost_peers_are_printed_first(tmp_path):
     lines = rank_traceback(1, GLOO_LOST_PEER) + rank_traceback(0, GLOO_LOST_PEER)
     lines += rank_traceback(2, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")

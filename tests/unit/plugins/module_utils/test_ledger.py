@@ -46,6 +46,16 @@ def test_lines_of_another_shape_are_not_rows():
     assert [r["job_id"] for r in ledger.parse_usage(text)] == ["7"]
 
 
+def test_numbers_and_job_ids_of_other_digits_are_none_and_raise_nothing():
+    """ElapsedRaw of a superscript 2 made int() raise; Arabic-Indic digits were read as numbers."""
+    lines = [FIELD_SEP.join(["7", "7", "COMPLETED", "2026-12-06T09:11:34", "\u00b2", "cpu=\u0664,gres/gpu=\u00b2,node=2"]),
+             FIELD_SEP.join(["8", "8", "COMPLETED", "2026-12-06T09:11:34", "\u0663\u0666\u0660\u0660", "cpu=4,node=\uff12"]),
+             FIELD_SEP.join(["\u0669", "\u0669", "COMPLETED", "2026-12-06T09:11:34", "60", "cpu=4,node=1"])]
+    rows = ledger.parse_usage("\n".join(lines))
+    assert [(r["job_id"], r["seconds"], r["cpus"], r["nodes"], r["gpus"]) for r in rows] == [
+        ("7", 0, 0, 2, 0), ("8", 0, 4, 0, 0)]
+
+
 def test_the_training_jobs_starts_are_summed_apart_from_the_other_jobs():
     rows = ledger.parse_usage(fixture("sacct_usage.txt"))
     kinds = {"5": "train", "2": "train", "1": "data", "4": "samples", "6": "venv"}

@@ -21,6 +21,8 @@ GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-2)
     ("-1\n", None),  # a veth, or a link that is down
     ("", None),  # reading the file failed: "Invalid argument" for a veth
     ("unknown\n", None), ("0\n", None),
+    # other scripts' digits (which int() reads), '1_000' (which int() reads as 1000): no speed
+    ("\u0662\u0665\u0660\u0660\u0660\n", None), ("\uff11\uff10\uff10\uff10", None), ("\u00b2", None), ("1_000\n", None),
 ])
 def test_ethernet_speed_from_sysfs(text, gbps):
     assert link_speed.ethernet_gbps(text) == gbps
@@ -30,6 +32,7 @@ def test_ethernet_speed_from_sysfs(text, gbps):
     ("400 Gb/sec (4X NDR)\n", 400.0), ("200 Gb/sec (4X HDR)\n", 200.0), ("100 Gb/sec (4X EDR)\n", 100.0),
     ("56 Gb/sec (4X FDR)\n", 56.0), ("2.5 Gb/sec (1X SDR)\n", 2.5), ("10 Gb/sec (4X)\n", 10.0),
     ("", None), ("0 Gb/sec\n", None), ("fast\n", None),
+    ("\u0664\u0660\u0660 Gb/sec (4X NDR)\n", None), ("9" * 400 + " Gb/sec\n", None),  # float() read it as inf
 ])
 def test_infiniband_rate_strings(text, gbps):
     assert link_speed.ib_rate_gbps(text) == gbps
@@ -38,6 +41,15 @@ def test_infiniband_rate_strings(text, gbps):
 def test_nvlink_summed_per_gpu_inactive_links_count_nothing():
     assert link_speed.nvlink_gbps(NVLINK) == {0: pytest.approx(2 * 26.562 * 8), 1: pytest.approx(26.562 * 8)}
     assert link_speed.nvlink_gbps("") == {}
+
+
+def test_nvlink_numbers_in_other_digits_or_too_long_count_nothing():
+    """A GPU's index int() would read ('\u0661') or refuse (thousands of digits), a speed float() would:
+    not counted, no error."""
+    text = NVLINK.replace("GPU 1:", "GPU \u0661:").replace("Link 0: 26.562", "Link 0: \u0662\u0666.562", 1)
+    assert link_speed.nvlink_gbps(text) == {0: pytest.approx(26.562 * 8)}
+    assert link_speed.nvlink_gbps("GPU %s: H100\n\t Link 0: 26.5 GB/s\n" % ("9" * 5000)) == {}
+    assert link_speed.nvlink_gbps("GPU 0: H100\n\t Link 0: %s GB/s\n" % ("9" * 400)) == {0: 0.0}
 
 
 @pytest.mark.parametrize("spec, exact, names", [

@@ -130,3 +130,29 @@ def test_without_signals_a_pattern_of_yours_sees_the_start_of_each_line():
     # in the main thread the CPU budget stops the search instead, and the whole line is read
     assert log_progress.records(lines, cubic) == ([dict(step=1, loss=5.0)], {cubic[0].pattern: overrun(
         cubic[0].pattern, "line 2")})
+
+
+def test_numbers_are_read_in_ascii_digits_whatever_else_a_pattern_matches():
+    """A pattern of your own with \\d also matches Arabic-Indic, fullwidth and superscript digits, which
+    int() and float() read as numbers (and '1_0' as 10): no step or loss is read from them."""
+    mine = log_progress.compile_patterns([r"^E(?P<step>\d+) L=(?P<loss>\S+)"])
+    assert log_progress.records(["E3 L=\u0660.5", "E3 L=1_0", "E3 L=\uff15", "E3 L=\u00b2"], mine) == ([], {})
+    # a step of other digits is none: the record takes its place among the records, not step 42
+    assert log_progress.records(["E\u0664\u0662 L=0.5", "E7 L=0.25"], mine) == (
+        [dict(step=1, loss=0.5), dict(step=7, loss=0.25)], {})
+    assert log_progress.records(["E%s L=0.5" % ("9" * 19)], mine) == ([dict(step=1, loss=0.5)], {})
+
+
+def test_an_evaluation_line_or_a_progress_bar_in_other_digits_is_none():
+    evaluated = "validation loss at iteration %s | lm loss value: 1.5 |"
+    assert log_progress.records(["iter 42: loss 2.5", evaluated % "42"], DEFAULT) == (
+        [dict(step=42, loss=2.5, val_loss=1.5)], {})
+    assert log_progress.records(["iter 42: loss 2.5", evaluated % "\u0664\u0662"], DEFAULT) == (
+        [dict(step=42, loss=2.5)], {})
+    assert log_progress.records(["iter 42: loss 2.5", "validate step: \uff14\uff12 loss: 1.5"], DEFAULT) == (
+        [dict(step=42, loss=2.5)], {})
+    record = "{'loss': 2.0, 'epoch': 0.1}"
+    assert log_progress.records([" 10%|#  | 10/100 [00:01<00:09, 9.5it/s]", record], DEFAULT) == (
+        [dict(step=10, total_steps=100, loss=2.0, epoch=0.1)], {})
+    assert log_progress.records([" 10%|#  | \uff11\uff10/\uff11\uff10\uff10 [00:01<00:09, 9.5it/s]", record], DEFAULT) == (
+        [dict(step=1, loss=2.0, epoch=0.1)], {})

@@ -68,6 +68,8 @@ def test_valid_values(var, value):
     ("debug", "LOUD", "VERSION, WARN, INFO, TRACE"),
     ("debug_subsys", "INIT,NOPE", "bad: 'NOPE'"),
     ("net_gdr_level", "9", "LOC, PIX, PXB, PHB, SYS"),
+    ("net_gdr_level", "\u0663", "or a number 0-5"),  # Arabic-Indic 3
+    ("net_gdr_level", "\u00b2", "or a number 0-5"),
     ("cross_nic", "3", "0, 1 or 2"),
     ("async_error_handling", "on", "0, 1, 2 or 3"),
     ("ucx_net_devices", "mlx5_0:1,$(id)", "bad: '$(id)'"),

@@ -3,6 +3,8 @@ cluster's view of it needs and in which order, and /proc/self/mountinfo read bac
 
 import json
 
+import pytest
+
 from ansible_collections.llmtrain.slurm.plugins.module_utils import release_root
 
 
@@ -12,6 +14,21 @@ def test_the_series_of_debian_package_versions():
     assert release_root.series("22.05.8-4+deb12u3") == "22.05"
     assert release_root.series("24.5.1") == "24.05"  # as Slurm numbers its months
     assert release_root.series("") is None and release_root.series("unknown") is None and release_root.series(None) is None
+    assert release_root.series("\u0662\u0664.\u0661\u0661.5-4") is None  # Arabic-Indic digits are no series
+
+
+@pytest.mark.parametrize("release", ["./../victim", "../24.11", "24.11/..", "24.11/../../x", "/24.11", "24", "24.11.5",
+                                     "24.11\n", " 24.11", "\u0662\u0664.\u0661\u0661", "\uff12\uff14.\uff11\uff11",
+                                     "24.1\u00b2", "", None])
+def test_a_release_is_digits_a_dot_and_digits_and_nothing_else(release):
+    """A release names its root's directory in the cache, which is removed and built again."""
+    assert release_root.release_error(release) == (
+        "release=%s must be a Slurm release: digits 0-9, a dot and digits 0-9, such as 24.11 (it names the "
+        "release's root in the cache)" % str(release).replace("\n", " "))
+
+
+def test_slurm_releases_are_releases():
+    assert [release_root.release_error(r) for r in ("24.11", "26.05", "9.1")] == [None, None, None]
 
 
 def test_a_root_is_kept_unless_missing_built_from_other_inputs_or_too_old():

@@ -9,6 +9,9 @@ def test_parsable_output():
     assert sbatch_argv.parse_parsable("42;cluster2\n") == "42"
     with pytest.raises(ValueError):
         sbatch_argv.parse_parsable("")
+    for printed in ("\u0664\u0662\n", "\u00b2;cluster2\n"):  # Arabic-Indic 42, a superscript 2: no job id
+        with pytest.raises(ValueError, match="sbatch printed no job id"):
+            sbatch_argv.parse_parsable(printed)
 
 
 def test_fingerprint_depends_on_every_part():

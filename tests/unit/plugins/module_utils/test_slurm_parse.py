@@ -120,7 +120,7 @@ def test_hostlists(text, hosts):
     assert slurm_parse.expand_hostlist(text) == hosts
 
 
-@pytest.mark.parametrize("bad", ["n[1-", "n[3-1]", "n[a-b]"])
+@pytest.mark.parametrize("bad", ["n[1-", "n[3-1]", "n[a-b]", "n[\u0661-\u0663]", "n[\u00b2-3]"])
 def test_bad_hostlists(bad):
     with pytest.raises(ValueError):
         slurm_parse.expand_hostlist(bad)
@@ -158,9 +158,22 @@ def test_state_map_is_complete():
 
 @pytest.mark.parametrize("text, seconds", [
     ("00:00:13", 13), ("1-02:03:04", 93784), ("05:30", 330), ("45", 2700), ("UNLIMITED", None), ("N/A", None),
+    ("1-02", 93600), ("1-02:03", 93780), ("01:05.250", 65),
+    # what is no duration is none: other scripts' digits (a superscript made int() raise), '1_0', garbage
+    ("INVALID", None), ("\u0661:00", None), ("00:\uff11\uff13", None), ("\u00b2", None), ("\u0661-00:00:00", None),
+    ("1_0", None), ("-5", None), ("1:2:3:4", None), ("1-", None), (":", None),
 ])
 def test_durations(text, seconds):
     assert slurm_parse.parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text, code", [
+    ("2:0", (2, 0)), ("0:15", (0, 15)), ("1", (1, 0)), ("", (None, None)), (None, (None, None)),
+    ("\u0662:0", (None, None)), ("2:\u0660", (None, None)), ("\u00b2:0", (None, None)), ("1_0:0", (None, None)),
+    ("-1:0", (None, None)), ("x:y", (None, None)),
+])
+def test_exit_codes(text, code):
+    assert slurm_parse.parse_exit_code(text) == code
 
 
 def test_unknown_job_and_errors():
@@ -226,6 +239,29 @@ def test_partition_nodes_counted_per_state():
     assert slurm_parse.parse_state_counts("") == []
     with pytest.raises(ValueError, match="unexpected sinfo line 'PARTITION AVAIL'"):
         slurm_parse.parse_state_counts("PARTITION AVAIL\n")
+
+
+def test_numbers_slurm_prints_are_of_ascii_digits_or_none():
+    """Arabic-Indic, fullwidth and superscript digits are no count: refused where a line must hold one,
+    else no number (a superscript made int() raise)."""
+    for text in ("\u0663 idle\n", "\u00b2 idle\n", "\uff13 idle\n"):
+        with pytest.raises(ValueError, match="unexpected sinfo line"):
+            slurm_parse.parse_state_counts(text)
+    line = fixture("scontrol_show_node.txt").splitlines()[0]
+    line = line.replace("CPUTot=4", "CPUTot=\u0664").replace("RealMemory=4096", "RealMemory=\u00b2")
+    node = slurm_parse.parse_nodes(line)[0]
+    assert node["cpus"] is None and node["memory_mb"] is None
+    text = "".join(slurm_parse.FIELD_SEP.join(["7", "RUNNING", "train", nodes]) + slurm_parse.RECORD_SEP
+                   for nodes in ("\u0662", "\u00b2", "2"))
+    jobs = slurm_parse.parse_squeue(text, fields=("job_id", "state", "name", "num_nodes"))
+    assert [j["num_nodes"] for j in jobs] == [None, None, 2]
+    assert slurm_parse.parse_version("slurm \u0662\u0664.\u0661\u0661.1") is None
+    row = slurm_parse.FIELD_SEP.join(["77", "train", "FAILED", "\u0662:0", "00:\u0660\u0661:05", "n1", "", "", "",
+                                      "gpu", "", "None"])
+    j = slurm_parse.parse_sacct(row + "\n")[0]
+    assert (j["state"], j["exit_code"], j["signal"], j["elapsed"]) == ("FAILED", None, None, None)
+    j = slurm_parse.job_from_scontrol(pending_record(ExitCode="\u00b2:0", RunTime="\uff10:00:01"))
+    assert (j["exit_code"], j["signal"], j["elapsed"]) == (None, None, None)
 
 
 def _typed(record):

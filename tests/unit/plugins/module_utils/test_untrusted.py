@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import (
-    check_summary, done_record, exclusion, job_watch, metrics, recovery, run_status, trainer_state)
+    check_summary, done_record, exclusion, job_watch, log_progress, metrics, recovery, run_status, trainer_state)
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import hang, job_end, node_check, untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import hang, job_end, node_check, run_files, untrusted
 
 DEEP = "[" * 50000
 DEEP_CLOSED = "[" * 50000 + "]" * 50000
@@ -296,3 +296,51 @@ def test_the_hang_watch_reads_past_crafted_lines_and_keeps_watching(tmp_path):
     out = subprocess.run([sys.executable, "-E", "-s", "-c", probe, DEEP, metrics_file], cwd=str(package),
                          stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
     assert out.split() == ["False", "3"]
+
+
+# what str.isdigit() and \d take for digits besides 0-9: Arabic-Indic 42, fullwidth 12, a superscript 2
+OTHER_DIGITS = ("\u0664\u0662", "\uff11\uff12", "\u00b2")
+
+
+@pytest.mark.parametrize("text", OTHER_DIGITS + ("4\u00b2", "\u0664_1", "1_\u0662", "", "-1", " 1", "1\n", "1.5", None))
+def test_a_job_id_or_a_number_read_from_text_is_of_the_digits_0_to_9_only(text):
+    assert untrusted.field(text, untrusted.JOB) is None and not untrusted.digits(text)
+    assert untrusted.whole(text) is None and untrusted.whole(text, 0) == 0
+
+
+def test_job_ids_and_numbers_of_ascii_digits_are_read():
+    assert untrusted.field("42_7", untrusted.JOB) == "42_7" and untrusted.field(42, untrusted.JOB) == "42"
+    assert untrusted.digits("0042") and untrusted.whole("0042") == 42
+    assert untrusted.whole("9" * 18) == 10 ** 18 - 1 and untrusted.whole("9" * 19) is None  # beyond 64 bits
+
+
+def test_readers_of_the_run_take_names_of_other_digits_for_no_number(tmp_path):
+    # a hang of the job whose start is no number (int() raised on the superscript) is no hang of it
+    write(tmp_path / "hangs" / "7-\u00b2" / "summary.json", json.dumps(dict(suspects={"n1": "stopped"})))
+    assert job_watch.newest_hang(str(tmp_path / "hangs"), "7") is None
+    assert run_files.checkpoint_step("step_\u0664\u0662.pt") is None
+    assert run_files.checkpoint_step("checkpoint-\uff11\uff12") is None and run_files.checkpoint_step("step_000042.pt") == 42
+    write(tmp_path / "r" / "eval" / "step_\u0664\u0662.json", json.dumps(dict(loss=1.0, tokens=2)))
+    assert run_status.newest_evaluation(str(tmp_path / "r")) is None
+    write(tmp_path / "checkpoints" / "checkpoint-\u0664\u0662" / "trainer_state.json", state_file())
+    assert trainer_state.read_newest(str(tmp_path / "checkpoints")) == (None, [])
+
+
+def test_a_job_s_cpus_and_its_ranks_are_counted_from_ascii_digits_only(tmp_path):
+    # SLURM_JOB_CPUS_PER_NODE of other digits is none: the batch node's count on each node
+    assert run_files.job_cpus("\u0664(x3)", "1", 2) == 2 and run_files.job_cpus("", "\u00b2", 2) == 0
+    assert node_check.cpu_binding({"SLURM_CPUS_PER_TASK": "\u0664"}, 0, affinity={0, 1})["asked"] == 1
+    assert node_check.cpu_binding({"SLURM_CPUS_PER_TASK": "\u00b2"}, 0, affinity={0, 1})["asked"] == 1
+    # /proc: only a directory named by a pid in 0-9 is a process (the others were the same pid 42, or raised)
+    for name in ("42",) + OTHER_DIGITS:
+        (tmp_path / "proc" / name).mkdir(parents=True)
+        (tmp_path / "proc" / name / "environ").write_bytes(b"SLURM_JOB_ID=7\0RANK=0\0LOCAL_RANK=0\0")
+    assert [pid for pid, _env in hang.ranks_of("7", proc=str(tmp_path / "proc"))] == [42]
+
+
+def test_the_built_in_progress_patterns_read_steps_and_numbers_of_ascii_digits_only():
+    compiled = compile_patterns(DEFAULT_PATTERNS)
+    assert log_progress.records(["step 4 loss 2.5"], compiled)[0] == [dict(step=4, loss=2.5)]
+    for line in ("step \u0664 loss 2.5", "step 4 loss \u0662.\u0665", "iteration \u0664/ 10 | lm loss: 2.0 |"):
+        assert log_progress.records([line], compiled)[0] == []
+    assert log_progress.records(["step: 4 loss: 2.0 tps: \u0661\u0662\u0663"], compiled)[0] == [dict(step=4, loss=2.0)]

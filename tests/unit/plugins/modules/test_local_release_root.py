@@ -9,6 +9,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import release_root
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 from ansible_collections.llmtrain.slurm.plugins.modules import local_release_root
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import run
 
@@ -80,3 +81,34 @@ def test_a_suite_that_moved_to_another_series_is_refused_naming_what_it_has(tmp_
                              "local_cluster_release_suites to a suite that packages 26.05, or local_cluster_release "
                              "to 26.11.")
     assert os.listdir(str(tmp_path / "cache")) == [".26.05.lock"]  # no root of the wrong series is kept
+
+
+def test_a_release_that_is_no_slurm_series_is_refused_before_anything_is_made_or_removed(tmp_path, monkeypatch, capsys):
+    """The release names the root's directory in the cache: ./../victim named victim.build beside it,
+    which a build removes first."""
+    victim = tmp_path / "victim.build"
+    victim.mkdir()
+    (victim / "keep").write_text("mine")
+    for release in ("./../victim", "\u0662\u0664.\u0661\u0661", "24.11/..", "24.11\n"):
+        result, calls = build(tmp_path, monkeypatch, capsys, "24.11.5-4+deb13u1", release=release)
+        assert result["failed"] is True and calls == []
+        assert result["msg"] == ("local_release_root: release=%s must be a Slurm release: digits 0-9, a dot and "
+                                 "digits 0-9, such as 24.11 (it names the release's root in the cache)"
+                                 % release.replace("\n", " "))
+    assert (victim / "keep").read_text() == "mine" and not (tmp_path / "cache").exists()
+
+
+def test_a_suite_that_is_no_debian_codename_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    """The suite is debootstrap's argument (run as root) and names a file of its scripts: an option, a
+    path or another script's letters are refused, the option named, before any command or directory."""
+    for suite in ("--foreign", "../../../tmp/x", "trixie/..", "Trixie", "tr\u0456xie", "trixie\n", "t", "x" * 32,
+                  "trixie\x1b[2J"):
+        result, calls = build(tmp_path, monkeypatch, capsys, "24.11.5-4+deb13u1", suite=suite)
+        assert result["failed"] is True and calls == [], suite
+        assert result["msg"] == ("local_release_root: suite=%s must be a Debian suite or codename: a letter a-z, then "
+                                 "1 to 30 of a-z, 0-9 and -, such as trixie" % printable(suite))
+        assert "\x1b" not in result["msg"]
+    assert not (tmp_path / "cache").exists()
+    for suite in ("trixie", "stable", "bookworm-backports", "sid"):
+        result, calls = build(tmp_path, monkeypatch, capsys, "24.11.5-4+deb13u1", suite=suite)
+        assert "failed" not in result and calls[0][2] == suite, result

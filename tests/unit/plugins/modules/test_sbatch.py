@@ -863,6 +863,8 @@ def test_after_records_add_the_jobs_not_yet_recorded_completed(monkeypatch, caps
     pending.write_text(json.dumps(dict(fingerprint="1" * 16, job_id="30", state="PENDING")))
     completed.write_text(json.dumps(dict(fingerprint="2" * 16, job_id="29", state="COMPLETED")))
     bad.write_text(json.dumps(dict(fingerprint="3" * 16, job_id="$(reboot)", state="PENDING")))
+    other_digits = tmp_path / "other.json"  # Arabic-Indic 42: no job id, though str.isdigit() says digits
+    other_digits.write_text(json.dumps(dict(fingerprint="4" * 16, job_id="\u0664\u0662", state="PENDING")))
     fp = fp_of()
     s = Slurm(monkeypatch, [
         (SQUEUE, (0, squeue_rows(["30", "PENDING", "llmtrain-prepare-r", "llmtrain:" + "1" * 16]), "")),
@@ -870,6 +872,8 @@ def test_after_records_add_the_jobs_not_yet_recorded_completed(monkeypatch, caps
         (scontrol_job(31), (0, job_text("pending", 31), "")),
     ])
     result = run(sbatch.main, dict(name="train", content=SCRIPT, attach=True,
-                                   after_records=[str(pending), str(completed), str(bad), str(tmp_path / "none.json")]), capsys)
+                                   after_records=[str(pending), str(completed), str(bad), str(other_digits),
+                                                  str(tmp_path / "none.json")]), capsys)
     s.done()
     assert result["submitted"] and result["after_ok"] == ["30"] and result["fingerprint"] == fp
+    assert not result.get("warnings")  # no job of other digits was ever asked about
