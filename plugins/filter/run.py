@@ -135,12 +135,15 @@ def container_argv(settings, workdir):
     return container.argv(settings, str(workdir))
 
 
-def checkpoints(entries, own_script=False):
+def checkpoints(entries, own_script=False, unusable=False):
     """ansible.builtin.find's files of <run>/checkpoints -> the names of the run's checkpoints, oldest
     first (run_files.checkpoint_names: the reference trainer's step_NNNNNN[.pt] by step; your
-    script's every entry, those numbered by step last)."""
+    script's every entry with a usable name, those numbered by step last); with unusable, the names
+    that are not used (run_files.unusable_checkpoint_names)."""
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "path" in e for e in entries):
         raise AnsibleFilterError("checkpoints: needs the files of an ansible.builtin.find result (got %r)" % (entries,))
+    if unusable:
+        return run_files.unusable_checkpoint_names(entries)
     return run_files.checkpoint_names(entries, bool(own_script))
 
 

@@ -30,7 +30,7 @@ import re
 import time as clock
 
 from .atomic import replace_file
-from .untrusted import COUNT, INT, JOB, NUMBER, TEXT, Unreadable, fields, loads, read, whole
+from .untrusted import COUNT, INT, JOB, NUMBER, TEXT, Unreadable, fields, loads, printable, read, whole
 
 STARTS = "starts.jsonl"
 FACTS = "facts.json"
@@ -138,13 +138,23 @@ def checkpoint_step(name):
 def checkpoint_names(entries, own_script=False):
     """The names of the checkpoints among entries ({path, mtime} of each entry of <run>/checkpoints),
     oldest first: the reference trainer's by step (its others are not checkpoints); for your
-    script every entry, those numbered by step after the others, by time."""
-    named = [(os.path.basename(str(e["path"]).rstrip("/")), e.get("mtime") or 0) for e in entries]
+    script every entry with a usable name, those numbered by step after the others, by time."""
+    named = [(n, mtime) for n, mtime in entry_names(entries) if n.isprintable()]
     if not own_script:
         return sorted((n for n, mtime in named if REFERENCE_CHECKPOINT.match(n)), key=checkpoint_step)
     steps = dict((n, checkpoint_step(n)) for n, _mtime in named)
     order = dict((n, (steps[n] is not None, steps[n] or 0, mtime, n)) for n, mtime in named)
     return sorted(order, key=order.get)
+
+
+def entry_names(entries):
+    return [(os.path.basename(str(e["path"]).rstrip("/")), e.get("mtime") or 0) for e in entries]
+
+
+def unusable_checkpoint_names(entries):
+    """The names among entries that are never taken for a checkpoint, made safe to print: a name with
+    a control character (a line break, an escape) would break a line of a job script or a terminal."""
+    return sorted(printable(n) for n, _mtime in entry_names(entries) if not n.isprintable())
 
 
 def path(run_dir, name):

@@ -131,6 +131,16 @@ def test_your_scripts_checkpoints_are_every_entry_the_numbered_last_by_step():
     assert run.checkpoints(found, own_script=True) == ["last.ckpt", "ckpt.pt", "checkpoint-500", "checkpoint-1000"]
 
 
+def test_a_name_with_a_control_character_is_never_a_checkpoint_and_is_said_escaped():
+    found = [dict(path="/w/r/checkpoints/checkpoint-500", mtime=3), dict(path="/w/r/checkpoints/best\ntouch INJECTED\n#", mtime=9),
+             dict(path="/w/r/checkpoints/step_000900.pt\x1b[2J", mtime=8), dict(path="/w/r/checkpoints/\u2028last", mtime=7)]
+    assert run.checkpoints(found, own_script=True) == ["checkpoint-500"]
+    assert run.checkpoints(found) == []
+    unusable = run.checkpoints(found, unusable=True)
+    assert len(unusable) == 3 and all(name.isprintable() for name in unusable)
+    assert any("touch INJECTED" in name for name in unusable)
+
+
 def test_checkpoints_refuses_what_is_no_find_result():
     with pytest.raises(AnsibleFilterError, match="ansible.builtin.find"):
         run.checkpoints({"files": []})
