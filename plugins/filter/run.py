@@ -5,7 +5,8 @@
   text | llmtrain.slurm.env_file_values -> {NAME: value} of an env file the nccl_env role wrote
   text | llmtrain.slurm.from_run_json(default, name) -> the JSON value of a file of the run, read bounded
   log text | llmtrain.slurm.log_metrics(patterns, state) -> metrics JSONL from your script's progress lines
-  local paths | llmtrain.slurm.event_metrics(tag, total_steps) -> metrics from TensorBoard event files / metrics.csv
+  local paths | llmtrain.slurm.event_metrics(tag, total_steps, script_args, max_steps) -> metrics from TensorBoard
+    event files / metrics.csv
   run values | llmtrain.slurm.pipeline_fingerprint(workers, source digest) -> what the run is made from
   read_files result | llmtrain.slurm.pipeline_verdict(fingerprint, missing) -> may a rerun stop here
   read_files result | llmtrain.slurm.pipeline_record(fingerprint) -> the text of <run>/pipeline.json
@@ -26,6 +27,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record, run_facts, trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, node_check, run_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils.script_args import total_of
 
 display = Display()
 
@@ -70,13 +72,17 @@ def log_metrics(text, patterns=None, state=None):
     return "".join(json.dumps(dict(r, source="log"), sort_keys=True) + "\n" for r in records)
 
 
-def event_metrics(paths, tag=None, total_steps=None):
+def event_metrics(paths, tag=None, total_steps=None, script_args=None, max_steps=None):
     """{text (metrics JSON lines), records (how many), source, tag, files, tags, unreadable} of the
     TensorBoard event files (else Lightning metrics.csv files) at paths, on this controller
-    (event_files.metrics_of)."""
+    (event_files.metrics_of); each record's total: total_steps, else the one the script's arguments
+    set, else a Hugging Face Trainer's max_steps (script_args.total_of)."""
     if not isinstance(paths, (list, tuple)) or not all(isinstance(p, str) for p in paths):
         raise AnsibleFilterError("event_metrics: give a list of file paths, not %r" % (paths,))
-    found = event_files.metrics_of(list(paths), tag or None, int(total_steps) if total_steps else None)
+    if script_args is not None and not isinstance(script_args, (list, tuple)):
+        raise AnsibleFilterError("event_metrics: script_args (pretrain_script_args) must be a list of the script's "
+                                 "arguments, not %r" % (script_args,))
+    found = event_files.metrics_of(list(paths), tag or None, total_of(total_steps, script_args, max_steps))
     text = "".join(json.dumps(record, sort_keys=True) + "\n" for record in found.pop("records"))
     found.update(text=text, records=text.count("\n"))
     return found

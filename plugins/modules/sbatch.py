@@ -170,6 +170,20 @@ options:
       - Written in check mode too (it is the watch's own bookkeeping, not a change).
     type: path
     version_added: 0.2.0
+  script_args:
+    description:
+      - The arguments of the script the watched job trains with (C(pretrain_script_args)). Where O(total_steps) is
+        unset and the records do not say, the total steps are the value of the last of the trainers' flags among them
+        that set it - C(--max_steps), C(--max-steps), C(--trainer.max_steps), C(--max_iters), C(--train-iters),
+        C(--training.steps), C(--num_train_steps), as C(--flag N) or C(--flag=N), a plain positive integer (any
+        other value sets none); else a Hugging Face Trainer's C(max_steps) (O(checkpoint_dir)).
+      - With O(progress_from_log) or O(event_dirs), where RV(llmtrain.slurm.slurm_job_info#module:progress) has a step
+        and no total, RV(llmtrain.slurm.slurm_job_info#module:progress_warnings) holds, by C(total_steps), the line
+        that says C(pretrain_progress_total_steps) sets it.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
   attach:
     description:
       - With O(state=present), re-attach to an active (pending or running) job of this O(name) of the
@@ -462,7 +476,7 @@ cancelled:
 
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, job_watch, sbatch_argv, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, job_watch, sbatch_argv, script_args, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import holds, replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import output_tail
@@ -549,6 +563,7 @@ def main():
             cancel_on_timeout=dict(type="bool", default=True),
             log_tail_lines=dict(type="int", default=30),
             event_state_file=dict(type="path"),
+            script_args=dict(type="list", elements="str", default=[]),
             after_ok=dict(type="list", elements="str", default=[]),
             after_records=dict(type="list", elements="path", default=[]),
             **job_watch.ARGUMENT_SPEC
@@ -610,7 +625,10 @@ def watch_job(module, client, p, job_id, fp, base):
                                                                            excluded=settler.events))
     result.update(changed=bool(base["changed"] or settler.events or settler.cancelled), checks=waiter.checks,
                   excluded=settler.events)
-    job_watch.describe(module, p, jobs, ended, patterns, result, client)
+    # the total of your own script's steps, where the inventory gives none, from its arguments
+    job_watch.describe(module, dict(p, total_steps=script_args.total_of(p["total_steps"], p["script_args"])), jobs, ended,
+                       patterns, result, client)
+    script_args.say_unknown_total(p, result)
     job = jobs[-1]
     result.update((key, job[key]) for key in JOB_FIELDS if key in job)
     # the record names this task's job: one that runs another script (re-attached to by name) is not it

@@ -274,7 +274,11 @@ progress_warnings:
       pattern; and, by its path, the message that says how many lines of O(metrics_file) could
       not be read (RV(unreadable_records)) and what to write instead. The callback
       P(llmtrain.slurm.job_progress#callback) prints each once.
-  returned: when progress was read from the log and a pattern ran past its time, or lines of metrics_file could not be read
+    - With M(llmtrain.slurm.sbatch), also, by C(total_steps), the line that says C(pretrain_progress_total_steps) sets
+      the total where your script's progress has a step and none (O(llmtrain.slurm.sbatch#module:script_args)).
+  returned: >-
+    when progress was read from the log and a pattern ran past its time, or lines of metrics_file could not be read;
+    with sbatch, when your script's progress has a step and no total
   type: dict
   sample:
     "(?P<loss>(\\d+)+)x": "pretrain_progress_regex '(?P<loss>(\\d+)+)x' took more than 0.1 s of CPU on one log line

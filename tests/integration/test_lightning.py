@@ -1,10 +1,10 @@
 """A PyTorch Lightning script (pytorch-lightning 2.6.6 from PyPI, pinned, in a directory of its own
 as the Hugging Face test installs transformers) through the pipeline on the local cluster, 3 nodes
-x 2 ranks, with a minimal inventory and the one setting its records cannot say (the total): it
-prints no progress line, so the watch reads Lightning's default logger, its TensorBoard event file
-in lightning_logs/version_<job>/, and shows the step and loss while it runs; the report plots the
-steps from that file, says where they came from, and lists its checkpoints with their steps; the
-job's hang watch takes its loss records as progress."""
+x 2 ranks, with a minimal inventory: the total its records cannot say comes from its own --max_steps
+argument. It prints no progress line, so the watch reads Lightning's default logger, its TensorBoard
+event file in lightning_logs/version_<job>/, and shows the step of the total, the loss and an ETA
+while it runs; the report plots the steps from that file, says where they came from, and lists its
+checkpoints with their steps; the job's hang watch takes its loss records as progress."""
 
 import json
 import os
@@ -32,8 +32,9 @@ def test_a_lightning_script_shows_its_steps_and_loss_from_its_event_file_and_its
     source = tmp_path / "pl"
     source.mkdir()
     shutil.copy(os.path.join(FILES, "train.py"), str(source))
-    settings = dict(run_name=run, run_source_dir=str(source), run_script="train.py", pretrain_script_args=["60"],
-                    pretrain_progress_total_steps=60, pretrain_poll_interval=2,
+    # no pretrain_progress_total_steps: the total is the script's own flag
+    settings = dict(run_name=run, run_source_dir=str(source), run_script="train.py",
+                    pretrain_script_args=["--max_steps", "60"], pretrain_poll_interval=2,
                     slurm_env_setup=["export PYTHONPATH=%s" % lightning_dir])
 
     result = run_playbook("pretrain.yml", "-e", json.dumps(settings), umask=0o002)
@@ -52,6 +53,11 @@ def test_a_lightning_script_shows_its_steps_and_loss_from_its_event_file_and_its
                                                 result.output)]
     assert watched and all(step % 5 == 4 for step in watched), result.output[-4000:]
     assert "(poll" in result.output
+    # of the total --max_steps 60 set, with an ETA once two loss records gave the pace; never step N/?, nor
+    # the line that says pretrain_progress_total_steps sets it
+    assert re.search(r"job %d RUNNING on [^:]+: step \d+/60, loss [^,]+, ETA (\d+h\d\dm|\d+m\d\ds|\d+s) \(poll \d+\)"
+                     % job, result.output), result.output[-4000:]
+    assert not re.search(r"step \d+/\?", result.output) and "pretrain_progress_total_steps sets" not in result.output
     # the watch kept its place in the file (only its user can read or replace it): its last poll read up to the end
     state_file = os.path.join(WORKSPACE, run, "logs", ".event_files_read.json")
     assert os.stat(state_file).st_mode & 0o777 == 0o600

@@ -3,8 +3,8 @@ across the job's nodes and ranks, the loss logged with self.log, ModelCheckpoint
 into LLMTRAIN_CHECKPOINT_DIR, Lightning's default logger (TensorBoard, as tensorboard is
 installed). It prints no progress line of its own."""
 
+import argparse
 import os
-import sys
 import time
 
 import pytorch_lightning as pl
@@ -28,7 +28,9 @@ class Regression(pl.LightningModule):
 
 
 def main():
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 60
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max_steps", type=int, default=60)
+    steps = parser.parse_args().max_steps
     torch.manual_seed(0)
     x = torch.randn(4096, 16)
     data = torch.utils.data.TensorDataset(x, x @ torch.randn(16, 1) + 0.1 * torch.randn(4096, 1))
