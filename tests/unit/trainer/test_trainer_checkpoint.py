@@ -1,16 +1,27 @@
+import collections
+import dataclasses
+import io
+import os
+import pickle
+import shlex
 import warnings
 from dataclasses import asdict
 
 import pytest
 import torch
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.state_dict import get_state_dict
 from trainer.checkpoint import (
     FORMAT,
     CheckpointError,
+    CorruptCheckpoint,
+    MetadataReader,
     checkpoint_path,
     clean_checkpoint_dir,
     find_checkpoint,
     list_checkpoints,
     load_latest,
+    load_sharded,
     load_sharded_model,
     save_checkpoint,
     save_sharded,
@@ -18,6 +29,7 @@ from trainer.checkpoint import (
     strip_wrapper_prefixes,
 )
 from trainer.model import GPT, GPTConfig
+from trainer_testing import run_module, torchrun
 
 TINY = GPTConfig(vocab_size=256, block_size=16, n_layer=1, n_head=2, n_embd=16)
 
@@ -120,13 +132,13 @@ def test_find_checkpoint_accepts_run_dir_checkpoints_dir_and_file(tmp_path):
         find_checkpoint(tmp_path / "nope")
 
 
-def save_sharded_here(step, ckpt_dir, keep, model=None, barrier=None):
+def save_sharded_here(step, ckpt_dir, keep, model=None, barrier=None, tensors=None):
     """A sharded checkpoint written by this one process (no process group: one shard)."""
     model = model or GPT(TINY)
     trainer_state = {k: v for k, v in state(step, model).items() if k != "model"}
     with warnings.catch_warnings():  # "assuming the intent is to save in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
-        return save_sharded({"model": model.state_dict()}, trainer_state, ckpt_dir, keep, is_main=True,
+        return save_sharded(tensors or {"model": model.state_dict()}, trainer_state, ckpt_dir, keep, is_main=True,
                             barrier=barrier)
 
 
@@ -184,3 +196,172 @@ def test_a_partial_sharded_directory_is_cleaned_and_never_listed(tmp_path):
     assert steps(tmp_path) == [4]
     clean_checkpoint_dir(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["step_000004"]
+
+
+class RunsShell:
+    """Pickles as a call of os.system that creates marker: what a crafted .metadata holds."""
+
+    def __init__(self, marker):
+        self.command = f"touch {shlex.quote(str(marker))}"
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+def test_a_crafted_sharded_metadata_is_refused_unrun_and_the_previous_checkpoint_resumed(tmp_path, capsys):
+    ckpt_dir, marker = tmp_path / "run" / "checkpoints", tmp_path / "marker"
+    save_sharded_here(4, ckpt_dir, keep=5)
+    crafted = save_sharded_here(8, ckpt_dir, keep=5)
+    (crafted / ".metadata").write_bytes(pickle.dumps(RunsShell(marker)))
+
+    path, loaded = load_latest(ckpt_dir, move_aside=True)  # what a resuming run does
+    assert (path.name, loaded["step"]) == ("step_000004", 4)
+    assert not marker.exists()
+    assert (f"{crafted} has a corrupt .metadata (UnpicklingError: it names the global posix.system, which is not "
+            "one of DCP's metadata types)") in capsys.readouterr().err
+    assert (ckpt_dir / "step_000008.bad").is_dir() and steps(ckpt_dir) == [4]
+
+
+def test_generate_refuses_a_crafted_sharded_metadata_without_running_it(tmp_path):
+    marker = tmp_path / "marker"
+    path = save_sharded_here(8, tmp_path, keep=5)
+    (path / ".metadata").write_bytes(pickle.dumps(RunsShell(marker)))
+    result = run_module("generate", "--checkpoint", path, "--prompt", "def ")
+    assert result.returncode == 2 and not marker.exists()
+    assert f"{path} has a corrupt .metadata" in result.stderr and "posix.system" in result.stderr
+
+
+def test_loading_the_shards_reads_the_metadata_as_strictly_as_the_check(tmp_path):
+    # the .metadata replaced after the checkpoint was checked: loading reads it again
+    marker = tmp_path / "marker"
+    path = save_sharded_here(8, tmp_path, keep=5)
+    find_checkpoint(path)
+    (path / ".metadata").write_bytes(pickle.dumps(RunsShell(marker)))
+    with pytest.raises(CorruptCheckpoint) as refused:
+        load_sharded_model(path, GPT(TINY))
+    assert str(refused.value) == (f"{path} has a corrupt .metadata (UnpicklingError: it names the global posix.system, "
+                                  "which is not one of DCP's metadata types)")
+    assert not marker.exists()
+
+
+def test_a_shard_cut_short_after_the_check_is_refused_as_corrupt_not_as_torchs_error(tmp_path):
+    path = save_sharded_here(8, tmp_path, keep=5)
+    find_checkpoint(path)
+    shard = path / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(CorruptCheckpoint) as refused:
+        load_sharded_model(path, GPT(TINY))
+    assert str(refused.value).startswith(f"{path} does not load (RuntimeError: PytorchStreamReader failed")
+
+
+def crafted_value(marker):
+    """A value of a shard as a crafted checkpoint holds it: torch.save's pickle of a call of os.system."""
+    value = io.BytesIO()
+    torch.save(RunsShell(marker), value)
+    return value.getvalue()
+
+
+def replace_value(path, fqn, data):
+    """Make the value fqn of the sharded checkpoint at path the pickle data (appended to its shard),
+    its .metadata pointing there."""
+    metadata = MetadataReader(path).read_metadata()
+    index = next(index for index in metadata.storage_data if index.fqn == fqn)
+    info = metadata.storage_data[index]
+    shard = path / info.relative_path
+    offset = shard.stat().st_size
+    with shard.open("ab") as f:
+        f.write(data)
+    metadata.storage_data[index] = dataclasses.replace(info, offset=offset, length=len(data))
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+
+
+def test_a_resume_refuses_a_crafted_optimizer_value_in_the_shards_without_running_it(tmp_path, train_args):
+    out, marker = tmp_path / "run", tmp_path / "marker"
+    args = [*train_args, "--parallel", "fsdp", "--out", out, "--checkpoint-interval", "4", "--no-tensorboard"]
+    first = torchrun(1, *args, "--steps", 4)
+    assert first.returncode == 0, first.stdout + first.stderr
+    path = out / "checkpoints" / "step_000004"
+    replace_value(path, "optimizer.param_groups.0.lr", crafted_value(marker))
+
+    resumed = torchrun(1, *args, "--steps", 8)
+    assert resumed.returncode != 0 and not marker.exists()
+    assert (f"CorruptCheckpoint: {path}: its shard value optimizer.param_groups.0.lr names the global posix.system, "
+            "which is not plain data") in resumed.stderr
+
+
+def test_the_model_of_a_sharded_checkpoint_with_a_crafted_value_is_refused_without_running_it(tmp_path):
+    # what generate and export load: the model's values alone
+    marker = tmp_path / "marker"
+    model = GPT(TINY)
+    path = save_sharded_here(8, tmp_path, keep=5, tensors={"model": {**model.state_dict(), "lm_head.weight": RunsShell(marker)}})
+    find_checkpoint(path)  # its metadata is DCP's
+    with pytest.raises(CorruptCheckpoint) as refused:
+        load_sharded_model(path, GPT(TINY))
+    assert str(refused.value) == (f"{path}: its shard value model.lm_head.weight names the global posix.system, "
+                                  "which is not plain data")
+    assert not marker.exists()
+
+
+def test_the_plain_values_of_a_sharded_optimizer_state_load_as_saved(tmp_path):
+    model = GPT(TINY)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    _model_state, optimizer_state = get_state_dict(model, optimizer)
+    path = save_sharded_here(8, tmp_path, keep=5, model=model, tensors={"optimizer": optimizer_state})
+    target = GPT(TINY)
+    _model_state, loaded = get_state_dict(target, torch.optim.AdamW(target.parameters(), lr=5.0))
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.simplefilter("ignore", UserWarning)
+        load_sharded({"optimizer": loaded}, path)
+    assert loaded["param_groups"] == optimizer_state["param_groups"]
+
+
+@pytest.mark.parametrize("name", ["../outside.distcp", "{outside}", "sub/__0_0.distcp", "..", "\x1b]0;owned\x07.distcp"])
+def test_a_sharded_metadata_naming_a_shard_outside_its_directory_is_refused_before_it_is_read(tmp_path, name):
+    path = save_sharded_here(8, tmp_path / "checkpoints", keep=5)
+    outside = tmp_path / "outside.distcp"
+    (path / "__0_0.distcp").rename(outside)  # without the refusal, the checkpoint would load from it
+    name = name.format(outside=outside)
+    metadata = MetadataReader(path).read_metadata()
+    metadata.storage_data = {index: dataclasses.replace(info, relative_path=name)
+                             for index, info in metadata.storage_data.items()}
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+    shown = ascii(name)[1:-1]
+    expected = f"{path} has a corrupt .metadata (ValueError: its shard file {shown} is not a file name in the checkpoint directory)"
+    for load in (find_checkpoint, lambda path: load_sharded_model(path, GPT(TINY))):
+        with pytest.raises(CorruptCheckpoint) as refused:
+            load(path)
+        assert str(refused.value) == expected
+
+
+def test_a_sharded_metadata_naming_a_class_outside_dcps_metadata_is_refused_with_its_name(tmp_path):
+    path = save_sharded_here(8, tmp_path, keep=5)
+    metadata = MetadataReader(path).read_metadata()
+    metadata.planner_data = collections.OrderedDict(metadata.planner_data)
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+    with pytest.raises(CorruptCheckpoint, match=r"step_000008 has a corrupt \.metadata \(UnpicklingError: it names the "
+                       r"global collections\.OrderedDict, which is not one of DCP's metadata types\)"):
+        find_checkpoint(path)
+
+
+def test_the_metadata_of_a_model_and_optimizer_checkpoint_reads_as_torchs_reader_reads_it(tmp_path):
+    model = GPT(TINY)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
+    model(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long))[1].backward()
+    optimizer.step()
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    path = save_sharded_here(8, tmp_path, keep=5, tensors={"model": model_state, "optimizer": optimizer_state})
+    reader = MetadataReader(path)
+    ours, torchs = reader.read_metadata(), FileSystemReader(path).read_metadata()
+    assert ours.storage_meta.load_id == reader.load_id
+    ours.storage_meta.load_id = torchs.storage_meta.load_id
+    assert ours == torchs
+    assert any(key.startswith("optimizer.param_groups.") for key in ours.state_dict_metadata)
+
+
+def test_the_refused_global_is_shown_with_its_control_characters_escaped(tmp_path):
+    path = save_sharded_here(8, tmp_path, keep=5)
+    (path / ".metadata").write_bytes(b"c\x1b]0;owned\x07os\nsystem\n(S'true'\ntR.")  # a terminal title, then os.system
+    with pytest.raises(CorruptCheckpoint) as refused:
+        find_checkpoint(path)
+    assert r"it names the global \x1b]0;owned\x07os.system," in str(refused.value)
+    assert "\x1b" not in str(refused.value) and "\x07" not in str(refused.value)

@@ -7,7 +7,10 @@ A checkpoint is one of two kinds, and a run resumes from either:
 - ``<run>/checkpoints/step_NNNNNN/`` (--parallel fsdp): a torch.distributed.checkpoint
   directory, one shard file per rank of the model and optimizer state (keys ``model.*`` and
   ``optimizer.*``) and ``trainer_state.pt``, the rest of the dict above, written by rank 0.
-  It is written as a hidden temp directory and renamed into place once complete.
+  It is written as a hidden temp directory and renamed into place once complete. Its
+  ``.metadata`` (a pickle) is read by MetadataUnpickler, which builds DCP's metadata types and
+  nothing else, here and in dcp.load, and must name shard files inside the directory; the
+  shards' non-tensor values (the optimizer's param_groups) load with ``weights_only=True``.
 """
 
 import errno
@@ -24,7 +27,9 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint import CheckpointException, DefaultLoadPlanner, FileSystemReader, Metadata
+from torch.distributed.checkpoint._traverse import set_element
+from torch.distributed.checkpoint.metadata import StorageMeta
 
 from .config import ConfigError
 from .fsio import atomic_file, fsync_dir, remove_temp_files
@@ -44,6 +49,24 @@ READ_RETRY_DELAYS_S = (1.0, 3.0)
 # seek before the file's start: OSError EINVAL (ValueError from a buffer).
 CORRUPT_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, zipfile.BadZipFile)
 STREAM_READER_ERROR = "PytorchStreamReader failed"
+# The globals a DCP .metadata pickle names (torch 2.13's dcp.save to a directory: its Metadata,
+# FileSystemWriter's storage data, the checkpoint's path); a pickle that names any other is refused
+# before that global is looked up, let alone called.
+_PATHS = frozenset({"Path", "PosixPath", "PurePosixPath"})
+METADATA_GLOBALS = {
+    "torch.distributed.checkpoint.metadata": frozenset({
+        "Metadata", "MetadataIndex", "StorageMeta", "TensorStorageMetadata", "BytesStorageMetadata",
+        "ChunkStorageMetadata", "TensorProperties", "_MEM_FORMAT_ENCODING"}),
+    "torch.distributed.checkpoint.filesystem": frozenset({"_StorageInfo"}),
+    # torch.Size and the dtypes, by name; vars(): torch's module __getattr__ imports submodules
+    "torch": frozenset({"Size"} | {name for name, value in vars(torch).items() if isinstance(value, torch.dtype)}),
+    "torch.serialization": frozenset({"_get_layout"}),  # a torch.layout from its name
+    "pathlib": _PATHS,
+    "pathlib._local": _PATHS,  # where Python 3.13 pickles them from
+}
+SHOWN_REASON_CHARS = 300
+# How torch.load's weights_only refusal names the global a value's pickle calls (posix.system)
+REFUSED_GLOBAL = re.compile(r"GLOBAL (\S+)")
 
 
 class CheckpointError(RuntimeError):
@@ -52,6 +75,11 @@ class CheckpointError(RuntimeError):
 
 class CorruptCheckpoint(CheckpointError):
     """A checkpoint file that was read but does not deserialize: no retry makes it load."""
+
+
+def shown(text):
+    """Text a checkpoint's bytes may have put in an error: escaped (no terminal control), bounded."""
+    return ascii(str(text))[1:-1][:SHOWN_REASON_CHARS]
 
 
 def checkpoint_path(ckpt_dir, step, sharded=False):
@@ -180,18 +208,89 @@ def read_state(path):
             time.sleep(delay)
 
 
+class MetadataUnpickler(pickle.Unpickler):
+    """An unpickler of DCP metadata: a global the pickle names outside METADATA_GLOBALS (os.system,
+    a class of any other module) raises UnpicklingError instead of being imported or called."""
+
+    def find_class(self, module, name):
+        if name in METADATA_GLOBALS.get(module, ()):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"it names the global {module}.{name}, which is not one of DCP's metadata types")
+
+
+def is_shard_name(name):
+    """Whether name (a shard's relative_path in DCP metadata) is a plain file name, as DCP writes
+    them (__0_0.distcp): no directory part, no .., not absolute, nothing unprintable."""
+    return isinstance(name, str) and name == os.path.basename(name) and name not in ("", ".", "..") and name.isprintable()
+
+
+class MetadataReader(FileSystemReader):
+    """torch's FileSystemReader, whose .metadata is read by MetadataUnpickler: a crafted or corrupt
+    one raises CorruptCheckpoint (an OSError stays one: the file could not be read). A reader reads
+    it once: dcp.load plans from the metadata that was checked, not from a file replaced since."""
+
+    checked = None
+
+    def read_metadata(self, *args, **kwargs):
+        if self.checked is not None:
+            return self.checked
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as metadata_file:
+            try:
+                metadata = MetadataUnpickler(metadata_file).load()
+                if not isinstance(metadata, Metadata):
+                    raise TypeError(f"a {type(metadata).__name__}, not DCP's Metadata")
+                for info in metadata.storage_data.values():  # read from self.path / relative_path
+                    if not is_shard_name(info.relative_path):
+                        raise ValueError(f"its shard file {info.relative_path} is not a file name in the checkpoint directory")
+                # as FileSystemReader.read_metadata does
+                if metadata.storage_meta is None:
+                    metadata.storage_meta = StorageMeta()
+                metadata.storage_meta.load_id = self.load_id
+            except (OSError, MemoryError):
+                raise
+            except Exception as e:  # the bytes, or what the allowed types make of them: not DCP metadata
+                raise CorruptCheckpoint(f"{self.path} has a corrupt {Path(path).name} ({type(e).__name__}: {shown(e)})") from e
+        self.checked = metadata
+        return metadata
+
+
+class WeightsOnlyLoadPlanner(DefaultLoadPlanner):
+    """torch's DefaultLoadPlanner, whose non-tensor values (stored in the shards as torch.save
+    pickles) load with weights_only=True: one that would call a function or build an object
+    raises CorruptCheckpoint instead (torch's loads them with weights_only=False)."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def load_bytes(self, read_item, value):
+        fqn = read_item.dest_index.fqn
+        try:
+            loaded = torch.load(value, weights_only=True)
+        except Exception as e:
+            if not is_corruption(e):
+                raise
+            refused = REFUSED_GLOBAL.search(str(e))
+            reason = f"names the global {refused.group(1)}, which is not plain data" if refused else f"does not load ({type(e).__name__}: {e})"
+            raise CorruptCheckpoint(f"{self.path}: its shard value {fqn} {shown(reason)}") from e
+        # as DefaultLoadPlanner.load_bytes does with what it loads
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[fqn], loaded)
+        else:
+            self.state_dict[fqn] = loaded
+
+
 def check_shards(path):
     """Raise CorruptCheckpoint unless the sharded checkpoint at path has its metadata and
     every byte its metadata points to (a shard cut short, or missing, fails here rather than
     halfway through loading on every rank)."""
     try:
-        metadata = FileSystemReader(str(path)).read_metadata()
+        metadata = MetadataReader(str(path)).read_metadata()
     except OSError as e:
         if e.errno in (errno.ENOENT, errno.EINVAL):
             raise CorruptCheckpoint(f"{path} has no readable .metadata ({type(e).__name__}: {e})") from e
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, AttributeError) as e:
-        raise CorruptCheckpoint(f"{path} has a corrupt .metadata ({type(e).__name__}: {e})") from e
     needed = {}
     for info in metadata.storage_data.values():
         needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
@@ -223,11 +322,24 @@ def load_checkpoint(path):
     return state
 
 
-def load_sharded(tensors, path):
+def load_sharded(tensors, path, no_dist=False):
     """Fill tensors (get_state_dict's model and optimizer state: DTensor shards, or whole
-    tensors of a plain model) from the sharded checkpoint at path, in place. Every rank of a
-    job calls it; without a process group it reads in this process alone."""
-    dcp.load(tensors, checkpoint_id=str(path))
+    tensors of a plain model) from the sharded checkpoint at path, in place, its metadata and
+    non-tensor values read strictly. Every rank of a job calls it; without a process group (or
+    with no_dist) it reads in this process alone. What dcp.load refuses it reports as a
+    CheckpointException (a BaseException, with the error of each rank that failed): raised here
+    as CorruptCheckpoint with the first failed rank's reason."""
+    reader = MetadataReader(str(path))
+    # a refused .metadata raises here, as itself: inside dcp.load, torch logs its traceback and then
+    # fails with an error of its own
+    reader.read_metadata()
+    try:
+        dcp.load(tensors, storage_reader=reader, planner=WeightsOnlyLoadPlanner(path), no_dist=no_dist)
+    except CheckpointException as e:
+        error, _trace = e.failures[min(e.failures)]
+        if isinstance(error, CorruptCheckpoint):  # the planner's: its message names the checkpoint, shown
+            raise CorruptCheckpoint(str(error)) from e
+        raise CorruptCheckpoint(f"{path} does not load ({type(error).__name__}: {shown(error)})") from e
 
 
 def load_sharded_model(path, model):
@@ -236,7 +348,7 @@ def load_sharded_model(path, model):
     weights = {"model": model.state_dict()}
     with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(weights, checkpoint_id=str(path), no_dist=True)
+        load_sharded(weights, path, no_dist=True)
     model.load_state_dict(weights["model"])
 
 
