@@ -317,7 +317,7 @@ class SlowClients:
     def __init__(self, address, port, count):
         self.stop = threading.Event()
         self.sockets = []
-        for _ in range(count):
+        for _client in range(count):
             client = socket.create_connection((address, port), timeout=10)
             client.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
             self.sockets.append(client)
@@ -393,7 +393,7 @@ def test_serve_yml_serves_the_exported_model_to_the_openai_client_reattaches_and
     # a hundred keyless clients trickling their heads cannot keep the keyed one out
     with SlowClients(served["address"], served["port"], 100):
         time.sleep(2)
-        assert [models_status(served, KEY) for _ in range(3)] == [200, 200, 200]
+        assert [models_status(served, KEY) for _time in range(3)] == [200, 200, 200]
     # the server is the node's: its address is the node's, not the login host's loopback
     node = slurm("squeue", "--noheader", "--jobs", job, "--format=%N").strip()
     assert served["node"] == node

@@ -146,5 +146,5 @@ def test_a_name_with_a_line_break_stays_in_its_comment(tmp_path, template, templ
     proc = subprocess.run(["bash", "-c", script], cwd=str(run_dir), env=dict(os.environ, SLURM_JOB_ID="7", PATH="%s:%s" % (
         stubs, os.environ["PATH"])), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
         timeout=60, check=False)
-    assert not [path for path in tmp_path.rglob("INJECTED")], proc.stdout
+    assert not list(tmp_path.rglob("INJECTED")), proc.stdout
     assert "command not found" not in proc.stdout, proc.stdout

@@ -179,7 +179,7 @@ class Job:
         if self.server.poll() is not None:
             return
         self.server.terminate()
-        for _ in range(STOP_GRACE * 10):
+        for _tenth in range(STOP_GRACE * 10):
             if self.server.poll() is not None:
                 return
             await asyncio.sleep(0.1)

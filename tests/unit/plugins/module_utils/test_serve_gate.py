@@ -247,8 +247,7 @@ def test_what_a_relay_could_read_otherwise_than_its_server_is_refused(gate, back
     assert raw(gate, b"GET /v1/models HTTP/1.1\r\nHost: g\r\nHost: h\r\n" + KEYED + b"\r\n").startswith(b"HTTP/1.1 400 ")
     assert backend.requests == []
     # what passes gets the gate's own Host
-    answer, _connection = request(gate, "GET", "/v1/models", headers={"Authorization": "Bearer " + KEY,
-                                                                       "Host": "evil.example"})
+    answer, _connection = request(gate, "GET", "/v1/models", headers={"Authorization": "Bearer " + KEY, "Host": "evil.example"})
     assert answer.status == 200
     assert backend.requests[-1][2]["Host"] == "127.0.0.1:%d" % backend.server_address[1]
 
@@ -301,7 +300,7 @@ def test_keyless_slow_clients_cannot_keep_a_keyed_one_out(gates, backend):
                 slow.append(client)
                 threading.Thread(target=trickle, args=(client,), daemon=True).start()
             time.sleep(1)
-            for _ in range(3):
+            for _time in range(3):
                 began = time.monotonic()
                 answer, _connection = request(gate, "GET", "/v1/models", headers={"Authorization": "Bearer " + KEY})
                 assert answer.status == 200 and time.monotonic() - began < 2
@@ -336,7 +335,7 @@ def test_waiting_connections_are_bounded_by_address_then_in_all():
             self.aborted = True
 
     waiting = serve_gate.Waiting(most=4, per_address=2)
-    a1, a2, a3, b1, c1, d1 = (Transport() for _ in range(6))
+    a1, a2, a3, b1, c1, d1 = (Transport() for _transport in range(6))
     for transport, address in ((a1, "a"), (a2, "a"), (a3, "a")):
         waiting.add(transport, address)
     assert a1.aborted and not a2.aborted and len(waiting) == 2  # the oldest of its address

@@ -102,7 +102,7 @@ def serve_until_ready(tmp_path, args, then):
 
     def wait_and_stop():
         path = tmp_path / "serve" / "endpoint.json"
-        for _ in range(300):
+        for _tenth in range(300):
             if path.exists():
                 seen["result"] = then(json.loads(path.read_text()))
                 break
