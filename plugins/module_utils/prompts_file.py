@@ -12,6 +12,8 @@ import json
 import math
 import os
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
+
 VARIABLE = "inference_prompts_file"
 # every rank of the batch job reads the whole file: larger batches are split into several files
 MAX_BYTES = 64 * 1024 * 1024
@@ -19,12 +21,12 @@ MAX_BYTES = 64 * 1024 * 1024
 MAX_MESSAGES = 10
 SETTINGS = ("max_new_tokens", "temperature", "top_k", "seed")
 KEYS = ("prompt", "id") + SETTINGS
-MAX_SEED = 2 ** 63 - 1
+MAX_SEED = untrusted.MAX_INT
 EXAMPLE = '{"prompt": "def fib(n):", "max_new_tokens": 64, "temperature": 0.7, "id": "fib"}'
-
-
-def _constant(name):
-    raise ValueError("%s is not a number JSON allows" % name)
+# The temperatures the reference trainer's sampling takes (its trainer/model.py keeps the same bounds):
+# outside them every probability it samples from is NaN, which the job would find only once it runs.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4
+TEMPERATURES = "0 (the most likely token) or from %g to %g" % (MIN_TEMPERATURE, MAX_TEMPERATURE)
 
 
 def _whole(value):
@@ -33,6 +35,11 @@ def _whole(value):
 
 def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def temperature_ok(value):
+    """Whether the number value (a float or an int) is one of TEMPERATURES; NaN is not."""
+    return value == 0 or MIN_TEMPERATURE <= value <= MAX_TEMPERATURE
 
 
 def _shown(value):
@@ -61,8 +68,8 @@ def line_errors(item):
         found.append("unknown key %s: a prompt's keys are %s" % (", ".join(_unknown(k) for k in unknown), ", ".join(KEYS)))
     if "max_new_tokens" in item and not (_whole(item["max_new_tokens"]) and item["max_new_tokens"] >= 1):
         found.append('"max_new_tokens" is %s: give a whole number >= 1 (inference_max_new_tokens caps it)' % _shown(item["max_new_tokens"]))
-    if "temperature" in item and not (_number(item["temperature"]) and item["temperature"] >= 0):
-        found.append('"temperature" is %s: give a number >= 0 (0 always takes the most likely token)' % _shown(item["temperature"]))
+    if "temperature" in item and not (_number(item["temperature"]) and temperature_ok(item["temperature"])):
+        found.append('"temperature" is %s: give %s' % (_shown(item["temperature"]), TEMPERATURES))
     if "top_k" in item and not (_whole(item["top_k"]) and item["top_k"] >= 0):
         found.append('"top_k" is %s: give a whole number >= 0 (0 samples from all tokens)' % _shown(item["top_k"]))
     if "seed" in item and not (_whole(item["seed"]) and 0 <= item["seed"] <= MAX_SEED):
@@ -84,11 +91,13 @@ def check_lines(data, name):
             problems = ["it is empty: remove it (each line is one prompt; an empty prompt is {\"prompt\": \"\"})"]
         else:
             try:
-                problems = line_errors(json.loads(line.decode("utf-8"), parse_constant=_constant))
+                # bounded: a line nested deeper than any prompt, or with an integer beyond 64 bits, is
+                # refused, not parsed into a RecursionError; NaN and the infinities are judged as values
+                problems = line_errors(untrusted.loads(line.decode("utf-8"), MAX_BYTES, nonfinite=True))
             except UnicodeDecodeError as e:
                 problems = ["it is not UTF-8 (byte %d): save the file as UTF-8" % (e.start + 1)]
-            except ValueError as e:
-                problems = ["it is not JSON (%s): write one JSON object per line, such as %s" % (e, EXAMPLE)]
+            except untrusted.Unreadable as e:
+                problems = ["%s: write one JSON object per line, such as %s" % (e, EXAMPLE)]
         if problems:
             bad += 1
             if bad <= MAX_MESSAGES:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, int_or_none, number, one_line, strings
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.slurm import MEMORY, TIME_LIMIT
+from ansible_collections.llmtrain.slurm.plugins.module_utils.prompts_file import TEMPERATURES, temperature_ok
 
 
 def errors(values):
@@ -31,9 +32,8 @@ def errors(values):
     count(found, values, "inference_top_k", 0, "sample from the k most likely tokens, 0 for all")
     if "inference_temperature" in values:
         temperature = number(values["inference_temperature"])
-        if temperature is None or temperature < 0:
-            found.append("inference_temperature=%r must be a number >= 0 (0 always takes the most likely token)."
-                         % (values["inference_temperature"],))
+        if temperature is None or not temperature_ok(temperature):
+            found.append("inference_temperature=%r must be %s." % (values["inference_temperature"], TEMPERATURES))
     # the batch (inference_prompts_file, whose content llmtrain.slurm.prompts_file checks)
     if "inference_prompts_file" in values and not one_line(values["inference_prompts_file"]):
         found.append("inference_prompts_file=%r must be the path of a file of prompts on this machine (JSON lines), "

@@ -149,9 +149,12 @@ def test_a_part_file_s_foreign_lines_are_no_records(model_dir, tmp_path):
     out = tmp_path / "out"
     part = batch.part_path(out, 0, 1)
     part.parent.mkdir(parents=True)
-    # not JSON, an index past the prompts, a second "index" that lies, no completion
+    # not JSON, an index past the prompts, a second "index" that lies, no completion, nested past any
+    # parser's recursion, numbers merge could not add up (an infinity, NaN, a string, beyond 64 bits)
     part.write_bytes(b'{"index": 0, garbage\n{"index": 7, "completion": "x"}\n{"index": 0, "completion": "x", "index": 1}\n'
-                     b'{"index": 1, "prompt": "x"}\n')
+                     b'{"index": 1, "prompt": "x"}\n{"index": 0, "completion": "x", "id": ' + b"[" * 200000 + b"]" * 200000 + b'}\n'
+                     b'{"index": 0, "completion": "x", "tokens": 1e309}\n{"index": 1, "completion": "x", "seconds": NaN}\n'
+                     b'{"index": 0, "completion": "x", "world": "1"}\n{"index": 1, "completion": "x", "tokens": 9223372036854775808}\n')
     assert batch.done_indices(out, 0, 1, 2) == set()
     run_ranks(model_dir, prompts_file, out, 1)
     records, _summary = merged(prompts_file, out)
@@ -165,13 +168,26 @@ def test_a_part_file_s_foreign_lines_are_no_records(model_dir, tmp_path):
     ('{"prompt": "x", "top_k": 1.5}', "line 2: top_k 1.5 is not a whole number"),
     ('{"prompt": "x", "seed": true}', "line 2: seed True is not a whole number"),
     ('{"prompt": "x", "id": [1]}', "line 2: id [1] is not a string or a whole number"),
+    pytest.param("[" * 200000, "line 2 is not JSON (it nests deeper than 32 levels)", id="200000 ["),
+    ('{"prompt": "x", "max_new_tokens": 1e309}', "line 2: max_new_tokens inf is not a whole number"),
+    ('{"prompt": "x", "temperature": NaN}', "line 2 is not JSON (NaN is no number JSON allows)"),
+    ('{"prompt": "x", "temperature": -Infinity}', "line 2 is not JSON (-Infinity is no number JSON allows)"),
+    ('{"prompt": "x", "seed": 9223372036854775808}', "line 2: seed 9223372036854775808 is out of range"),
+    ('{"prompt": "x", "seed": 1e300}', "line 2: seed 1e+300 is out of range"),
+    # temperatures sampling cannot divide by: the probabilities would be NaN mid-generation
+    ('{"prompt": "x", "temperature": 1e-320}',
+     "line 2: temperature 1e-320 is out of range: give 0 (the most likely token) or from 0.0001 to 10000"),
+    ('{"prompt": "x", "temperature": 1e39}', "line 2: temperature 1e+39 is out of range: give 0"),
+    ('{"prompt": "x", "temperature": -0.5}', "line 2: temperature -0.5 is out of range: give 0"),
+    pytest.param('{"prompt": "x", "top_k": 1%s}' % ("0" * 5000), "line 2 is not JSON (100000000000000000000000... is an integer beyond 64 bits)",
+                 id="5001 digits"),
 ])
 def test_a_bad_prompt_line_fails_before_anything_is_generated(model_dir, tmp_path, line, message):
     prompts_file = tmp_path / "prompts.jsonl"
     prompts_file.write_text('{"prompt": "def "}\n' + line + "\n")
     result = run_module("batch", "--model", model_dir, "--prompts", prompts_file, "--out", tmp_path / "out",
                         "--rank", 1, "--world", 2, timeout=60)
-    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -194,3 +210,24 @@ def test_a_prompts_file_over_the_bound_is_refused(model_dir, tmp_path, monkeypat
     with pytest.raises(SystemExit) as exit_info:
         batch.main(["--model", str(model_dir), "--prompts", str(prompts_file), "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("temperature", ["1e-320", "1e39", "nan"])
+def test_a_default_temperature_sampling_cannot_take_is_refused(tmp_path, capsys, temperature):
+    with pytest.raises(SystemExit) as exit_info:
+        batch.main(["--model", str(tmp_path), "--prompts", str(tmp_path / "prompts.jsonl"), "--out", str(tmp_path / "out"),
+                    "--temperature", temperature])
+    assert exit_info.value.code == 2
+    assert (f"--temperature must be 0 (the most likely token) or from 0.0001 to 10000 (got {float(temperature)})"
+            in capsys.readouterr().err)
+
+
+def test_a_parts_directory_named_in_digits_of_another_script_is_no_world_size(tmp_path):
+    out = tmp_path / "out"
+    ours = batch.part_path(out, 0, 1)
+    other = out / batch.PARTS / "w\u0661" / ours.name  # "w١": Arabic-Indic 1, which int() reads as 1
+    for path in (ours, other):
+        path.parent.mkdir(parents=True)
+        path.write_text("")
+    assert batch.part_files(out) == [ours]
+    assert batch.part_files(out, 0, 1) == [ours]

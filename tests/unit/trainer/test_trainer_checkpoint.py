@@ -4,6 +4,7 @@ import io
 import os
 import pickle
 import shlex
+import shutil
 import warnings
 from dataclasses import asdict
 
@@ -365,3 +366,79 @@ def test_the_refused_global_is_shown_with_its_control_characters_escaped(tmp_pat
         find_checkpoint(path)
     assert r"it names the global \x1b]0;owned\x07os.system," in str(refused.value)
     assert "\x1b" not in str(refused.value) and "\x07" not in str(refused.value)
+
+
+def garble_shard(path):
+    """Overwrite the shard of the sharded checkpoint at path with zeros: as long as its metadata says, unreadable."""
+    shard = path / "__0_0.distcp"
+    shard.write_bytes(bytes(shard.stat().st_size))
+
+
+@pytest.mark.parametrize("module", ["generate", "export"])
+@pytest.mark.parametrize("spoil, message", [
+    ("crafted", ": its shard value model.lm_head.weight names the global posix.system, which is not plain data"),
+    ("garbled", " does not load ("),
+])
+def test_a_shard_refused_as_it_loads_ends_generate_and_export_with_the_reason_not_a_traceback(tmp_path, module, spoil, message):
+    # the checkpoint's metadata and sizes are right, so it passes the check; its shard fails only as it loads
+    marker, exports = tmp_path / "marker", tmp_path / "exports"
+    tensors = {"model": {**GPT(TINY).state_dict(), "lm_head.weight": RunsShell(marker)}} if spoil == "crafted" else None
+    path = save_sharded_here(8, tmp_path / "run" / "checkpoints", keep=5, tensors=tensors)
+    if spoil == "garbled":
+        garble_shard(path)
+    args = ["--prompt", "def "] if module == "generate" else ["--out", exports]
+    result = run_module(module, "--checkpoint", path, *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"{path}{message}" in result.stderr and result.stdout == ""
+    assert not marker.exists()
+    if module == "export":
+        assert not exports.exists() or not list(exports.iterdir())  # not even a temporary directory
+
+
+def test_a_checkpoint_whose_value_names_a_global_is_refused_with_it_escaped_and_bounded(tmp_path):
+    path = tmp_path / "step_000008.pt"
+    path.write_bytes(b"c\x1b]0;owned\x07os\nsystem\n(S'true'\ntR.")  # a terminal title, then os.system
+    with pytest.raises(CorruptCheckpoint) as refused:
+        find_checkpoint(path)
+    assert str(refused.value) == rf"{path} names the global \x1b]0;owned\x07os.system, which is not plain data"
+
+
+@pytest.mark.parametrize("field, value", [("offset", "0"), ("offset", -1), ("offset", 1.0), ("length", True), ("length", [16])])
+def test_a_sharded_metadata_with_a_shard_offset_or_length_that_is_no_whole_number_is_refused(tmp_path, field, value):
+    path = save_sharded_here(8, tmp_path, keep=5)
+    metadata = MetadataReader(path).read_metadata()
+    metadata.storage_data = {index: dataclasses.replace(info, **{field: value}) for index, info in metadata.storage_data.items()}
+    (path / ".metadata").write_bytes(pickle.dumps(metadata))
+    expected = (f"{path} has a corrupt .metadata (ValueError: its shard file __0_0.distcp has the {field} {value!r}, "
+                "not a whole number >= 0)")
+    for load in (find_checkpoint, lambda path: load_sharded_model(path, GPT(TINY))):
+        with pytest.raises(CorruptCheckpoint) as refused:
+            load(path)
+        assert str(refused.value) == expected
+
+
+@pytest.mark.parametrize("name", ["__0_0.distcp", ".metadata", "trainer_state.pt"])
+def test_a_sharded_checkpoint_file_that_links_elsewhere_is_refused_naming_it(tmp_path, name, capsys):
+    ckpt_dir = tmp_path / "checkpoints"
+    save_sharded_here(4, ckpt_dir, keep=5)
+    path = save_sharded_here(8, ckpt_dir, keep=5)
+    outside = tmp_path / name
+    (path / name).rename(outside)
+    (path / name).symlink_to(outside)  # the same bytes: without the refusal, the checkpoint loads
+    with pytest.raises(CorruptCheckpoint) as refused:
+        find_checkpoint(path)
+    assert str(refused.value) == f"{path}: {name} is a symbolic link; a checkpoint's files are its own"
+    found, loaded = load_latest(ckpt_dir, move_aside=True)  # what a resuming run does: the one before
+    assert (found.name, loaded["step"]) == ("step_000004", 4)
+    assert f"{path}: {name} is a symbolic link" in capsys.readouterr().err
+
+
+def test_a_checkpoint_numbered_in_digits_of_another_script_is_not_one(tmp_path):
+    save_checkpoint(state(4), tmp_path, keep=5)
+    save_sharded_here(8, tmp_path, keep=5)
+    # "٩٩" (Arabic-Indic 99) and "٨" (8): int() reads them, so without ASCII digits they would be step 99 and 8
+    (tmp_path / "step_\u0669\u0669.pt").write_bytes((tmp_path / "step_000004.pt").read_bytes())
+    shutil.copytree(tmp_path / "step_000008", tmp_path / "step_\u0668")
+    assert steps(tmp_path) == [4, 8]
+    found, loaded = load_latest(tmp_path)
+    assert (found.name, loaded["step"]) == ("step_000008", 8)

@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 import pytest
 import torch
-from trainer import evaluate
+from trainer import evaluate, export
 from trainer.checkpoint import find_checkpoint
 from trainer.hf import ExportError, byte_tokenizer_json, load_gpt2, read_safetensors, write_safetensors
 from trainer.model import GPT, GPTConfig
@@ -174,3 +174,31 @@ def test_the_newest_export_is_the_one_evaluated_and_text_files_work(exported, tm
     result = json.loads(evaluated.stdout)  # one rank: it merged its own part
     assert result == json.loads((tmp_path / f"{STEP_DIR}.json").read_text())
     assert result["text"] == str(text) and result["tokens"] == (len(text.read_text()) - 1) // 32 * 32
+
+
+def nested_normalizers(depth):
+    """A normalizer of `depth` Sequences one inside the other: a tokenizer.json the tokenizers package reads."""
+    normalizer = {"type": "Sequence", "normalizers": []}
+    for _ in range(depth):
+        normalizer = {"type": "Sequence", "normalizers": [normalizer]}
+    return normalizer
+
+
+@pytest.mark.parametrize("spoil", ["over 64 MiB", "nested 20 Sequences deep"])
+def test_a_checkpoints_tokenizer_json_past_the_bounds_of_a_file_is_refused_naming_it(tmp_path, capsys, spoil):
+    pytest.importorskip("tokenizers", reason="a checkpoint's tokenizer.json is read with tokenizers first")
+    if spoil == "over 64 MiB":  # JSON's blanks: a file the tokenizers package reads
+        text = json.dumps(byte_tokenizer_json()) + " " * (64 * 1024 * 1024)
+        message = f"its tokenizer.json holds {len(text)} bytes, more than the 67108864 of a tokenizer"
+    else:
+        text = json.dumps(dict(byte_tokenizer_json(), normalizer=nested_normalizers(20)))
+        message = "its tokenizer.json is not readable JSON (it nests deeper than 32 levels)"
+    cfg = GPTConfig(vocab_size=256, block_size=16, n_layer=1, n_head=2, n_embd=16)
+    path = tmp_path / "step_000003.pt"
+    torch.save({"format": 1, "step": 3, "model": GPT(cfg).state_dict(), "model_config": asdict(cfg),
+                "tokenizer": {"kind": "file", "vocab_size": 256, "json": text}}, path)
+    with pytest.raises(SystemExit) as exit_info:
+        export.main(["--checkpoint", str(path), "--out", str(tmp_path / "exports")])
+    assert exit_info.value.code == 2
+    assert f"--checkpoint {path}: {message}" in capsys.readouterr().err
+    assert not list((tmp_path / "exports").iterdir())  # not even a temporary directory

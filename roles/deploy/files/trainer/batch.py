@@ -45,8 +45,8 @@ from pathlib import Path
 import torch
 
 from .fsio import atomic_file
-from .hf import load_model
-from .model import sample_next
+from .hf import MAX_INT, json_number, json_value, load_model
+from .model import TEMPERATURES, sample_next, temperature_ok
 
 EMPTY_PROMPT = "\n"  # an empty prompt starts the text as if after a newline (as trainer.generate)
 # The prompts file is read by every rank; the play refuses a larger one before anything is submitted.
@@ -61,6 +61,8 @@ SUMMARY = "summary.json"
 # whose a record is without decoding the rest of it
 INDEX = re.compile(rb'^\{"index": (\d{1,18}),')
 SETTINGS = {"max_new_tokens": int, "temperature": float, "top_k": int, "seed": int}
+# the numbers of a record that merge adds up or sorts by: absent, or of this kind, 0 to MAX_INT
+RECORD_NUMBERS = {"tokens": int, "seconds": float, "rank": int, "world": int}
 
 
 class BatchError(ValueError):
@@ -86,18 +88,22 @@ def prompt_lines(path):
 def parse_prompt(line, number, defaults):
     """The prompt of one line (bytes; number counts from 1) and its settings, defaults filled in."""
     try:
-        item = json.loads(line)
+        item = json_value(line)
     except ValueError as e:
-        raise BatchError(f"line {number} is not JSON ({e})") from None
+        raise BatchError(f"line {number} is not JSON ({str(e)[:200]})") from None
     if not isinstance(item, dict) or not isinstance(item.get("prompt"), str):
         raise BatchError(f"line {number} is not an object with a string \"prompt\"")
     prompt = dict(defaults, prompt=item["prompt"])
     for name, kind in SETTINGS.items():
         if name in item:
             value = item[name]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+            # 1e309 reads as an infinity: no number; a seed torch takes, and any count, fits in 64 bits
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                    or (kind is int and value != int(value))):
                 raise BatchError(f"line {number}: {name} {value!r} is not a {'whole ' if kind is int else ''}number")
-            if value < (1 if name == "max_new_tokens" else 0) or not math.isfinite(value):
+            if name == "temperature" and not temperature_ok(value):
+                raise BatchError(f"line {number}: temperature {value!r} is out of range: give {TEMPERATURES}")
+            if not (1 if name == "max_new_tokens" else 0) <= value <= MAX_INT:
                 raise BatchError(f"line {number}: {name} {value!r} is out of range")
             prompt[name] = kind(value)
     if "id" in item:
@@ -122,7 +128,7 @@ def part_files(out, rank=None, world=None):
         return []
     found = []
     for directory in sorted(parts.iterdir()):
-        match = re.fullmatch(r"w(\d{1,9})", directory.name)
+        match = re.fullmatch(r"w([0-9]{1,9})", directory.name)  # not \d: int() takes any script's digits
         if not match or not directory.is_dir() or directory.is_symlink():
             continue
         size = int(match.group(1))
@@ -159,11 +165,12 @@ def whole_record(line, count):
     if not match or int(match.group(1)) >= count:
         return None
     try:
-        record = json.loads(line)
+        record = json_value(line)
     except ValueError:
         return None
     if (not isinstance(record, dict) or record.get("index") != int(match.group(1))
-            or not isinstance(record.get("completion"), str)):
+            or not isinstance(record.get("completion"), str)
+            or not all(record.get(name) is None or json_number(record[name], kind) for name, kind in RECORD_NUMBERS.items())):
         return None
     return record
 
@@ -337,7 +344,7 @@ def parse_args(argv):
     p.add_argument("--merge", action="store_true", help="write generations.jsonl and summary.json once all ranks ended")
     p.add_argument("--model", metavar="DIR", help="a Hugging Face model directory (trainer.export's)")
     p.add_argument("--max-new-tokens", type=int, default=200, help="a prompt's default, and the most any prompt gets")
-    p.add_argument("--temperature", type=float, default=0.8, help="a prompt's default; 0 always takes the most likely token")
+    p.add_argument("--temperature", type=float, default=0.8, help=f"a prompt's default: {TEMPERATURES}")
     p.add_argument("--top-k", type=int, default=50, help="a prompt's default; sample from the k most likely tokens, 0 all")
     p.add_argument("--seed", type=int, default=1337, help="a prompt's default seed")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: the rank's GPU if there is one")
@@ -349,6 +356,8 @@ def parse_args(argv):
     for name in ("temperature", "top_k", "seed"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must not be negative (got {getattr(args, name)})")
+    if not temperature_ok(args.temperature):
+        p.error(f"--temperature must be {TEMPERATURES} (got {args.temperature})")
     if args.max_new_tokens < 1:
         p.error(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
     if not 0 <= args.rank < args.world:

@@ -9,8 +9,9 @@ A checkpoint is one of two kinds, and a run resumes from either:
   ``optimizer.*``) and ``trainer_state.pt``, the rest of the dict above, written by rank 0.
   It is written as a hidden temp directory and renamed into place once complete. Its
   ``.metadata`` (a pickle) is read by MetadataUnpickler, which builds DCP's metadata types and
-  nothing else, here and in dcp.load, and must name shard files inside the directory; the
-  shards' non-tensor values (the optimizer's param_groups) load with ``weights_only=True``.
+  nothing else, here and in dcp.load, and must name shard files inside the directory (at offsets
+  and lengths of whole numbers); none of its files may be a symbolic link. The shards' non-tensor
+  values (the optimizer's param_groups) load with ``weights_only=True``.
 """
 
 import errno
@@ -18,6 +19,7 @@ import os
 import pickle
 import re
 import shutil
+import stat
 import sys
 import time
 import warnings
@@ -37,7 +39,7 @@ from .fsio import atomic_file, fsync_dir, remove_temp_files
 CHECKPOINT_DIR = "checkpoints"
 FORMAT = 1
 REQUIRED_KEYS = ("format", "step", "model", "model_config")
-NAME = re.compile(r"^step_(\d+)(\.pt)?$")
+NAME = re.compile(r"^step_([0-9]+)(\.pt)?$")  # ASCII digits: \d and int() take any script's
 TRAINER_STATE = "trainer_state.pt"  # in a sharded checkpoint: all but the model and optimizer tensors
 SHARDED_KEYS = ("model", "optimizer")  # what a sharded checkpoint holds in its shards
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
@@ -80,6 +82,14 @@ class CorruptCheckpoint(CheckpointError):
 def shown(text):
     """Text a checkpoint's bytes may have put in an error: escaped (no terminal control), bounded."""
     return ascii(str(text))[1:-1][:SHOWN_REASON_CHARS]
+
+
+def refusal(error):
+    """What torch.load's error of a value says about it, shown: the global it names that weights_only
+    refused (found past torch's own advice, which the bound would keep), or the error itself."""
+    refused = REFUSED_GLOBAL.search(str(error))
+    return shown(f"names the global {refused.group(1)}, which is not plain data" if refused
+                 else f"does not load ({type(error).__name__}: {error})")
 
 
 def checkpoint_path(ckpt_dir, step, sharded=False):
@@ -197,13 +207,13 @@ def read_state(path):
             return torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # sorted below: corrupt bytes, a read error to retry, anything else
             if is_corruption(e):
-                raise CorruptCheckpoint(f"{path} does not load ({type(e).__name__}: {e})") from e
+                raise CorruptCheckpoint(f"{path} {refusal(e)}") from e
             if not isinstance(e, OSError):
                 raise
             if delay is None:
-                raise CheckpointError(f"{path} could not be read ({type(e).__name__}: {e}, {attempt} attempts); "
+                raise CheckpointError(f"{path} could not be read ({type(e).__name__}: {shown(e)}, {attempt} attempts); "
                                       "nothing was moved or removed: run again once the file system answers") from e
-            print(f"warning: reading {path} failed ({type(e).__name__}: {e}); trying again in {delay:g} s",
+            print(f"warning: reading {path} failed ({type(e).__name__}: {shown(e)}); trying again in {delay:g} s",
                   file=sys.stderr, flush=True)
             time.sleep(delay)
 
@@ -243,6 +253,11 @@ class MetadataReader(FileSystemReader):
                 for info in metadata.storage_data.values():  # read from self.path / relative_path
                     if not is_shard_name(info.relative_path):
                         raise ValueError(f"its shard file {info.relative_path} is not a file name in the checkpoint directory")
+                    for field in ("offset", "length"):  # where in that file: check_shards adds them up
+                        value = getattr(info, field)
+                        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                            raise ValueError(f"its shard file {info.relative_path} has the {field} {value!r}, not a whole "
+                                             "number >= 0")
                 # as FileSystemReader.read_metadata does
                 if metadata.storage_meta is None:
                     metadata.storage_meta = StorageMeta()
@@ -271,9 +286,7 @@ class WeightsOnlyLoadPlanner(DefaultLoadPlanner):
         except Exception as e:
             if not is_corruption(e):
                 raise
-            refused = REFUSED_GLOBAL.search(str(e))
-            reason = f"names the global {refused.group(1)}, which is not plain data" if refused else f"does not load ({type(e).__name__}: {e})"
-            raise CorruptCheckpoint(f"{self.path}: its shard value {fqn} {shown(reason)}") from e
+            raise CorruptCheckpoint(f"{self.path}: its shard value {fqn} {refusal(e)}") from e
         # as DefaultLoadPlanner.load_bytes does with what it loads
         if self.flatten_state_dict:
             set_element(self.original_state_dict, self.mappings[fqn], loaded)
@@ -281,10 +294,25 @@ class WeightsOnlyLoadPlanner(DefaultLoadPlanner):
             self.state_dict[fqn] = loaded
 
 
+def check_own_file(path, name):
+    """Raise CorruptCheckpoint where the file name of the sharded checkpoint at path is there but is
+    not a regular file: a symbolic link (its bytes would come from wherever it points), a FIFO (a
+    read that never ends), a directory. A missing one is left to the caller to report."""
+    try:
+        mode = os.lstat(Path(path) / name).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        raise CorruptCheckpoint(f"{path}: {name} is {kind}; a checkpoint's files are its own")
+
+
 def check_shards(path):
     """Raise CorruptCheckpoint unless the sharded checkpoint at path has its metadata and
-    every byte its metadata points to (a shard cut short, or missing, fails here rather than
-    halfway through loading on every rank)."""
+    every byte its metadata points to, each of its files its own (a shard cut short, missing, or
+    a link to another file fails here rather than halfway through loading on every rank)."""
+    for name in (".metadata", TRAINER_STATE):
+        check_own_file(path, name)
     try:
         metadata = MetadataReader(str(path)).read_metadata()
     except OSError as e:
@@ -295,6 +323,7 @@ def check_shards(path):
     for info in metadata.storage_data.values():
         needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
     for name, size in sorted(needed.items()):
+        check_own_file(path, name)
         shard = Path(path) / name
         if not shard.is_file() or shard.stat().st_size < size:
             have = shard.stat().st_size if shard.is_file() else "no"

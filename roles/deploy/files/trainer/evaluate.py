@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -27,11 +28,13 @@ import torch
 import torch.nn.functional as F
 
 from .fsio import atomic_file
-from .hf import EXPORT_RECORD, ExportError, is_model_dir, load_model, read_json
+from .hf import EXPORT_RECORD, ExportError, is_model_dir, json_number, json_value, load_model, read_json
 from .prepare import read_meta, token_file
 
 MAX_TEXT_BYTES = 1 << 30  # a --text file past this is cut (with --max-tokens, far more than is read)
 MAX_PART_BYTES = 1 << 16
+# the numbers of a rank's part that the merge adds up: of this kind, 0 to MAX_INT
+PART_NUMBERS = {"loss_sum": float, "tokens": int, "windows": int, "block_size": int, "seconds": float}
 
 
 class EvaluateError(RuntimeError):
@@ -65,7 +68,8 @@ def model_dir_of(path):
     path = Path(path)
     if is_model_dir(path):
         return path
-    steps = sorted((int(p.name[5:]), p) for p in path.glob("step_*") if p.name[5:].isdigit() and is_model_dir(p)) \
+    # ASCII digits: isdigit() and int() take any script's (and isdigit() superscripts, which int() refuses)
+    steps = sorted((int(p.name[5:]), p) for p in path.glob("step_*") if re.fullmatch("[0-9]+", p.name[5:]) and is_model_dir(p)) \
         if path.is_dir() else []
     if not steps:
         raise EvaluateError(f"--model {path}: neither a model directory (config.json and model.safetensors) nor a "
@@ -125,15 +129,24 @@ def part_path(out, name, rank):
 
 
 def read_parts(out, name, ranks, job):
-    """Every rank's part of this job, or EvaluateError naming the first missing or foreign one."""
+    """Every rank's part of this job, or EvaluateError naming the first missing, unreadable or foreign one."""
     parts = []
     for rank in range(ranks):
         path = part_path(out, name, rank)
         if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_PART_BYTES:
             raise EvaluateError(f"rank {rank} left no result ({path})")
-        part = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            part = json_value(path.read_bytes())
+        except ValueError as e:
+            raise EvaluateError(f"rank {rank} left no readable result ({path}: {str(e)[:200]})") from None
+        if not isinstance(part, dict):
+            raise EvaluateError(f"rank {rank} left no readable result ({path}: not a JSON object)")
         if part.get("job") != job or part.get("world") != ranks:
             raise EvaluateError(f"{path} is of another job or number of ranks ({part.get('job')}, {part.get('world')})")
+        wrong = [field for field, kind in PART_NUMBERS.items() if not json_number(part.get(field), kind)]
+        wrong += [] if isinstance(part.get("text"), str) else ["text"]
+        if wrong:
+            raise EvaluateError(f"rank {rank} left no readable result ({path}: {', '.join(wrong)}: not what a rank writes)")
         parts.append(part)
     return parts
 
@@ -198,6 +211,9 @@ def main(argv=None):
         model = load_model(model_dir, device, dtype=torch.float32)
         tokens, what = read_tokens(args, model, args.max_tokens + 1)
         total, count, windows = evaluate_rank(model.forward, tokens, model.block_size, rank, world, args.batch_size, device)
+        if not math.isfinite(total):  # a part holds numbers JSON allows, and a loss of NaN means nothing
+            raise EvaluateError(f"rank {rank}: the loss over {count} tokens of {what} is {total}: the model's logits "
+                                "are not finite numbers")
         name, step = model_name(model_dir)
         Path(args.out).mkdir(parents=True, exist_ok=True)
         part = {"job": os.environ.get("SLURM_JOB_ID", ""), "rank": rank, "world": world, "loss_sum": total,

@@ -70,19 +70,20 @@ def weights_of(path, state):
 
 
 def write_export(target, path, state, record):
-    """Write the export of the checkpoint (path, state) to target, through a hidden temp directory."""
+    """Write the export of the checkpoint (path, state) to target, through a hidden temp directory.
+    What the checkpoint holds is read (ExportError, CheckpointError) before anything is written."""
     codec = Codec(state.get("tokenizer"))
     model_config = state["model_config"]
+    files = {CONFIG: json.dumps(gpt2_config(model_config, codec), indent=2),
+             GENERATION_CONFIG: json.dumps(generation_config(codec, int(model_config["vocab_size"])), indent=2)}
+    files.update(tokenizer_files(state.get("tokenizer"), model_config["block_size"]))
+    files[EXPORT_RECORD] = json.dumps(record, indent=2)
     tensors = weights_of(path, state)
     temp = target.with_name(f".{target.name}{TEMP_MARK}{os.getpid()}")  # removed by remove_temp_files if left
     shutil.rmtree(temp, ignore_errors=True)
     temp.mkdir(parents=True)
     write_safetensors(temp / WEIGHTS, tensors, metadata={"format": "pt"})
     del tensors
-    files = {CONFIG: json.dumps(gpt2_config(model_config, codec), indent=2),
-             GENERATION_CONFIG: json.dumps(generation_config(codec, int(model_config["vocab_size"])), indent=2)}
-    files.update(tokenizer_files(state.get("tokenizer"), model_config["block_size"]))
-    files[EXPORT_RECORD] = json.dumps(record, indent=2)
     for name, text in files.items():
         with atomic_file(temp / name, "w") as handle:
             handle.write(text + "\n")
@@ -111,7 +112,12 @@ def main(argv=None):
         exported = not existing(target, path)
         if exported:
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_export(target, path, state, record)
+            try:
+                write_export(target, path, state, record)
+            except CheckpointError as e:  # its shards, read only now: a crafted value, a shard cut since the check
+                parser.error(str(e))
+            except ExportError as e:
+                parser.error(f"--checkpoint {path}: {e}")
     size = sum(f.stat().st_size for f in target.iterdir() if f.is_file())
     record = identity(path)
     print(json.dumps({"export": str(target), "step": record["step"], "checkpoint": record["checkpoint"],

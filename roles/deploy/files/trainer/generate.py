@@ -19,8 +19,10 @@ from pathlib import Path
 
 import torch
 
+from .batch import MAX_PROMPTS_BYTES
 from .checkpoint import CheckpointError, find_checkpoint, is_sharded, load_sharded_model
-from .model import GPT, GPTConfig
+from .hf import json_value
+from .model import GPT, TEMPERATURES, GPTConfig, temperature_ok
 from .tokenizer import Codec, TokenizerError
 
 EMPTY_PROMPT = "\n"  # an empty prompt starts the text as if after a newline
@@ -28,9 +30,14 @@ EMPTY_PROMPT = "\n"  # an empty prompt starts the text as if after a newline
 
 def read_prompt_file(path):
     """A .json file holds a list of strings (prompts may span lines); any other file: one prompt per line."""
-    text = Path(path).read_text(encoding="utf-8")
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_PROMPTS_BYTES + 1)  # bounded as the batch job's prompts file
+    if len(data) > MAX_PROMPTS_BYTES:
+        raise ValueError(f"it holds more than the {MAX_PROMPTS_BYTES} bytes a prompts file may: split its prompts "
+                         "into several files")
+    text = data.decode("utf-8")
     if Path(path).suffix == ".json":
-        prompts = json.loads(text)
+        prompts = json_value(text)
         if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
             raise ValueError("a .json prompt file must hold a list of strings")
         return prompts
@@ -44,7 +51,7 @@ def parse_args(argv):
     p.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a prompt; repeat for more")
     p.add_argument("--prompt-file", metavar="FILE", help="more prompts: one per line, or a JSON list in a .json file")
     p.add_argument("--max-new-tokens", type=int, default=200)
-    p.add_argument("--temperature", type=float, default=0.8, help="0 always takes the most likely token")
+    p.add_argument("--temperature", type=float, default=0.8, help=TEMPERATURES)
     p.add_argument("--top-k", type=int, default=50, help="sample from the k most likely tokens; 0: all")
     p.add_argument("--seed", type=int, default=1337)
     p.add_argument("--tokenizer", metavar="FILE", help="a tokenizer.json to use instead of the checkpoint's")
@@ -54,6 +61,8 @@ def parse_args(argv):
     for name in ("max_new_tokens", "temperature", "top_k", "seed"):
         if getattr(args, name) < 0:
             p.error(f"--{name.replace('_', '-')} must not be negative (got {getattr(args, name)})")
+    if not temperature_ok(args.temperature):
+        p.error(f"--temperature must be {TEMPERATURES} (got {args.temperature})")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
     if args.prompt_file:
@@ -90,7 +99,10 @@ def main(argv=None):
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
     model = GPT(GPTConfig(**state["model_config"]))
     if is_sharded(path):
-        load_sharded_model(path, model)
+        try:
+            load_sharded_model(path, model)
+        except CheckpointError as e:  # its shards, read only now: a crafted value, a shard cut since the check
+            parser.error(str(e))
     else:
         model.load_state_dict(state["model"])
     model.to(device).eval()

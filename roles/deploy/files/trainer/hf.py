@@ -17,10 +17,14 @@ and llama.cpp's converters load with no custom code:
 
 Written with torch and the standard library alone: safetensors is a JSON header and the raw
 little-endian tensor bytes, which this module writes and reads itself, bounded and checked.
+Every JSON the jobs read from a file (a header, a config, a prompts line, a batch record) goes
+through json_value, which bounds its nesting before json's parser recurses into it.
 """
 
 import json
 import math
+import os
+import re
 import struct
 from pathlib import Path
 
@@ -39,9 +43,25 @@ EXPORT_RECORD = "llmtrain_export.json"
 # A safetensors header is a few KB per hundred tensors; anything far larger is not one of ours.
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 MAX_JSON_BYTES = 64 * 1024 * 1024  # a config or a tokenizer.json of a large BPE vocabulary
+# The safetensors dtypes torch holds, each with its size in bytes.
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
-          "I64": torch.int64, "I32": torch.int32, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+          "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+          "BOOL": torch.bool}
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+DTYPE_SIZES = {name: torch.empty((), dtype=dtype).element_size() for name, dtype in DTYPES.items()}
+# A header nests 3 deep (its object, a tensor's, the shape); no weight has more than a few dimensions.
+HEADER_DEPTH = 3
+MAX_RANK = 16
+# Beyond 64 bits no number of a file is a size, offset, seed or count.
+MAX_INT = 2 ** 63 - 1
+# No JSON the jobs read nests deeper (a header 3 levels, a prompts line or a record 1, a config a few).
+MAX_JSON_DEPTH = 32
+# The most a GPT-2 config.json may give each size: orders of magnitude past GPT-2 XL's (50257 tokens,
+# 1024 positions, 48 layers, 25 heads, 1600 wide) and past those of every published GPT-2-style model,
+# so that no real model is refused and a config of a model no machine holds is, before it is built.
+GPT2_SIZES = {"vocab_size": 2 ** 24, "n_positions": 2 ** 20, "n_layer": 1024, "n_head": 1024, "n_embd": 65536}
+# JSON's strings (a bracket in one is text; one left open runs to the end) and its brackets
+JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 # The layers GPT-2 keeps as Conv1D: weight (in, out), the transpose of a Linear's (out, in).
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # A chat as plain text: each message on a line of its own after its role, then the assistant's turn.
@@ -51,6 +71,45 @@ CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message
 
 class ExportError(ValueError):
     """A directory that is not a model this module can read; the message says why."""
+
+
+# --- JSON of files -------------------------------------------------------------------------------
+
+def _no_constant(name):
+    raise ValueError(f"{name} is no number JSON allows")
+
+
+def _int(text):
+    """An integer of JSON, refused past 64 bits before Python converts it (which takes time quadratic
+    in its digits where the interpreter has no limit of its own on them)."""
+    if len(text.lstrip("-")) > len(str(MAX_INT)):
+        raise ValueError(f"{text[:24]}... is an integer beyond 64 bits")
+    return int(text)
+
+
+def json_value(data, depth=MAX_JSON_DEPTH):
+    """The JSON value of data (str, or bytes of UTF-8), refused (ValueError saying why) where it nests
+    more than depth lists and objects deep, holds NaN, an infinity or an integer of more digits than
+    64 bits hold, or is no JSON. The nesting is counted before json's parser runs: it recurses, and
+    past the interpreter's limit raises RecursionError."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    if text.count("[") + text.count("{") > depth:  # else it cannot nest deeper: no scan
+        level = 0
+        for token in JSON_TOKENS.finditer(text):
+            char = text[token.start()]
+            if char in "[{":
+                level += 1
+                if level > depth:
+                    raise ValueError(f"it nests deeper than {depth} levels")
+            elif char != '"':
+                level -= 1
+    return json.loads(text, parse_constant=_no_constant, parse_int=_int)
+
+
+def _shown(value):
+    """A name or value of a file as a message shows it: its repr (control characters escaped), cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # --- safetensors ---------------------------------------------------------------------------------
@@ -72,44 +131,95 @@ def write_safetensors(path, tensors, metadata=None):
         out.write(text)
         for name in sorted(tensors):
             t = tensors[name].detach().cpu().contiguous()
-            out.write(t.view(torch.uint8).reshape(-1).numpy().tobytes() if t.numel() else b"")
+            out.write(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # a scalar too
+
+
+def json_number(value, kind=int):
+    """Whether value (of a file's JSON) is a number of kind (int: a whole number, not a bool; float: an
+    int or a float) from 0 to MAX_INT: NaN and the infinity of 1e309 are not."""
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+        return False
+    return 0 <= value <= MAX_INT  # NaN fails both, an infinity the second
+
+
+def _tensor_info(info, data_size):
+    """(dtype name, shape, begin, end) of a header's tensor entry; ValueError saying what is wrong."""
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise ValueError("is not an object of dtype, shape and data_offsets")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in DTYPE_SIZES:
+        raise ValueError(f"has dtype {_shown(dtype)}, none of {', '.join(DTYPES)}")
+    if not isinstance(shape, list) or len(shape) > MAX_RANK or not all(json_number(n) for n in shape):
+        raise ValueError(f"has shape {_shown(shape)}, not a list of at most {MAX_RANK} whole numbers >= 0")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(json_number(n) for n in offsets):
+        raise ValueError(f"has data_offsets {_shown(offsets)}, not [begin, end] of whole numbers >= 0")
+    begin, end = offsets
+    if not begin <= end <= data_size:
+        raise ValueError(f"has data_offsets {offsets}, not within the {data_size} bytes of data")
+    if end - begin != math.prod(shape) * DTYPE_SIZES[dtype]:
+        raise ValueError(f"has {end - begin} bytes, not the {math.prod(shape) * DTYPE_SIZES[dtype]} "
+                         f"of shape {shape} in {dtype}")
+    return dtype, shape, begin, end
+
+
+def read_header(raw, data_size):
+    """({name: (dtype name, shape, begin, end)}, metadata) of a safetensors header (raw, its bytes)
+    over data_size bytes of data, checked against the format's rules: an object of tensors and an
+    optional "__metadata__" of strings, whose tensors lie one after the other and cover the data
+    exactly (no byte of the file is read twice, nor hidden); ValueError saying what is wrong."""
+    try:
+        header = json_value(raw, HEADER_DEPTH)
+    except ValueError as e:
+        raise ValueError(f"the header is unreadable: {str(e)[:200]}") from None
+    if not isinstance(header, dict) or not raw.startswith(b"{"):
+        raise ValueError("the header is not a JSON object")
+    metadata = header.pop("__metadata__", None)
+    metadata = {} if metadata is None else metadata  # null: none, as the format's own reader takes it
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise ValueError("__metadata__ is not an object of strings")
+    entries = {}
+    for name, info in header.items():
+        try:
+            entries[name] = _tensor_info(info, data_size)
+        except ValueError as e:
+            raise ValueError(f"tensor {_shown(name)} {e}") from None
+    position, previous = 0, None
+    for name, (_dtype, _shape, begin, end) in sorted(entries.items(), key=lambda item: item[1][2:]):
+        if begin != position:
+            where = f"overlaps tensor {_shown(previous)}" if begin < position else f"leaves bytes {position} to {begin} unread"
+            raise ValueError(f"tensor {_shown(name)} (data_offsets [{begin}, {end}]) {where}")
+        position, previous = end, name
+    if position != data_size:
+        raise ValueError(f"the tensors end at byte {position} of the data, not at its end ({data_size})")
+    return entries, metadata
 
 
 def read_safetensors(path):
-    """({name: tensor}, metadata) of the safetensors file at path; ExportError for one that is not."""
+    """({name: tensor}, metadata) of the safetensors file at path; ExportError naming the file and what
+    is wrong for one that is not."""
     path = Path(path)
-    size = path.stat().st_size
     with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
         head = handle.read(8)
         if len(head) < 8:
             raise ExportError(f"{path} is not a safetensors file (too short)")
         (length,) = struct.unpack("<Q", head)
         if length > min(MAX_HEADER_BYTES, size - 8):
-            raise ExportError(f"{path}: a header of {length} bytes is not a safetensors header")
-        try:
-            header = json.loads(handle.read(length))
-        except ValueError as e:
-            raise ExportError(f"{path}: the header is not JSON ({e})") from None
-        if not isinstance(header, dict):
-            raise ExportError(f"{path}: the header is not a JSON object")
-        metadata = header.pop("__metadata__", None) or {}
+            raise ExportError(f"{path}: a header of {length} bytes is not a safetensors header (the file holds "
+                              f"{size - 8} bytes after its size; a header is at most {MAX_HEADER_BYTES})")
         data_size = size - 8 - length
+        try:
+            entries, metadata = read_header(handle.read(length), data_size)
+        except ValueError as e:
+            raise ExportError(f"{path} is not a safetensors file we read: {e}") from None
         tensors = {}
-        for name, info in header.items():
-            try:
-                dtype = DTYPES[info["dtype"]]
-                shape = [int(n) for n in info["shape"]]
-                begin, end = (int(n) for n in info["data_offsets"])
-            except (KeyError, TypeError, ValueError):
-                raise ExportError(f"{path}: tensor {name!r} has no readable dtype, shape and offsets") from None
-            count = math.prod(shape)
-            item = torch.tensor([], dtype=dtype).element_size()
-            if not 0 <= begin <= end <= data_size or end - begin != count * item:
-                raise ExportError(f"{path}: tensor {name!r} lies outside the file or has the wrong size")
+        for name, (dtype, shape, begin, end) in entries.items():
+            raw = bytearray(end - begin)
             handle.seek(8 + length + begin)
-            raw = bytearray(handle.read(end - begin))
+            if handle.readinto(raw) != len(raw):
+                raise ExportError(f"{path}: tensor {_shown(name)} is cut short (the file shrank while it was read)")
             tensor = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
-            tensors[name] = tensor.view(dtype).reshape(shape)
+            tensors[name] = tensor.view(DTYPES[dtype]).reshape(shape)
     return tensors, metadata
 
 
@@ -140,21 +250,43 @@ def gpt2_config(model_config, codec):
     }
 
 
-def model_config_of(config):
-    """The reference model's GPTConfig for a GPT-2 config.json (dict); ExportError for one it cannot hold."""
+def gpt2_sizes(config, path):
+    """{field: value} of the sizes of a GPT-2 config.json (dict; path names it in a message): whole
+    numbers from 1 to their bound in GPT2_SIZES, n_embd a multiple of n_head; ExportError naming the
+    file and the field."""
+    sizes = {}
+    for field, bound in GPT2_SIZES.items():
+        value = config.get(field)
+        if not json_number(value) or not 1 <= value <= bound:
+            raise ExportError(f"{path}: {field} {_shown(value)} is not a whole number from 1 to {bound}")
+        sizes[field] = value
+    if sizes["n_embd"] % sizes["n_head"]:
+        raise ExportError(f"{path}: n_embd {sizes['n_embd']} is not a multiple of n_head {sizes['n_head']}")
+    return sizes
+
+
+def model_config_of(config, path=CONFIG):
+    """The reference model's GPTConfig for a GPT-2 config.json (dict, read from path); ExportError for one
+    it cannot hold."""
     if config.get("model_type") != "gpt2":
-        raise ExportError(f"model_type {config.get('model_type')!r} is not gpt2")
-    inner = config.get("n_inner")
-    activation = config.get("activation_function", "gelu_new")
-    if (inner not in (None, 4 * config.get("n_embd", 0)) or activation not in ("gelu_new", "gelu_pytorch_tanh")
+        raise ExportError(f"{path}: model_type {_shown(config.get('model_type'))} is not gpt2")
+    sizes = gpt2_sizes(config, path)
+    epsilon = config.get("layer_norm_epsilon", 1e-5)
+    if (config.get("n_inner") not in (None, 4 * sizes["n_embd"])
+            or config.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh")
             or not config.get("tie_word_embeddings", True) or not config.get("scale_attn_weights", True)
             or config.get("scale_attn_by_inverse_layer_idx") or config.get("reorder_and_upcast_attn")
-            or abs(float(config.get("layer_norm_epsilon", 1e-5)) - 1e-5) > 1e-12):
-        raise ExportError("a GPT-2 of another variant (MLP width, activation, untied embeddings, attention "
+            or not json_number(epsilon, float) or abs(epsilon - 1e-5) > 1e-12):
+        raise ExportError(f"{path}: a GPT-2 of another variant (MLP width, activation, untied embeddings, attention "
                           "scaling or LayerNorm epsilon)")
-    return GPTConfig(vocab_size=int(config["vocab_size"]), block_size=int(config["n_positions"]),
-                     n_layer=int(config["n_layer"]), n_head=int(config["n_head"]), n_embd=int(config["n_embd"]),
-                     dropout=0.0, bias=True)
+    return GPTConfig(vocab_size=sizes["vocab_size"], block_size=sizes["n_positions"], n_layer=sizes["n_layer"],
+                     n_head=sizes["n_head"], n_embd=sizes["n_embd"], dropout=0.0, bias=True)
+
+
+def gpt2_parameters(model_config):
+    """The parameters of the reference model of model_config (GPTConfig, with biases), counted once."""
+    c = model_config
+    return (c.vocab_size + c.block_size) * c.n_embd + c.n_layer * (12 * c.n_embd ** 2 + 13 * c.n_embd) + 2 * c.n_embd
 
 
 def to_gpt2_weights(state_dict, model_config):
@@ -214,11 +346,22 @@ def byte_tokenizer_json():
     }
 
 
+def tokenizer_json(text):
+    """The JSON value of the text of a checkpoint's tokenizer.json, bounded as a file's; ExportError naming it."""
+    size = len(text.encode("utf-8"))
+    if size > MAX_JSON_BYTES:
+        raise ExportError(f"its {TOKENIZER} holds {size} bytes, more than the {MAX_JSON_BYTES} of a tokenizer")
+    try:
+        return json_value(text)
+    except ValueError as e:
+        raise ExportError(f"its {TOKENIZER} is not readable JSON ({str(e)[:200]})") from None
+
+
 def tokenizer_files(record, block_size):
     """{file name: text} of the tokenizer a checkpoint recorded ({kind, vocab_size, json})."""
     codec = Codec(record)
     text = record.get("json") if record and record.get("kind") != "bytes" else None
-    tokenizer = json.loads(text) if text else byte_tokenizer_json()
+    tokenizer = tokenizer_json(text) if text else byte_tokenizer_json()
     eos = END_OF_TEXT if codec.token_id(END_OF_TEXT) is not None else None
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": int(block_size),
               "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE}
@@ -244,9 +387,12 @@ def read_json(path, what):
     if not path.is_file() or path.stat().st_size > MAX_JSON_BYTES:
         raise ExportError(f"{path}: no {what} (or one over {MAX_JSON_BYTES} bytes)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        value = json_value(path.read_bytes())
     except (OSError, ValueError) as e:
         raise ExportError(f"{path}: not a readable {what} ({e})") from None
+    if not isinstance(value, dict):
+        raise ExportError(f"{path}: not a readable {what} (not a JSON object)")
+    return value
 
 
 def codec_of(model_dir):
@@ -264,9 +410,10 @@ def weights_files(model_dir):
         return [model_dir / WEIGHTS]
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
-        names = sorted(set(read_json(index, "safetensors index").get("weight_map", {}).values()))
-        if names and all("/" not in n and n.endswith(".safetensors") for n in names):
-            return [model_dir / n for n in names]
+        weight_map = read_json(index, "safetensors index").get("weight_map")
+        names = list(weight_map.values()) if isinstance(weight_map, dict) else []
+        if names and all(isinstance(n, str) and "/" not in n and n.endswith(".safetensors") for n in names):
+            return [model_dir / n for n in sorted(set(names))]
     raise ExportError(f"{model_dir} has no {WEIGHTS} (nor a model.safetensors.index.json)")
 
 
@@ -274,9 +421,16 @@ def load_gpt2(model_dir, device="cpu"):
     """(the reference GPT with model_dir's weights, its Codec, config.json as a dict) of a GPT-2
     directory: an export of this trainer, or a GPT-2 another trainer saved."""
     config = read_json(Path(model_dir) / CONFIG, CONFIG)
-    model = GPT(model_config_of(config))
+    model_config = model_config_of(config, Path(model_dir) / CONFIG)
+    files = weights_files(model_dir)
+    stored = sum(path.stat().st_size for path in files)
+    # no dtype holds a weight in less than a byte: a config the files cannot fill is refused before its model is built
+    if stored < gpt2_parameters(model_config):
+        raise ExportError(f"{model_dir}: {CONFIG} describes {gpt2_parameters(model_config)} parameters, more than "
+                          f"its weights' {stored} bytes hold")
+    model = GPT(model_config)
     tensors = {}
-    for path in weights_files(model_dir):
+    for path in files:
         tensors.update(read_safetensors(path)[0])
     state = from_gpt2_weights(tensors)
     try:
@@ -313,6 +467,7 @@ def load_model(model_dir, device, dtype=None):
         raise ExportError(f"--model {model_dir}: {e}") from None
     reason = None
     if config.get("model_type") == "gpt2":
+        gpt2_sizes(config, model_dir / CONFIG)  # whichever loads it, no model of sizes beyond any real one
         try:
             model, codec, _config = load_gpt2(model_dir, device)
         except ExportError as e:

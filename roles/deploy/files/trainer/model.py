@@ -207,10 +207,23 @@ class GPT(nn.Module):
         return idx
 
 
+# The temperatures sampling takes. It divides the float32 logits by the temperature: a temperature
+# much below MIN overflows them to infinities, one past float32's range turns the masked rows' -inf
+# into NaN, and either makes every probability NaN. Below MIN the most likely token is as good as
+# certain (0 takes it outright), past MAX every token as likely as any other.
+MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-4, 1e4
+TEMPERATURES = f"0 (the most likely token) or from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g}"
+
+
+def temperature_ok(temperature):
+    """Whether sample_next takes temperature: one of TEMPERATURES (not NaN)."""
+    return temperature == 0 or MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE
+
+
 def sample_next(logits, temperature, top_k, generator=None, vocab_size=None):
     """The next token of each row of logits (B, V) as (B, 1): the most likely with temperature 0, else
-    sampled from the top_k (0: all) after dividing by temperature; tokens from vocab_size on (the
-    padding of the model's vocabulary) are never picked."""
+    sampled from the top_k (0: all) after dividing by temperature (see temperature_ok); tokens from
+    vocab_size on (the padding of the model's vocabulary) are never picked."""
     logits = logits.float()
     if vocab_size is not None and vocab_size < logits.size(-1):
         logits[:, vocab_size:] = float("-inf")

@@ -68,7 +68,7 @@ def test_a_newline_never_reaches_a_job_script(name, value):
     ("run_wandb_project", "", "1-128 characters"),
     ("run_wandb_mode", "cloud", "online (the nodes reach W&B) or offline"),
     ("inference_prompts", [], "non-empty list"),
-    ("inference_temperature", -1, "number >= 0"),
+    ("inference_temperature", -1, "must be 0 (the most likely token) or from 0.0001 to 10000."),
     ("inference_max_new_tokens", 0, "tokens generated per prompt"),
     ("deploy_venv_packages", "torch numpy", "list of one-line strings"),
     ("deploy_venv_pip_args", ["--index-url", ""], "list of one-line strings"),
@@ -93,6 +93,18 @@ def test_a_number_of_other_digits_than_0_to_9_is_refused(name, value):
     """Arabic-Indic, fullwidth and superscript digits, which Python reads as numbers and Slurm does not."""
     errors = inputs.validate(dict(GOOD, **{name: value}))
     assert len(errors) == 1 and errors[0].startswith("%s=%r" % (name, value)), errors
+
+
+@pytest.mark.parametrize("value", [0, 0.0, "0", 1e-4, 0.8, 1, 1e4, "10000"])
+def test_inference_temperature_takes_0_and_what_sampling_divides_by(value):
+    assert inputs.validate(dict(GOOD, inference_temperature=value)) == []
+
+
+@pytest.mark.parametrize("value", [-0.5, 1e-320, 9e-5, 10000.5, 1e39, float("inf"), float("nan"), "nan", "warm"])
+def test_inference_temperature_sampling_cannot_divide_by_is_refused_before_any_job(value):
+    """Outside the range the trainer's probabilities are NaN: the job would fail only once it runs."""
+    errors = inputs.validate(dict(GOOD, inference_temperature=value))
+    assert errors == ["inference_temperature=%r must be 0 (the most likely token) or from 0.0001 to 10000." % (value,)]
 
 
 def test_more_processes_than_gpus():

@@ -3,12 +3,16 @@ batch's summary line (the batch_message filter)."""
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.filter import inference
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
 from ansible_collections.llmtrain.slurm.plugins.module_utils import prompts_file as prompts
+
+
+TEMPERATURES = "give 0 (the most likely token) or from 0.0001 to 10000."
 
 
 def write(tmp_path, text, name="prompts.jsonl"):
@@ -19,10 +23,11 @@ def write(tmp_path, text, name="prompts.jsonl"):
 
 def test_a_good_file_gives_its_prompts_size_and_content_hash(tmp_path):
     text = ('{"prompt": "def fib(n):", "max_new_tokens": 64, "temperature": 0.7, "top_k": 0, "seed": 0, "id": "fib"}\n'
-            '{"prompt": ""}\n{"prompt": "caf\\u00e9 \\ud83d\\ude00", "id": 12, "temperature": 0}\n')
+            '{"prompt": ""}\n{"prompt": "caf\\u00e9 \\ud83d\\ude00", "id": 12, "temperature": 0}\n'
+            '{"prompt": "the largest seed", "seed": 9223372036854775807}\n')
     path = write(tmp_path, text)
     found = inference.prompts_file(str(path))
-    assert found == {"path": str(path), "prompts": 3, "bytes": len(text.encode()), "errors": [],
+    assert found == {"path": str(path), "prompts": 4, "bytes": len(text.encode()), "errors": [],
                      "sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
@@ -40,24 +45,55 @@ def test_a_relative_path_is_from_the_directory_ansible_playbook_runs_in(tmp_path
     ('{"prompt": "x", "max_new_tokens": 0}', 'line 2: "max_new_tokens" is 0: give a whole number >= 1 (inference_max_new_tokens caps it).'),
     ('{"prompt": "x", "max_new_tokens": 2.5}', '"max_new_tokens" is 2.5: give a whole number >= 1'),
     ('{"prompt": "x", "max_new_tokens": "5"}', '"max_new_tokens" is "5": give a whole number >= 1'),
-    ('{"prompt": "x", "temperature": -0.1}', '"temperature" is -0.1: give a number >= 0'),
-    ('{"prompt": "x", "temperature": Infinity}', "line 2: it is not JSON (Infinity is not a number JSON allows)"),
+    ('{"prompt": "x", "temperature": -0.5}', 'line 2: "temperature" is -0.5: %s' % TEMPERATURES),
+    # temperatures sampling cannot divide by: the trainer's probabilities would be NaN mid-generation
+    ('{"prompt": "x", "temperature": 1e-320}', 'line 2: "temperature" is 1e-320: %s' % TEMPERATURES),
+    ('{"prompt": "x", "temperature": 0.00009}', 'line 2: "temperature" is 9e-05: %s' % TEMPERATURES),
+    ('{"prompt": "x", "temperature": 1e39}', 'line 2: "temperature" is 1e+39: %s' % TEMPERATURES),
+    ('{"prompt": "x", "temperature": Infinity}', 'line 2: "temperature" is Infinity: %s' % TEMPERATURES),
+    ('{"prompt": "x", "temperature": 1e309}', 'line 2: "temperature" is Infinity: %s' % TEMPERATURES),
+    ('{"prompt": "x", "temperature": NaN}', 'line 2: "temperature" is NaN: %s' % TEMPERATURES),
+    ('{"prompt": "x", "temperature": "0.7"}', 'line 2: "temperature" is "0.7": %s' % TEMPERATURES),
     ('{"prompt": "x", "top_k": true}', '"top_k" is true: give a whole number >= 0'),
     ('{"prompt": "x", "seed": -1}', '"seed" is -1: give a whole number from 0 to 9223372036854775807'),
-    ('{"prompt": "x", "seed": 9223372036854775808}', '"seed" is 9223372036854775808: give a whole number from 0'),
+    ('{"prompt": "x", "seed": 9223372036854775808}', "line 2: it holds an integer beyond 64 bits (9223372036854775808...): write "
+                                                     "one JSON object per line, such as {\"prompt\": "),
+    pytest.param('{"prompt": "x", "seed": 1%s}' % ("0" * 5000), "line 2: it holds an integer beyond 64 bits", id="5001 digits"),
     ('{"prompt": "x", "id": [1]}', '"id" is [1]: give a string or a whole number'),
     ('["x"]', "line 2: it is a JSON array, not an object such as {\"prompt\": "),
     ('"x"', "line 2: it is a JSON string, not an object"),
-    ('{"prompt": "x"', "line 2: it is not JSON ("),
+    ('{"prompt": "x"', "line 2: it is no JSON (Expecting ',' delimiter"),
+    pytest.param("[" * 200000, "line 2: it nests deeper than 32 levels: write one JSON object per line, such as {\"prompt\": ",
+                 id="200000 ["),
+    ('{"prompt": "x", "id": %s1%s}' % ("[" * 40, "]" * 40), "line 2: it nests deeper than 32 levels"),
     ('', "line 2: it is empty: remove it"),
     ('   ', "line 2: it is empty: remove it"),
 ])
 def test_each_bad_line_is_named_with_its_fix(tmp_path, line, message):
     path = write(tmp_path, '{"prompt": "good"}\n' + line + '\n{"prompt": "good"}\n')
     found = prompts.check_file(str(path))
+    assert found["prompts"] == 3
     assert len(found["errors"]) == 1, found["errors"]
     assert found["errors"][0].startswith("inference_prompts_file=%s line 2: " % path)
     assert message in found["errors"][0]
+
+
+@pytest.mark.parametrize("temperature", ["0", "0.0", "0.0001", "1e-4", "0.7", "1", "10000", "1e4"])
+def test_a_temperature_sampling_divides_by_passes(tmp_path, temperature):
+    path = write(tmp_path, '{"prompt": "x", "temperature": %s}\n' % temperature)
+    assert prompts.check_file(str(path))["errors"] == []
+
+
+def test_the_temperatures_are_those_the_reference_trainer_samples_with(monkeypatch):
+    """The trainer, deployed alone to the cluster, keeps its own copy of the bounds."""
+    pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[4] / "roles" / "deploy" / "files"))
+    from trainer import model  # pylint: disable=import-outside-toplevel
+
+    assert (prompts.MIN_TEMPERATURE, prompts.MAX_TEMPERATURE) == (model.MIN_TEMPERATURE, model.MAX_TEMPERATURE)
+    assert prompts.TEMPERATURES == model.TEMPERATURES
+    for value in (0, -0.0, 1e-320, 9.9999e-5, 1e-4, 0.8, 1e4, 10000.001, 1e39, -0.5, float("inf"), float("nan")):
+        assert prompts.temperature_ok(value) == model.temperature_ok(value), value
 
 
 def test_a_line_that_is_not_utf8_is_named(tmp_path):
