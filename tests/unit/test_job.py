@@ -350,10 +350,11 @@ STRAY_LOG = os.path.join(os.path.dirname(__file__), "fixtures", "slurm", "job_lo
 
 
 @pytest.mark.parametrize("show_job, requeued", [
-    ("JobId=42 JobState=RUNNING Reason=None", True),
-    # its time limit (EndTime now, the controller's local time): Slurm's own SIGTERM
-    ("JobId=42 JobState=RUNNING EndTime=%s" % time.strftime("%Y-%m-%dT%H:%M:%S"), False),
-    ("JobId=42 JobState=COMPLETING", False),
+    pytest.param("JobId=42 JobState=RUNNING Reason=None", True, id="running"),
+    # its time limit (EndTime now, the controller's local time): Slurm's own SIGTERM. Named: a name from the
+    # time would differ between the test workers' collections when they cross a second
+    pytest.param("JobId=42 JobState=RUNNING EndTime=%s" % time.strftime("%Y-%m-%dT%H:%M:%S"), False, id="at-its-end-time"),
+    pytest.param("JobId=42 JobState=COMPLETING", False, id="completing"),
 ])
 def test_a_step_a_stray_sigterm_ended_before_its_ranks_could_stop_requeues_the_job_uncounted(fake, show_job, requeued):
     """The training step's own lines of a stray SIGTERM a second into a start (recorded, SOURCES.md): srun
