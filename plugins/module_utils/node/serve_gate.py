@@ -186,6 +186,15 @@ class Gate:
             say("the gate could not serve a request: %s" % type(err).__name__)
         finally:
             self.waiting.remove(writer.transport)
+            await self.close(writer)
+
+    async def close(self, writer):
+        """Closes a client's connection once what is written to it is sent (abort would drop the end of
+        an answer still in the transport's buffer), within write_timeout."""
+        writer.close()
+        try:
+            await asyncio.wait_for(writer.wait_closed(), self.write_timeout)
+        except (OSError, asyncio.TimeoutError):
             writer.transport.abort()
 
     async def head(self, reader, writer, client, address):
