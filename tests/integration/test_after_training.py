@@ -242,7 +242,7 @@ def test_a_bad_prompts_file_stops_the_play_before_anything_is_submitted(trained,
     assert failed.rc != 0
     assert 'inference_prompts_file=%s line 2: unknown key "max_tokens" (did you mean max_new_tokens?)' % prompts_file \
         in failed.output, failed.output[-3000:]
-    assert "inference_prompts_file=%s line 3: it is not JSON" % prompts_file in failed.output
+    assert "inference_prompts_file=%s line 3: it is no JSON" % prompts_file in failed.output
     assert job_ids() - before == set()
 
 
@@ -464,10 +464,9 @@ def test_a_slurm_python_that_cannot_serve_fails_the_play_at_once_naming_the_fix(
     failed = serve(dict(RUN_VALUES, slurm_env_setup=["set -x"], slurm_secret_env={"LLMTRAIN_SERVE_API_KEY": KEY}),
                    check=False)
     took = time.monotonic() - began
-    # the play waits seconds for the job to end (it waited until inference_serve_ready_timeout, 900 s, for a job
-    # that stayed up with its server dead); the whole play took 14 s on an idle machine, more beside the other stream
-    waited = float(re.search(r"waited: ([0-9.]+)", failed.output).group(1))
-    assert failed.rc != 0 and waited < 20 and took < 90, (took, failed.output[-3000:])
+    # the play ends as soon as the job does (it waited until inference_serve_ready_timeout, 900 s, for a job that
+    # stayed up with its server dead): 14 s on an idle machine, 33 s beside the other stream
+    assert failed.rc != 0 and took < 90, (took, failed.output[-3000:])
     assert "cannot serve: it lacks" in failed.output and "pip install 'transformers[serving]'" in failed.output, \
         failed.output[-3000:]
     jobs = named(job_ids() - before, "llmtrain-serve-")
