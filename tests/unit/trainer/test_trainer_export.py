@@ -179,7 +179,7 @@ def test_the_newest_export_is_the_one_evaluated_and_text_files_work(exported, tm
 def nested_normalizers(depth):
     """A normalizer of `depth` Sequences one inside the other: a tokenizer.json the tokenizers package reads."""
     normalizer = {"type": "Sequence", "normalizers": []}
-    for _ in range(depth):
+    for _level in range(depth):
         normalizer = {"type": "Sequence", "normalizers": [normalizer]}
     return normalizer
 
