@@ -33,6 +33,7 @@ import threading
 import time
 
 from . import serve_gate
+from .serve_gate import say
 from .atomic import replace_file
 from .exit_codes import FAILED, SETTING
 
@@ -44,10 +45,6 @@ INSTALL = ("install vLLM (pip install vllm), or transformers with its serving ex
            "deploy_venv_packages; in a container: into its image)")
 # Seconds a stopped server gets to end before it is killed.
 STOP_GRACE = 20
-
-
-def say(text):
-    serve_gate.say(text)
 
 
 def backend_of(find_spec=importlib.util.find_spec):
