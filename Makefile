@@ -8,7 +8,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 PYTEST_ARGS ?=
 
 .PHONY: venv cluster cluster-down pretrain test test-unit test-integration test-releases molecule lint sanity units \
-	ansible-test-tree docs changelog bench clean
+	ansible-test-tree docs changelog goldens bench clean
 
 venv: $(VENV)/.installed
 
@@ -127,6 +127,12 @@ docs: venv
 # fragment is not in it yet.
 changelog: venv
 	$(BIN)/antsibull-changelog release --reload-plugins --refresh
+
+# The golden job scripts of every stage (tests/unit/golden/jobs/<stage>/<inventory>.sbatch), written
+# anew from the stages' classes (plugins/module_utils/jobs/); the unit tests fail while they differ.
+# Read their diff before committing it: it is what every job of such a run will run.
+goldens: venv
+	LLMTRAIN_GOLDEN=write $(BIN)/pytest -q -p no:cacheprovider tests/unit/jobs
 
 # Speed and memory figures, printed and written to docs/benchmarks.md; one section again:
 # make bench BENCH_ARGS="--only Trainer"

@@ -9,12 +9,20 @@ task that watched it. What the submission returned (submitted, attached, cmd, sc
 whether the task changed anything carry over from attempt to attempt.
 
 A stage's job is then one task: submitted, or re-attached to, and watched, one progress line per
-retry (the callback llmtrain.slurm.job_progress). See plugins/modules/sbatch.py for the options."""
+retry (the callback llmtrain.slurm.job_progress). See plugins/modules/sbatch.py for the options.
+
+With `stage` the task names a stage of the run (prepare, venv, train, generate, export, batch, serve)
+instead of a script: the stage's class (plugins/module_utils/jobs) makes the job's name, options,
+script and done record from the run's variables, resolved here, and the `facts` the play found
+before it (a checkpoint's name, ...). The task then sets only how the play waits for it."""
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base, stages
 
 MODULE = "llmtrain.slurm.sbatch"
 # what a retry keeps of the attempts before it
@@ -30,6 +38,8 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
+        if args.get("stage") is not None:
+            args = self.stage_args(args, task_vars or {})
         before = self.attempt_before(args, task_vars or {})
         if before is not None:
             args.update(state="watched", job_id=before["job_id"])
@@ -44,6 +54,28 @@ class ActionModule(ActionBase):
         if result.get("watched"):
             result[TASK_KEY] = self.task_key(args)
         return result
+
+    def stage_args(self, args, task_vars):
+        """The task's arguments with those of its stage's job (jobs/): the job's own may not be given."""
+        stage = args.pop("stage")
+        facts = args.pop("facts", None) or {}
+        if stage not in stages.STAGES:
+            raise AnsibleActionFail("stage=%r is no stage of a run; the stages: %s" % (stage, ", ".join(stages.STAGES)))
+        job_class = stages.STAGES[stage]
+        values = {}
+        for name in base.RUN_VARIABLES + tuple(job_class.variables):
+            if name in task_vars:
+                values[name] = self._templar.template(task_vars[name])
+        try:
+            made = job_class(values, facts).module_args()
+        except (KeyError, ValueError) as err:
+            raise AnsibleActionFail("the %s job cannot be made: %s" % (stage, err.args[0] if err.args else err)) from None
+        given = sorted(set(made) & set(args))
+        if given:
+            raise AnsibleActionFail("with stage=%s the job sets %s itself; leave %s out of the task"
+                                    % (stage, ", ".join(given), "it" if len(given) == 1 else "them"))
+        args.update(made)
+        return args
 
     def task_key(self, args):
         """This task and the job name it watches."""

@@ -44,9 +44,24 @@ extends_documentation_fragment:
   - llmtrain.slurm.slurm.watch
 options:
   name:
-    description: Job name (C(--job-name)). Passed literally, whatever characters it holds.
+    description:
+      - Job name (C(--job-name)). Passed literally, whatever characters it holds.
+      - Required, except with O(stage), whose job has its own.
     type: str
-    required: true
+  stage:
+    description:
+      - A stage of the run whose job to submit, one of V(prepare), V(venv), V(train), V(generate),
+        V(export), V(batch), V(serve), instead of O(name) and a script. The stage's class
+        (C(plugins/module_utils/jobs/)) makes the job's name, O(options), script, O(done_file) and the
+        other options that derive from the run's variables (C(slurm_*), C(run_*) and the stage role's),
+        which the action plugin reads from the task's variables; the task may not set those again.
+      - Done by the action plugin on the controller; the module itself refuses it.
+    type: str
+  facts:
+    description:
+      - With O(stage), what the play found before the job that its script names, such as
+        C(checkpoint), the checkpoint to export; each stage takes its own and refuses others.
+    type: dict
   script:
     description:
       - Path of the batch script on the target. Its content is part of the job's identity.
@@ -545,7 +560,9 @@ def existing_job(client, name, fp, submitted=None, jobs=None):
 def main():
     slurm = SlurmModule(
         dict(
-            name=dict(type="str", required=True),
+            name=dict(type="str"),
+            stage=dict(type="str"),
+            facts=dict(type="dict"),
             script=dict(type="path"),
             content=dict(type="str"),
             chdir=dict(type="path"),
@@ -570,10 +587,14 @@ def main():
         ),
         wait=3600,
         mutually_exclusive=[("script", "content"), ("wait", "watch")],
+        required_one_of=[("name", "stage")],
         required_if=[("state", "present", ("script", "content"), True), ("state", "watched", ("script", "content"), True),
                      ("state", "watched", ("job_id",))],
         supports_check_mode=True,
     )
+    if slurm.module.params["stage"] is not None:
+        slurm.module.fail_json(msg="stage=%s is made into a job by the action plugin llmtrain.slurm.sbatch on the controller: "
+                                   "run the module through it (the task's action llmtrain.slurm.sbatch)" % slurm.module.params["stage"])
     # each state's body returns the module's result (or fails); Slurm's errors end it in SlurmModule
     slurm.dispatch(dict((state, lambda s, body=body: body(s.module, s.client, s.params)) for state, body in STATES.items()))
 

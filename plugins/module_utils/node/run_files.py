@@ -35,6 +35,12 @@ from .untrusted import COUNT, INT, JOB, NUMBER, TEXT, Unreadable, fields, loads,
 STARTS = "starts.jsonl"
 FACTS = "facts.json"
 DONE = "train.done.json"
+# the records of the other stages' jobs (done_record.py; each job marks its own completed, job_end.py)
+PREPARE_DONE = "data/prepare.done.json"
+GENERATE_DONE = "generate.done.json"
+EXPORT_DONE = "export.done.json"
+# in each batch's directory, batch/<batch>/
+BATCH_DONE = "batch.done.json"
 METRICS = "metrics.jsonl"
 BAD_NODES = "bad_nodes.json"
 STOP = "STOP"
@@ -97,12 +103,12 @@ LAYOUT = {
     "prompts.json": "the inference stage's prompts",
     "samples.txt": "the generated text (the inference stage)",
     "samples.json": "the generated text as records (the inference stage)",
-    "generate.done.json": "the record of the samples job (done_record.py; the job marks it completed, job_end.py)",
+    GENERATE_DONE: "the record of the samples job (done_record.py; the job marks it completed, job_end.py)",
     "export": "the Hugging Face model of each checkpoint exported, step_<N>/ (trainer.export), and exported.json, "
               "the newest export's line",
     "eval": "the held-out loss of each model evaluated, step_<N>.json (trainer.evaluate), and the text given "
             "as inference_eval_file",
-    "export.done.json": "the record of the export job (done_record.py; the job marks it completed, job_end.py)",
+    EXPORT_DONE: "the record of the export job (done_record.py; the job marks it completed, job_end.py)",
     "batch": "<batch>/ per batch of inference_prompts_file (its prompts, model and sampling defaults): prompts.jsonl, "
              "parts/w<world>/rank-<rank>.jsonl (trainer.batch appends a record per prompt), generations.jsonl and "
              "summary.json (trainer.batch --merge), batch.sbatch and batch.done.json (the sbatch module)",

@@ -1,0 +1,10 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The stages of a run whose work is a Slurm job, by name: each one's class (jobs/<stage>.py), in
+the order a run's jobs come."""
+
+from __future__ import annotations
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.export import Export
+
+STAGES = dict((job.stage, job) for job in (Export,))
