@@ -6,5 +6,7 @@ the order a run's jobs come."""
 from __future__ import annotations
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.export import Export
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.prepare import Prepare
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.venv import Venv
 
-STAGES = dict((job.stage, job) for job in (Export,))
+STAGES = dict((job.stage, job) for job in (Venv, Prepare, Export))
