@@ -14,8 +14,10 @@ import time
 
 import pytest
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.train import Train
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import code
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
+from ansible_collections.llmtrain.slurm.tests.unit.jobs import golden
 
 from test_node_package import ship_node_package
 
@@ -124,6 +126,21 @@ def test_a_finished_training_adds_its_start_and_end_lines_and_marks_the_done_rec
     assert end == dict(event="end", job_id="42", start=1, how="finished", exit_code=0, time=end["time"])
     done = json.loads((fake.run_dir / "train.done.json").read_text())
     assert done["state"] == "COMPLETED" and done["exit_code"] == "0:0"
+
+
+def test_the_settings_the_training_jobs_script_gives_it_run_its_checks_then_the_training(fake):
+    """The settings jobs/train.py writes into the job script, for this run directory."""
+    values = dict(golden.variables("ours"), slurm_workspace=str(fake.root), run_name=fake.run_dir.name, pretrain_hang_timeout=0)
+    fake.config = Train(values).job_config()
+    for name in ("node_check.sh", "network_check.sh"):
+        (fake.run_dir / "scripts" / name).write_text('echo "%s $*"\n' % name)
+    (fake.run_dir / "train.done.json").write_text(json.dumps(dict(job_id="42", fingerprint="f", state="PENDING")))
+    status, out = fake.run(fake.step("echo trained"))
+    assert status == 0, out
+    assert out.index("node_check.sh --gpus 0 --require-torch --procs 2") < out.index(
+        "network_check.sh --gpus 0 --procs 2 --policy warn --min-fraction 0.5 --timeout 60") < out.index("trained")
+    assert fake.lines()[-1]["how"] == "finished"
+    assert json.loads((fake.run_dir / "train.done.json").read_text())["state"] == "COMPLETED"
 
 
 @pytest.mark.parametrize("count", ["\u0662", "x"])

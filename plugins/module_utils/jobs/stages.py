@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.export import Export
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.prepare import Prepare
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.train import Train
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.venv import Venv
 
-STAGES = dict((job.stage, job) for job in (Venv, Prepare, Export))
+STAGES = dict((job.stage, job) for job in (Venv, Prepare, Train, Export))

@@ -5,7 +5,7 @@ in place of its shell, once the script has set the run's environment:
 
     python -m llmtrain_node.job CONFIG_JSON -- TRAINING STEP'S COMMAND (srun ... sh -c '...')
 
-CONFIG_JSON (rendered by the pretrain role): {run_dir, run_name, requeue_max, uncounted_max, done_file,
+CONFIG_JSON (made by plugins/module_utils/jobs/train.py, Train.job_config): {run_dir, run_name, requeue_max, uncounted_max, done_file,
 checks: [the node check's command, the network check's], script_chdir (your script's working
 directory, or null), wandb_run (the W&B run id's prefix, or null), hang: null or {python: the
 batch Python's command, args: the hang watch's options, prefix: the words before its dump's
