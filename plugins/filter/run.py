@@ -26,6 +26,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import container, log_progress, pipeline_record, run_facts, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base as jobs_base
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, node_check, run_files
 from ansible_collections.llmtrain.slurm.plugins.module_utils.script_args import total_of
 
@@ -115,20 +116,16 @@ GPU_REQUESTS = ("gres", "gpus-per-node")
 
 
 def gpu_options(count, gpu_type=None, how="gres"):
-    """The sbatch options that ask for `count` GPUs on each node: {} for none, else
-    {'gres': 'gpu[:TYPE]:N'} or, with how=gpus-per-node, {'gpus-per-node': '[TYPE:]N'}."""
+    """The sbatch options that ask for `count` GPUs on each node (jobs/base.py's gpu_options): {} for
+    none, else {'gres': 'gpu[:TYPE]:N'} or, with how=gpus-per-node, {'gpus-per-node': '[TYPE:]N'}."""
     try:
         count = int(count or 0)
     except (TypeError, ValueError):
         raise AnsibleFilterError("gpu_options: %r is not a GPU count" % (count,))
-    if count <= 0:
-        return {}
-    typed = "%s:%d" % (gpu_type, count) if gpu_type else "%d" % count
-    if how == "gpus-per-node":
-        return {"gpus-per-node": typed}
-    if how not in GPU_REQUESTS:
+    try:
+        return jobs_base.gpu_options(count, gpu_type, how)
+    except ValueError:
         raise AnsibleFilterError("gpu_options: how=%r must be one of %s (slurm_gpu_request)" % (how, ", ".join(GPU_REQUESTS)))
-    return {"gres": "gpu:" + typed}
 
 
 def container_argv(settings, workdir):

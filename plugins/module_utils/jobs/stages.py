@@ -5,9 +5,12 @@ the order a run's jobs come."""
 
 from __future__ import annotations
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.batch import Batch
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.export import Export
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.generate import Generate
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.prepare import Prepare
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.serve import Serve
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.train import Train
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.venv import Venv
 
-STAGES = dict((job.stage, job) for job in (Venv, Prepare, Train, Export))
+STAGES = dict((job.stage, job) for job in (Venv, Prepare, Train, Generate, Export, Batch, Serve))
