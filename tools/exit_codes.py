@@ -56,7 +56,7 @@ def page_text(table):
         row = (entry.code, entry.name, cell(entry.by), cell(entry.meaning), cell(entry.action))
         lines.append("| %d | `%s` | %s | %s | %s |" % row)
     lines += ["", "The shell scripts read them as `EXIT_<name>` from `exit_codes.sh` in the run's `scripts/` "
-              "directory; the job templates through the `llmtrain.slurm.exit_code` filter."]
+              "directory; the job scripts (`plugins/module_utils/jobs/`) and templates through `exit_code` (the `llmtrain.slurm.exit_code` filter in templates)."]
     return "\n".join(lines) + "\n"
 
 

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The exit codes of the run's job scripts, checks and trainer: the one table of them.
 
-Who reads it: the checks' shell scripts through roles/run/files/exit_codes.sh and the job
-templates through the exit_code filter (both give the numbers below), the filters that explain
+Who reads it: the checks' shell scripts through roles/run/files/exit_codes.sh, the job scripts
+(plugins/module_utils/jobs/) and templates through exit_code (all give the numbers below), the filters that explain
 a failed job (plugins/filter/messages.py), node_check.py, and docs/exit-codes.md.
 tools/exit_codes.py writes exit_codes.sh and docs/exit-codes.md from it (`make docs`), and
 tests/unit/test_exit_codes.py fails when a script, a template, the trainer or a page uses an
