@@ -56,7 +56,8 @@ def page_text(table):
         row = (entry.code, entry.name, cell(entry.by), cell(entry.meaning), cell(entry.action))
         lines.append("| %d | `%s` | %s | %s | %s |" % row)
     lines += ["", "The shell scripts read them as `EXIT_<name>` from `exit_codes.sh` in the run's `scripts/` "
-              "directory; the job scripts (`plugins/module_utils/jobs/`) and templates through `exit_code` (the `llmtrain.slurm.exit_code` filter in templates)."]
+              "directory; the job scripts (`plugins/module_utils/jobs/`) through `exit_code`, templates through "
+              "the `llmtrain.slurm.exit_code` filter."]
     return "\n".join(lines) + "\n"
 
 

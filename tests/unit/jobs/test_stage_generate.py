@@ -93,7 +93,7 @@ def run(tmp_path, case, facts, **values):
 
 
 def test_a_checkpoint_name_with_a_line_break_stays_in_its_comment(tmp_path):
-    job, calls, _ = run(tmp_path, "own-script", {"checkpoints": {INJECTED: 1}})
+    job, calls, _proc = run(tmp_path, "own-script", {"checkpoints": {INJECTED: 1}})
     assert job.script().splitlines()[4] == '#   "checkpoint-5\\ntouch INJECTED\\n#" 1'
     assert calls[0][-2:] == ["--n", "2"]
 

@@ -124,7 +124,7 @@ def test_the_job_refuses_a_directory_it_did_not_make_and_changes_nothing(tmp_pat
     venv = tmp_path / "llm work" / "venv"
     venv.mkdir(parents=True)
     (venv / "mine.txt").write_text("kept")
-    _, proc = run_venv_job(tmp_path)
+    _calls, proc = run_venv_job(tmp_path)
     assert proc.returncode == exit_code("SETTING"), proc.stdout
     assert "holds files that are not a venv made by llmtrain.slurm" in proc.stdout
     assert sorted(os.listdir(str(venv))) == ["mine.txt"] and not (tmp_path / "calls").exists()
