@@ -247,6 +247,18 @@ class Job(object):
         args.update(self.submit())
         return args
 
+    def slurm_options(self, own, gpus=0, requeue=True):
+        """The job's sbatch options: the run's partition and one log per job id (its working directory's
+        logs/), its own, its GPUs on each node, and what the site requires of every job of the run. A
+        job that requeues is put back in the queue by its node check when a node is bad (run role)."""
+        options = {"partition": self.run["slurm_partition"], "output": LOG}
+        if requeue:
+            options["requeue"] = True
+        options.update(own)
+        options.update(self.run.gpu_options(gpus))
+        options.update(self.run.job_options)
+        return options
+
     # --- the lines most jobs share ------------------------------------------------------------
 
     def threads_line(self, threads):

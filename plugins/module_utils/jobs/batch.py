@@ -8,7 +8,7 @@ generates only the prompts that have no record yet."""
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import LOG, Job, js, q, words
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import Job, js, q, words
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
 
 
@@ -39,13 +39,10 @@ class Batch(Job):
         # one task per rank; each node's CPUs (slurm_cpus_per_task) and memory shared by its ranks, as in
         # training; every start appends to the job's one log
         run = self.run
-        options = {"partition": run["slurm_partition"], "nodes": run.int("inference_nodes"),
-                   "ntasks-per-node": run.int("slurm_procs_per_node"), "cpus-per-task": run.threads,
-                   "mem-per-cpu": run.get("slurm_mem_per_cpu"), "time": run["inference_batch_time_limit"], "output": LOG,
-                   "open-mode": "append", "requeue": True}
-        options.update(run.gpu_options(run.int("slurm_gpus_per_node")))
-        options.update(run.job_options)
-        return options
+        return self.slurm_options({"nodes": run.int("inference_nodes"), "ntasks-per-node": run.int("slurm_procs_per_node"),
+                                   "cpus-per-task": run.threads, "mem-per-cpu": run.get("slurm_mem_per_cpu"),
+                                   "time": run["inference_batch_time_limit"], "open-mode": "append"},
+                                  run.int("slurm_gpus_per_node"))
 
     def submit(self):
         # keep_script: the batch's script beside its records, to read or to submit by hand

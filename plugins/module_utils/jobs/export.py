@@ -55,12 +55,9 @@ class Export(Job):
     def options(self):
         run = self.run
         procs = run.int("slurm_procs_per_node")
-        options = {"partition": run["slurm_partition"], "nodes": run.int("inference_nodes"), "ntasks-per-node": procs,
-                   "cpus-per-task": run.threads, "mem": run["inference_mem"], "time": run["inference_time_limit"],
-                   "output": "logs/%x-%j.out", "requeue": True}
-        options.update(run.gpu_options(min(run.int("slurm_gpus_per_node"), procs)))
-        options.update(run.job_options)
-        return options
+        return self.slurm_options({"nodes": run.int("inference_nodes"), "ntasks-per-node": procs, "cpus-per-task": run.threads,
+                                   "mem": run["inference_mem"], "time": run["inference_time_limit"]},
+                                  min(run.int("slurm_gpus_per_node"), procs))
 
     def submit(self):
         # the same checkpoint, text and settings (all in the script): nothing is submitted again

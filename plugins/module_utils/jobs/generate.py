@@ -7,7 +7,7 @@ it samples the newest checkpoint once the training completed."""
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import LOG, Job, exit_code, js, q, words
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import Job, exit_code, js, q, words
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
 
 
@@ -43,12 +43,8 @@ class Generate(Job):
 
     def options(self):
         run = self.run
-        options = {"partition": run["slurm_partition"], "nodes": 1, "ntasks": 1, "cpus-per-task": run.int("slurm_cpus_per_task"),
-                   "mem": run["inference_mem"], "time": run["inference_time_limit"], "output": LOG,
-                   "requeue": True}
-        options.update(run.gpu_options(self.gpus))
-        options.update(run.job_options)
-        return options
+        return self.slurm_options({"nodes": 1, "ntasks": 1, "cpus-per-task": run.int("slurm_cpus_per_task"),
+                                   "mem": run["inference_mem"], "time": run["inference_time_limit"]}, self.gpus)
 
     def submit(self):
         # after_records: queued behind the training job left running unwatched (inference_after_training),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import LOG, Job, js, q, words
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import Job, js, q, words
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.venv import record_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
 
@@ -36,12 +36,8 @@ class Prepare(Job):
 
     def options(self):
         run = self.run
-        # its node check requeues it, held, when its node is bad (run role)
-        options = {"partition": run["slurm_partition"], "nodes": 1, "ntasks": 1, "cpus-per-task": 1,
-                   "mem": run["deploy_prepare_mem"], "time": run["deploy_prepare_time_limit"], "output": LOG,
-                   "requeue": True}
-        options.update(run.job_options)
-        return options
+        return self.slurm_options({"nodes": 1, "ntasks": 1, "cpus-per-task": 1, "mem": run["deploy_prepare_mem"],
+                                   "time": run["deploy_prepare_time_limit"]})
 
     def submit(self):
         # behind the venv job while its record does not say it completed (not waited for: pretrain_watch=false)

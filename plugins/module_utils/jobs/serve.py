@@ -7,7 +7,7 @@ to the running one whatever changed since."""
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import LOG, Job, exit_code, js, q, words
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import Job, exit_code, js, q, words
 
 # the variable of slurm_secret_env the server's API key is in (the role's _inference_serve_key_name)
 KEY_NAME = "LLMTRAIN_SERVE_API_KEY"
@@ -39,13 +39,8 @@ class Serve(Job):
 
     def options(self):
         run = self.run
-        # its node check requeues it, held, when its node is bad (run role)
-        options = {"partition": run["slurm_partition"], "nodes": 1, "ntasks": 1, "cpus-per-task": run.int("slurm_cpus_per_task"),
-                   "mem": run["inference_serve_mem"], "time": run["inference_serve_time_limit"], "output": LOG,
-                   "requeue": True}
-        options.update(run.gpu_options(self.gpus))
-        options.update(run.job_options)
-        return options
+        return self.slurm_options({"nodes": 1, "ntasks": 1, "cpus-per-task": run.int("slurm_cpus_per_task"),
+                                   "mem": run["inference_serve_mem"], "time": run["inference_serve_time_limit"]}, self.gpus)
 
     def submit(self):
         # kept off the nodes the run's node checks found bad; a job held by its check is released without them

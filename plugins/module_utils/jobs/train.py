@@ -12,7 +12,7 @@ import json
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import LOG, Job, exit_code, js, q, words
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import Job, exit_code, js, q, words
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.prepare import Prepare
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.venv import record_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
@@ -152,13 +152,10 @@ class Train(Job):
         # every start appends to one log per job id (a requeued job keeps its id); it requeues itself
         # on a stop with a checkpoint, and is told to make one this long before its time limit
         run = self.run
-        options = {"partition": run["slurm_partition"], "nodes": run.int("slurm_nodes"), "ntasks-per-node": 1,
-                   "cpus-per-task": run.int("slurm_cpus_per_task"), "mem-per-cpu": run["slurm_mem_per_cpu"],
-                   "time": run["slurm_time_limit"], "output": LOG, "open-mode": "append", "requeue": True,
-                   "signal": "USR2@%d" % run.int("pretrain_signal_lead")}
-        options.update(run.gpu_options(run.int("slurm_gpus_per_node")))
-        options.update(run.job_options)
-        return options
+        return self.slurm_options({"nodes": run.int("slurm_nodes"), "ntasks-per-node": 1,
+                                   "cpus-per-task": run.int("slurm_cpus_per_task"), "mem-per-cpu": run["slurm_mem_per_cpu"],
+                                   "time": run["slurm_time_limit"], "open-mode": "append",
+                                   "signal": "USR2@%d" % run.int("pretrain_signal_lead")}, run.int("slurm_gpus_per_node"))
 
     def submit(self):
         run = self.run

@@ -15,7 +15,7 @@ import posixpath
 
 from ansible.module_utils.parsing.convert_bool import boolean
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import LOG, Job, exit_code, q, words
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import Job, exit_code, q, words
 
 # the record of the job that made the venv, in the venv: the sbatch module writes it as it submits
 # the job, the job marks it completed at its end
@@ -69,10 +69,8 @@ class Venv(Job):
 
     def options(self):
         run = self.run
-        options = {"partition": run["slurm_partition"], "nodes": 1, "ntasks": 1, "cpus-per-task": run.int("slurm_cpus_per_task"),
-                   "mem": run["deploy_venv_mem"], "time": run["deploy_venv_time_limit"], "output": LOG}
-        options.update(run.job_options)
-        return options
+        return self.slurm_options({"nodes": 1, "ntasks": 1, "cpus-per-task": run.int("slurm_cpus_per_task"),
+                                   "mem": run["deploy_venv_mem"], "time": run["deploy_venv_time_limit"]}, requeue=False)
 
     def lines(self):
         run = self.run
