@@ -8,7 +8,7 @@ Each stage runs the real code on generated inputs in the real formats, in a temp
 directory: the trainer's loss record and node_times.json (roles/deploy/files/trainer), one
 poll of the watch (the slurm_job_info module, in this process as AnsiballZ would run it, with
 scontrol answering from recorded 22.05 output for a job of N nodes), the run report
-(roles/run/files/run_report.py), resuming the metrics file (the trainer's MetricsLog), failure
+(plugins/module_utils/run_report.py), resuming the metrics file (the trainer's MetricsLog), failure
 diagnosis (job_log.log_summary) on the log of a job whose rank fails first among all others,
 `scontrol show node` parsing, and the nccl_env stage (ansible-playbook on an inventory of N
 hosts). Every stage is printed against node count, with the growth exponent (the slope of
@@ -286,8 +286,20 @@ def stage_poll(tmp, sizes, histories, metrics_files):
              "for the job." % POLL_RUNS)
 
 
+# the report written in a fresh process (the action llmtrain.slurm.run_report calls write_report in the task's)
+REPORT_CALL = ("import sys; from ansible_collections.llmtrain.slurm.plugins.module_utils.run_report import write_report; "
+               "write_report(sys.argv[1])")
+
+
+def collection_env():
+    """The environment of a process that imports this checkout's collection."""
+    paths = [str(ROOT / ".collections")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+
+
 def stage_report(trainer_metrics, tmp, sizes, histories, metrics_files):
-    """The run report (run_report.py, as the run role runs it) on metrics and node_times.json."""
+    """The run report (run_report.py's write_report, as the run role's action calls it) on metrics and
+    node_times.json."""
     rows = []
     longest = max(histories)
     for n in sizes:
@@ -303,9 +315,9 @@ def stage_report(trainer_metrics, tmp, sizes, histories, metrics_files):
                     run_name="scale", straggler_threshold=0.2, cluster=dict(
                         partition="gpu", slurm_version="22.05.8", nodes=nodes, gpus_per_node=8, procs_per_node=8))))
                 with Clock() as clock:
-                    done = subprocess.run([sys.executable, str(ROOT / "roles/run/files/run_report.py"),
-                                           "--run-dir", str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          universal_newlines=True, check=False)
+                    done = subprocess.run([sys.executable, "-c", REPORT_CALL, str(run)], env=collection_env(),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
+                                          check=False)
                 if done.returncode:
                     raise RuntimeError(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.returncode)
                 row.update(wall_s=clock.wall, cpu_s=clock.children,
@@ -318,7 +330,8 @@ def stage_report(trainer_metrics, tmp, sizes, histories, metrics_files):
     return dict(title="The run report (run_report.py)", rows=rows, time="wall_s", series=min(histories), columns=[
         ("history", "metrics.jsonl of", fmt_history), ("wall_s", "seconds", "%.2f"),
         ("cpu_s", "CPU s", "%.2f"), ("report_bytes", "report.md bytes", "%d")],
-        note="A fresh Python process, as the run role starts it: Python's start-up and the plot included.")
+        note="A fresh Python process that calls write_report: Python's start-up, the imports and the plot included "
+             "(the run role's action calls it in the task's process, which Ansible has started).")
 
 
 def stage_resume(trainer_metrics, tmp, histories, metrics_files):

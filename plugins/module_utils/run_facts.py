@@ -3,8 +3,8 @@
 """The run's facts: what the report says of a run beyond its loss records, kept as facts.json in the
 run directory (so that a controller that did not watch the run reports the same) and in
 runs/<run>/. FIELDS is where each fact is defined; make() is the one maker of them, from what the
-collect step read of the run directory (the filter llmtrain.slurm.run_facts); roles/run/files/
-run_report.py reads them.
+collect step read of the run directory (the filter llmtrain.slurm.run_facts); run_report.py (the
+action llmtrain.slurm.run_report's) reads them.
 
 Every value taken from a file of the run is untrusted: read bounded (node/untrusted.py), of the JSON
 type expected, else left out and said through warn()."""

@@ -39,14 +39,21 @@ DONE = "train.done.json"
 PREPARE_DONE = "data/prepare.done.json"
 GENERATE_DONE = "generate.done.json"
 EXPORT_DONE = "export.done.json"
-# in each batch's directory, batch/<batch>/
+# in each batch's directory, batch/<batch>/; the last batch's records and figures are brought to runs/<run>/
 BATCH_DONE = "batch.done.json"
+BATCH_RECORDS = "generations.jsonl"
+BATCH_SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
+NODE_TIMES = "node_times.json"
+SAMPLES = "samples.txt"
 BAD_NODES = "bad_nodes.json"
 STOP = "STOP"
 STOP_NOTICE = "STOP_NOTICE"
 PREEMPTED = "PREEMPTED"
 HANG = "HANG"
+HANGS = "hangs"
+# a hang's verdict, in HANGS/<job>-<start>/ (node/hang.py)
+HANG_SUMMARY = "summary.json"
 REQUEUES_UNCOUNTED = "requeues_uncounted"
 USAGE = "usage.json"
 USAGE_MAX_BYTES = 4096
@@ -80,12 +87,12 @@ LAYOUT = {
     USAGE: "the run's node-, CPU- and GPU-seconds over the starts that ended, and its training job ids "
            "(USAGE_FIELDS; add_usage): job.py writes, run_status.py, ledger.py and run_report.py read",
     NOTIFY_SENT: "the times of the run's last notifications sent, for their rate (node/notify.py): job.py",
-    "node_times.json": "each node's step times over the run (the reference trainer's): run_report.py reads",
+    NODE_TIMES: "each node's step times over the run (the reference trainer's): run_report.py reads",
     "checkpoints": "the checkpoints (checkpoint_names, checkpoint_step): the trainer writes, the watch, "
                    "the collect step and the inference stage read",
     "logs": "one log per job id (logs/%x-%j.out), and the watch's place in your event files",
-    "hangs": "<job>-<start>/summary.json and each rank's stacks: node/hang.py writes, job_watch.py and the "
-             "report read",
+    HANGS: "<job>-<start>/summary.json and each rank's stacks: node/hang.py writes, job_watch.py and the "
+           "report read",
     "node_check": "<job name>.json, a job's node check: node/node_check.py writes, check_summary.py reads",
     "network_check": "<job name>.json, a job's network check: node/network_check.py writes, check_summary.py reads",
     "env": "cluster.env and each node's env file (the nccl_env role); secrets.env (slurm_secret_env) and "
@@ -101,7 +108,7 @@ LAYOUT = {
     "pipeline.json": "the finished pipeline's fingerprint and its stages' records (pipeline_record.py)",
     "preflight.json": "what the preflight checked and found (the preflight role)",
     "prompts.json": "the inference stage's prompts",
-    "samples.txt": "the generated text (the inference stage)",
+    SAMPLES: "the generated text (the inference stage)",
     "samples.json": "the generated text as records (the inference stage)",
     GENERATE_DONE: "the record of the samples job (done_record.py; the job marks it completed, job_end.py)",
     "export": "the Hugging Face model of each checkpoint exported, step_<N>/ (trainer.export), and exported.json, "

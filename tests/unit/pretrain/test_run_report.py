@@ -1,28 +1,15 @@
-"""roles/run/files/run_report.py: report.md and loss.png from a fetched run directory."""
+"""plugins/module_utils/run_report.py: report.md and loss.png from a fetched run directory."""
 
 import html
-import importlib.util
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-SCRIPT = os.path.join(ROOT, "roles", "run", "files", "run_report.py")
+from ansible_collections.llmtrain.slurm.plugins.module_utils import run_report
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("run_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_report = load_script()
 
 
 def loss_record(step, loss, **extra):
@@ -93,8 +80,9 @@ def make_run(tmp_path, records=None, facts=None, samples=None):
     return run_dir
 
 
-def report_of(run_dir, *extra):
-    assert run_report.main(["--run-dir", str(run_dir)] + list(extra)) == 0
+def report_of(run_dir):
+    report_path, _plot, _warnings = run_report.write_report(str(run_dir))
+    assert report_path == str(run_dir / "report.md")
     return (run_dir / "report.md").read_text()
 
 
@@ -352,15 +340,17 @@ def test_samples_with_a_fence_inside_stay_fenced(tmp_path):
     assert "````\ncode:\n```\nx\n```\n````" in report
 
 
-def test_no_metrics_still_writes_a_report(tmp_path, capsys):
+def test_no_metrics_still_writes_a_report(tmp_path):
     run_dir = make_run(tmp_path, facts=FACTS)
     (run_dir / "loss.png").write_bytes(PNG_MAGIC)  # from an earlier attempt
-    report = report_of(run_dir)
+    report_path, plot_path, warnings = run_report.write_report(str(run_dir))
+    report = (run_dir / "report.md").read_text()
     assert "No metrics: `metrics.jsonl` was not fetched" in report
     assert "No plot: there are no loss records (see the summary)." in report
     assert "| 102 | train | COMPLETED |" in report
-    assert not (run_dir / "loss.png").exists()
-    assert "no loss records" in capsys.readouterr().err
+    assert not (run_dir / "loss.png").exists() and plot_path is None
+    assert report_path == str(run_dir / "report.md")
+    assert any("no loss records" in warning for warning in warnings), warnings
 
 
 def test_metrics_without_loss_records(tmp_path):
@@ -370,17 +360,25 @@ def test_metrics_without_loss_records(tmp_path):
     assert "- World size: 12 ranks on cuda:0" in report
 
 
-def test_command_line(tmp_path):
+def test_facts_from_elsewhere_and_the_plot(tmp_path):
     run_dir = make_run(tmp_path, metrics_records(), samples="hello\n")
     facts = tmp_path / "elsewhere.json"
     facts.write_text(json.dumps(FACTS))
-    result = subprocess.run([sys.executable, SCRIPT, "--run-dir", str(run_dir), "--facts", str(facts)],
-                            capture_output=True, text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    assert "wrote" in result.stdout
+    report_path, plot_path, warnings = run_report.write_report(str(run_dir), str(facts))
+    assert (report_path, plot_path, warnings) == (str(run_dir / "report.md"), str(run_dir / "loss.png"), [])
     report = (run_dir / "report.md").read_text()
     assert "- Partition: gpu" in report and "```\nhello\n```" in report
     assert (run_dir / "loss.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_facts_that_are_missing_or_unreadable_are_warned_of(tmp_path):
+    run_dir = make_run(tmp_path, metrics_records())
+    _report, _plot, warnings = run_report.write_report(str(run_dir), str(tmp_path / "missing.json"))
+    assert warnings == ["%s does not exist; the report leaves its sections as not recorded" % (tmp_path / "missing.json")]
+    (run_dir / "facts.json").write_text("[1]")
+    _report, _plot, warnings = run_report.write_report(str(run_dir))
+    assert warnings == ["%s holds no JSON object; the report leaves its sections as not recorded" % (run_dir / "facts.json")]
+    assert "Cluster: not recorded." in (run_dir / "report.md").read_text()
 
 
 def test_your_own_script_gets_its_section_not_the_reference_trainers_model(tmp_path):

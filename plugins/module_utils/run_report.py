@@ -1,14 +1,16 @@
-"""Report of one training run, written on the controller from what was fetched.
-
-    python run_report.py --run-dir runs/<run_name> [--facts FILE]
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Report of one training run, written on the controller from what was fetched: write_report(),
+which the action llmtrain.slurm.run_report calls (the run role's report step).
 
 Reads RUN/metrics.jsonl (the trainer's records), RUN/node_times.json (each node's step times
 over the run, the reference trainer's), RUN/starts.jsonl (the nodes of each start of its jobs),
 RUN/hangs/*/summary.json (the hang watch's verdicts), RUN/samples.txt (generated text), RUN/model.json
 (the export and its held-out loss), RUN/summary.json (the last batch's figures) and a facts JSON file
 written by the playbook (default RUN/facts.json); writes RUN/loss.png and RUN/report.md, and
-RUN/nodes.md when the run has more nodes than the report's step-time table shows. Whatever is
-missing is reported as missing: a failed run still gets a report of what exists. The same
+RUN/nodes.md when the run has more nodes than the report's step-time table shows (the names of the
+run directory's files are node/run_files.py's, those that only the controller's copy has are here).
+Whatever is missing is reported as missing: a failed run still gets a report of what exists. The same
 inputs give the same report (it holds no time of its own). A week of records (600,000 lines)
 is read in seconds and a few hundred MB: of each loss record only the fields the report shows
 are kept, and the per-node maps of a script's own records are summed as they are read.
@@ -23,7 +25,8 @@ within 64 bits), and a value reaches report.md only through md() (escaped inline
 number) or fenced() (a code block it cannot close).
 """
 
-import argparse
+from __future__ import annotations
+
 import math
 import os
 import re
@@ -33,24 +36,20 @@ import string
 import sys
 import time
 
-METRICS_FILE = "metrics.jsonl"
-SAMPLES_FILE = "samples.txt"
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files, untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.hang import SHOWN_NODES
+from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import add_record, node_times_table, totals_table
+
+# the action's options, and the module's that documents them (plugins/modules/run_report.py)
+ARGUMENT_SPEC = dict(run_dir=dict(type="path", required=True), facts=dict(type="path"))
+# what only the controller's runs/<run>/ holds
 MODEL_FILE = "model.json"  # the inference stage's: the Hugging Face export and its held-out loss
-BATCH_SUMMARY_FILE = "summary.json"  # the last batch's (inference_prompts_file): prompts, tokens, tokens/s
-BATCH_RECORDS = "generations.jsonl"
-FACTS_FILE = "facts.json"
-NODE_TIMES_FILE = "node_times.json"
 NODES_FILE = "nodes.md"
 PLOT_FILE = "loss.png"
 REPORT_FILE = "report.md"
+
 NOT_RECORDED = "not recorded"
-# the watch's straggler rules (plugins/module_utils/stragglers.py), from the collection this file is in
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "..", "plugins", "module_utils"))
-from stragglers import add_record, node_times_table, totals_table  # noqa: E402  pylint: disable=wrong-import-position
-from node import untrusted  # noqa: E402  pylint: disable=wrong-import-position
-from node.hang import SHOWN_NODES  # noqa: E402  pylint: disable=wrong-import-position
-from node.atomic import replace_with  # noqa: E402  pylint: disable=wrong-import-position
-from node.run_files import usage  # noqa: E402  pylint: disable=wrong-import-position
 DEFAULT_STRAGGLER_THRESHOLD = 0.2
 # What of a loss record the report shows: the rest (per-node times, a script's own fields) is not kept,
 # so a week of records fits in a few hundred MB.
@@ -59,10 +58,6 @@ LOSS_FIELDS = ("step", "loss", "val_loss", "total_steps", "tokens_seen", "tokens
 NODE_ROWS_SHOWN = 32
 # node_times.json and facts.json: O(nodes), a few hundred KB at thousands of nodes
 FILE_MAX_BYTES = 64 * 1048576
-
-
-def warn(message):
-    print("run_report: warning: " + message, file=sys.stderr)
 
 
 def read_metrics(path, threshold):
@@ -92,27 +87,29 @@ def read_metrics(path, threshold):
     return [by_step[step] for step in sorted(by_step)], events, unreadable, totals
 
 
-def read_node_times(path):
-    """node_times.json -> (its content or None, why it could not be read or None)."""
+def read_node_times(path, warnings):
+    """node_times.json -> (its content or None, why it could not be read or None); warnings gets why."""
     if not os.path.exists(path):
         return None, None
     try:
         return untrusted.read(path, FILE_MAX_BYTES), None
     except ValueError as error:
-        warn("%s cannot be read (%s); the report's step times per node come from the metrics" % (path, error))
+        warnings.append("%s cannot be read (%s); the report's step times per node come from the metrics" % (path, error))
         return None, str(error)
 
 
-def read_facts(path):
+def read_facts(path, warnings):
+    """A JSON object of the run (facts.json, model.json, summary.json), {} when there is none; warnings
+    gets why one that is there is not read."""
     if not path or not os.path.exists(path):
         return {}
     try:
         facts = untrusted.read(path, FILE_MAX_BYTES, nonfinite=True)  # the report shows an infinity as such
     except ValueError as error:
-        warn("%s cannot be read (%s); the report leaves its sections as not recorded" % (path, error))
+        warnings.append("%s cannot be read (%s); the report leaves its sections as not recorded" % (path, error))
         return {}
     if not isinstance(facts, dict):
-        warn("%s holds no JSON object; the report leaves its sections as not recorded" % path)
+        warnings.append("%s holds no JSON object; the report leaves its sections as not recorded" % path)
         return {}
     return facts
 
@@ -334,9 +331,9 @@ def no_loss_lines(metrics, facts):
     progress = facts.get("progress") if isinstance(facts.get("progress"), dict) else {}
     known, _step = known_steps(facts)
     if metrics is None:
-        found = "No metrics: `%s` was not fetched" % METRICS_FILE
+        found = "No metrics: `%s` was not fetched" % run_files.METRICS
     else:
-        found = "No loss records in `%s`" % METRICS_FILE
+        found = "No loss records in `%s`" % run_files.METRICS
     if not known:
         return ["%s: training did not reach its first logged step (see the jobs and their logs)." % found]
     lines = ["%s, yet training took steps: %s." % (found, "; ".join(known))]
@@ -559,8 +556,8 @@ def node_check_lines(facts):
         out.append("Node check: %s." % NOT_RECORDED)
     excluded = facts.get("excluded_nodes")
     if isinstance(excluded, dict) and excluded:
-        out += ["", "Nodes the run keeps off (remove them from `bad_nodes.json` in the run directory, or from "
-                "`slurm_exclude_nodes`, once they are repaired):", ""]
+        out += ["", "Nodes the run keeps off (remove them from `%s` in the run directory, or from "
+                "`slurm_exclude_nodes`, once they are repaired):" % run_files.BAD_NODES, ""]
         out += table(["Node", "Why"], [[node, reason] for node, reason in sorted(excluded.items())])
     return out
 
@@ -574,25 +571,25 @@ def node_step_times(metrics, node_times, facts):
     """The step-time table's source: {rows, about (what they are over), threshold (of their slow
     records), problems}. node_times.json when it has rows, else the loss records' full maps."""
     history, error = node_times
-    problems = ["`%s` was not read: %s." % (NODE_TIMES_FILE, md(error))] if error else []
+    problems = ["`%s` was not read: %s." % (run_files.NODE_TIMES, md(error))] if error else []
     if history is not None:
         try:
             rows, unreadable = node_times_table(history)
         except ValueError as err:
             rows = []
-            problems.append("`%s` was not read: %s." % (NODE_TIMES_FILE, md(str(err))))
+            problems.append("`%s` was not read: %s." % (run_files.NODE_TIMES, md(str(err))))
         else:
             if unreadable:
                 problems.append("%d node entries of `%s` could not be read and are left out."
-                                % (unreadable, NODE_TIMES_FILE))
+                                % (unreadable, run_files.NODE_TIMES))
         if rows:
             threshold = history.get("threshold")
             return {"rows": rows, "problems": problems,
                     "about": "means over the %s loss records from step %s to step %s (`%s`)" % (
                         md(history.get("records")), md(history.get("first_step")), md(history.get("step")),
-                        NODE_TIMES_FILE),
+                        run_files.NODE_TIMES),
                     "threshold": float(threshold) if is_finite(threshold) else None,
-                    "threshold_from": "the threshold the trainer used, in `%s`" % NODE_TIMES_FILE}
+                    "threshold_from": "the threshold the trainer used, in `%s`" % run_files.NODE_TIMES}
     return {"rows": totals_table(metrics[3]) if metrics else [], "problems": problems,
             "about": "means over the loss records whose `nodes` name every node",
             "threshold": straggler_threshold(facts), "threshold_from": "pretrain_straggler_threshold"}
@@ -625,7 +622,7 @@ def step_time_lines(times):
     rows = times["rows"]
     if not rows:
         return ["Step time per node: %s (one node, no `%s` in the run directory, or a script whose metrics carry "
-                "no `nodes`)." % (NOT_RECORDED, NODE_TIMES_FILE)] + times["problems"]
+                "no `nodes`)." % (NOT_RECORDED, run_files.NODE_TIMES)] + times["problems"]
     out = [step_time_about(times)] + times["problems"] + [""]
     if len(rows) <= NODE_ROWS_SHOWN:
         return out + node_rows_table(rows)
@@ -660,9 +657,9 @@ def fetch_lines(facts):
     if not isinstance(refused, dict) or not refused:
         return []
     out = ["- %s" % md(why) for _path, why in sorted(refused.items())]
-    if any(str(path).endswith("/" + METRICS_FILE) for path in refused):
+    if any(str(path).endswith("/" + run_files.METRICS) for path in refused):
         out.append("- The figures below are of the `%s` an earlier collect fetched, if any: raise "
-                   "pretrain_fetch_max_mb above its size to fetch it whole." % METRICS_FILE)
+                   "pretrain_fetch_max_mb above its size to fetch it whole." % run_files.METRICS)
     return out
 
 
@@ -712,9 +709,6 @@ def network_lines(facts):
 
 
 RECOVERIES_SHOWN = 50
-
-
-STARTS_FILE = "starts.jsonl"
 STARTS_MAX_BYTES = 16 * 1048576
 
 
@@ -749,7 +743,7 @@ def usage_lines(lines, facts):
     found = facts.get("ledger") if isinstance(facts.get("ledger"), dict) else {}
     train = found.get("train") if isinstance(found.get("train"), dict) else None
     if found.get("source") == "sacct" and train is not None:
-        out = sacct_lines(train) + ["", "The run's own start and end lines (starts.jsonl) say:", ""] + own_lines(lines, facts)
+        out = sacct_lines(train) + ["", "The run's own start and end lines (%s) say:" % run_files.STARTS, ""] + own_lines(lines, facts)
     else:
         why = ("Slurm keeps no accounting here, or it does not know each training job" if found else
                "no accounting was read for this report")
@@ -788,9 +782,9 @@ def sacct_lines(train):
 def own_lines(lines, facts):
     """The training job's starts from its start and end lines: each start's nodes x its time, and the
     total, in node-hours and GPU-hours (slurm_gpus_per_node)."""
-    used = usage(lines)
+    used = run_files.usage(lines)
     if not used:
-        return ["Resources: %s (no start line with its node count in starts.jsonl)." % NOT_RECORDED]
+        return ["Resources: %s (no start line with its node count in %s)." % (NOT_RECORDED, run_files.STARTS)]
     cluster = facts.get("cluster") if isinstance(facts.get("cluster"), dict) else {}
     gpus = cluster.get("gpus_per_node") if is_number(cluster.get("gpus_per_node")) else 0
     rows = [[u["job_id"], u["start"], u["node_count"], time.strftime("%Y-%m-%d %H:%M", time.gmtime(u["began"])),
@@ -799,8 +793,9 @@ def own_lines(lines, facts):
             for u in used[-USAGE_ROWS_SHOWN:]]
     node_s = sum(u["seconds"] * u["node_count"] for u in used)
     out = ["Each start of the training job: its nodes for the time from its start line to its end line "
-           "(starts.jsonl), %s GPU(s) a node; a start without an end line (running as the run was collected, or "
-           "its batch node lost) counts none here, and playbooks/status.yml counts a running one to now." % md(gpus),
+           "(%s), %s GPU(s) a node; a start without an end line (running as the run was collected, or "
+           "its batch node lost) counts none here, and playbooks/status.yml counts a running one to now."
+           % (run_files.STARTS, md(gpus)),
            ""]
     if len(used) > USAGE_ROWS_SHOWN:
         out += ["The newest %d of %d starts:" % (USAGE_ROWS_SHOWN, len(used)), ""]
@@ -830,29 +825,29 @@ def failed_rank(event):
         first.get("rank"), first.get("node"), first.get("step"), first.get("error"))
 
 
-HANGS_DIR = "hangs"
 HANGS_SHOWN = 20
 HANG_NODES_SHOWN = SHOWN_NODES  # as the watch shows them
 HANG_FRAMES_SHOWN = 4
 
 
-def read_hangs(run_dir):
+def read_hangs(run_dir, warnings):
     """The hang watch's verdicts fetched from the run (hangs/<job>-<start>/summary.json), oldest
-    first by time: [(name, summary)]; one that is no JSON object is left out, with a warning."""
-    root = os.path.join(run_dir, HANGS_DIR)
+    first by time: [(name, summary)]; one that holds no JSON object is left out, and one that cannot
+    be read, with a warning."""
+    root = os.path.join(run_dir, run_files.HANGS)
     try:
         names = sorted(os.listdir(root))
     except OSError:
         return []
     hangs = []
     for name in names:
-        path = os.path.join(root, name, "summary.json")
+        path = os.path.join(root, name, run_files.HANG_SUMMARY)
         if not os.path.isfile(path):
             continue
         try:
             summary = untrusted.read(path, untrusted.HANG_SUMMARY_MAX_BYTES)
         except ValueError as error:
-            warn("%s cannot be read (%s); the report leaves that hang out" % (path, error))
+            warnings.append("%s cannot be read (%s); the report leaves that hang out" % (path, error))
             continue
         if isinstance(summary, dict):
             hangs.append((name, summary))
@@ -874,7 +869,7 @@ def hang_lines(hangs):
                                                   else hang.get("restart")),
                        md(hang.get("time")), md(hang.get("silent_s")), md(hang.get("step")), md(hang.get("timeout_s")),
                        md(hang.get("ranks")), md(hang.get("answered")), md(hang.get("nodes")),
-                       md(hang.get("dir") or "%s/%s" % (HANGS_DIR, name))))
+                       md(hang.get("dir") or "%s/%s" % (run_files.HANGS, name))))
         if not suspects:
             out.append("  - The stacks name no node: every rank runs, in the same frame.")
         for node, why in sorted(suspects.items())[:HANG_NODES_SHOWN]:
@@ -882,9 +877,9 @@ def hang_lines(hangs):
             node_frames = frames.get(node) if isinstance(frames.get(node), list) else []
             out += ["    - %s" % md(frame) for frame in node_frames[:HANG_FRAMES_SHOWN]]
         if len(suspects) > HANG_NODES_SHOWN:
-            out.append("  - and %d more node(s): summary.json there" % (len(suspects) - HANG_NODES_SHOWN))
+            out.append("  - and %d more node(s): %s there" % (len(suspects) - HANG_NODES_SHOWN, run_files.HANG_SUMMARY))
     if len(hangs) > HANGS_SHOWN:
-        out.append("The last %d of %d hangs; `%s/` holds every one." % (HANGS_SHOWN, len(hangs), HANGS_DIR))
+        out.append("The last %d of %d hangs; `%s/` holds every one." % (HANGS_SHOWN, len(hangs), run_files.HANGS))
     return out
 
 
@@ -924,7 +919,7 @@ def recovery_lines(events, starts=None, hung=()):
     lines = table(("start", "after", "resumed at step", "from", "steps lost", "records discarded", "on nodes"),
                   rows[-RECOVERIES_SHOWN:])
     if len(rows) > RECOVERIES_SHOWN:
-        lines.append("The last %d of %d recoveries; `%s` holds every one." % (RECOVERIES_SHOWN, len(rows), METRICS_FILE))
+        lines.append("The last %d of %d recoveries; `%s` holds every one." % (RECOVERIES_SHOWN, len(rows), run_files.METRICS))
     return lines
 
 
@@ -950,7 +945,7 @@ def after_training_lines(model, batch):
         out.append("- Batch inference: %s prompts, %s tokens on %s ranks, %.1f tokens/s (%.1f per rank); records in "
                    "`%s`" % (md(batch.get("prompts")), md(batch.get("tokens")), md(batch.get("ranks")),
                              batch["tokens_per_second"], batch.get("tokens_per_second_per_rank") if is_number(
-                                 batch.get("tokens_per_second_per_rank")) else float("nan"), BATCH_RECORDS))
+                                 batch.get("tokens_per_second_per_rank")) else float("nan"), run_files.BATCH_RECORDS))
     return out
 
 
@@ -959,7 +954,7 @@ def render(run_name, metrics, summary, facts, samples, plot_note, times, lines=(
     out = ["# Run %s" % md(run_name), "", "## Summary", ""]
     out += fetch_lines(facts) + summary_lines(metrics, summary, events, facts)
     if metrics and metrics[2]:
-        out += ["", "%d line(s) of `%s` were not records and were skipped." % (metrics[2], METRICS_FILE)]
+        out += ["", "%d line(s) of `%s` were not records and were skipped." % (metrics[2], run_files.METRICS)]
     out += ["", "## Loss", ""]
     out += ["![loss](%s)" % PLOT_FILE] if plot_note is None else [plot_note]
     out += ["", "## Cluster", ""] + cluster_lines(facts, events)
@@ -1018,64 +1013,55 @@ def plot(losses, events, run_name, path):
         plt.close(figure)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description="Write RUN/report.md and RUN/loss.png from a fetched run.")
-    parser.add_argument("--run-dir", required=True, metavar="DIR", help="runs/<run_name> on the controller")
-    parser.add_argument("--facts", metavar="FILE", help="facts JSON written by the playbook (default: DIR/%s)"
-                        % FACTS_FILE)
-    args = parser.parse_args(argv)
+def write_text(path, content):
+    def write(temp):
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(content)
+    atomic_write(path, write)
 
-    run_dir = args.run_dir
+
+def write_report(run_dir, facts_path=None):
+    """Write RUN/report.md, RUN/loss.png (when there are loss records and matplotlib) and RUN/nodes.md
+    (beyond NODE_ROWS_SHOWN nodes) of the fetched run in run_dir; facts_path: the facts JSON file the
+    playbook wrote (default RUN/facts.json). Returns (the report's path, the plot's or None, what could
+    not be read or drawn: each also said in the report)."""
+    warnings = []
     os.makedirs(run_dir, exist_ok=True)
-    facts = read_facts(args.facts or os.path.join(run_dir, FACTS_FILE))
-    if args.facts and not os.path.exists(args.facts):
-        warn("%s does not exist; the report leaves its sections as not recorded" % args.facts)
+    facts = read_facts(facts_path or os.path.join(run_dir, run_files.FACTS), warnings)
+    if facts_path and not os.path.exists(facts_path):
+        warnings.append("%s does not exist; the report leaves its sections as not recorded" % facts_path)
     run_name = text(facts.get("run_name") or os.path.basename(os.path.normpath(os.path.abspath(run_dir))))
-    metrics = read_metrics(os.path.join(run_dir, METRICS_FILE), straggler_threshold(facts))
+    metrics = read_metrics(os.path.join(run_dir, run_files.METRICS), straggler_threshold(facts))
     losses, events = (metrics[0], metrics[1]) if metrics else ([], [])
     summary = summarize(losses, events) if losses else None
-    samples = read_text(os.path.join(run_dir, SAMPLES_FILE))
+    samples = read_text(os.path.join(run_dir, run_files.SAMPLES))
 
     plot_path = os.path.join(run_dir, PLOT_FILE)
     plot_note = None
     if not losses:
-        warn("no loss records in %s; report.md says so and no plot is drawn"
-             % os.path.join(run_dir, METRICS_FILE))
+        warnings.append("no loss records in %s; %s says so and no plot is drawn"
+                        % (os.path.join(run_dir, run_files.METRICS), REPORT_FILE))
         plot_note = "No plot: there are no loss records (see the summary)."
     else:
         try:
             plot(losses, events, run_name, plot_path)
         except ImportError as error:
-            warn("no plot: %s" % error)
+            warnings.append("no plot: %s" % error)
             plot_note = "No plot: matplotlib is not installed for %s." % md(sys.executable)
     if plot_note is not None and os.path.exists(plot_path):
         os.unlink(plot_path)  # a plot of an earlier attempt would not match this report
 
-    times = node_step_times(metrics, read_node_times(os.path.join(run_dir, NODE_TIMES_FILE)), facts)
+    times = node_step_times(metrics, read_node_times(os.path.join(run_dir, run_files.NODE_TIMES), warnings), facts)
     nodes_path = os.path.join(run_dir, NODES_FILE)
     if len(times["rows"]) > NODE_ROWS_SHOWN:
-        nodes = nodes_report(run_name, times)
-
-        def write_nodes(temp):
-            with open(temp, "w", encoding="utf-8") as handle:
-                handle.write(nodes)
-        atomic_write(nodes_path, write_nodes)
+        write_text(nodes_path, nodes_report(run_name, times))
     elif os.path.exists(nodes_path):
         os.unlink(nodes_path)  # an earlier attempt's, of more nodes than this report shows
 
     report_path = os.path.join(run_dir, REPORT_FILE)
-    model = read_facts(os.path.join(run_dir, MODEL_FILE))
-    batch = read_facts(os.path.join(run_dir, BATCH_SUMMARY_FILE))
-    report = render(run_name, metrics, summary, facts, samples, plot_note, times,
-                    read_start_lines(os.path.join(run_dir, STARTS_FILE)), read_hangs(run_dir), model, batch)
-
-    def write_report(temp):
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(report)
-    atomic_write(report_path, write_report)
-    print("run_report: wrote %s%s" % (report_path, " and " + plot_path if plot_note is None else ""))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    model = read_facts(os.path.join(run_dir, MODEL_FILE), warnings)
+    batch = read_facts(os.path.join(run_dir, run_files.BATCH_SUMMARY), warnings)
+    write_text(report_path, render(run_name, metrics, summary, facts, samples, plot_note, times,
+                                   read_start_lines(os.path.join(run_dir, run_files.STARTS)),
+                                   read_hangs(run_dir, warnings), model, batch))
+    return report_path, plot_path if plot_note is None else None, warnings
