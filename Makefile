@@ -60,6 +60,8 @@ test-integration: venv
 # The tests marked `releases` again on each newer Slurm release, each on a cluster of its own
 # run from a minimal Debian root of that release (local_cluster_release; the roots are built
 # once and kept in /var/cache/llmtrain-local-cluster): one stream per release, side by side.
+# Those marked on=N run on one of them, so that the two streams take about the same time; those
+# that read what differs from release to release run on both (tests/integration/conftest.py).
 RELEASES ?= 24.11,26.05
 comma := ,
 test-releases: venv

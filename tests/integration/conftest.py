@@ -14,7 +14,7 @@ import time
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from cluster import CLUSTER_DIR, RELEASES, STREAM, controller_running, run_playbook, write_stream_inventory
+from cluster import CLUSTER_DIR, RELEASE, RELEASES, STREAM, controller_running, run_playbook, write_stream_inventory
 
 
 @pytest.fixture(scope="session")
@@ -51,17 +51,28 @@ LONGEST_FIRST = ["test_minimal_inventory.py", "test_pipeline.py", "test_reliabil
                  "test_local_cluster.py"]
 
 
+def on_this_cluster(marker):
+    """Whether a test marked `releases` runs on this stream's cluster. Without a release session it runs on
+    the newer releases (make test-releases), where the users' clusters are, instead of this machine's 22.05;
+    with system=True on both. In a release session, a test with `on=N` runs on release N of the session's
+    (modulo their number) only: each of those behaviours is checked on one release users run per CI run,
+    the two release streams taking about the same time; the others (what reads output that differs from
+    release to release: squeue's reasons, sacct, reservations, sbatch's options) run on every release."""
+    if not RELEASES:
+        return bool(marker.kwargs.get("system"))
+    if "on" not in marker.kwargs:
+        return True
+    return RELEASES[int(marker.kwargs["on"]) % len(RELEASES)] == RELEASE
+
+
 def pytest_collection_modifyitems(config, items):
     rank = dict((name, index) for index, name in enumerate(LONGEST_FIRST))
     items.sort(key=lambda item: rank.get(os.path.basename(str(item.path)), len(rank)))
-    if not RELEASES:
-        # A test marked `releases` runs on the newer releases (make test-releases), where the users'
-        # clusters are, instead of this machine's 22.05; with system=True on both.
-        elsewhere = [item for item in items if item.get_closest_marker("releases")
-                     and not item.get_closest_marker("releases").kwargs.get("system")]
-        if elsewhere:
-            config.hook.pytest_deselected(items=elsewhere)
-            items[:] = [item for item in items if item not in elsewhere]
+    elsewhere = [item for item in items if item.get_closest_marker("releases")
+                 and not on_this_cluster(item.get_closest_marker("releases"))]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if item not in elsewhere]
 
 
 def shared_by(nodeid):
@@ -142,8 +153,8 @@ class StreamTimes:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "releases(system=False): runs on every newer Slurm release of a release "
-                                       "session (make test-releases) instead of this machine's own Slurm; with "
-                                       "system=True on both")
+    config.addinivalue_line("markers", "releases(system=False, on=None): runs on every newer Slurm release of a "
+                                       "release session (make test-releases) instead of this machine's own Slurm; "
+                                       "with system=True on both; with on=N on the session's release N only")
     if (STREAM == 0 or RELEASES) and getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         config.pluginmanager.register(StreamTimes(), "llmtrain-stream-times")

@@ -60,11 +60,12 @@ def minimal(local_cluster, tmp_path_factory):
     shutil.rmtree(workspace, ignore_errors=True)
 
 
-@pytest.mark.releases
+@pytest.mark.releases(on=0)
 def test_a_minimal_inventory_trains_reports_and_generates(minimal):
-    # 50 steps, not the default 200: what this test checks (the stages, the report, the
-    # samples, the modes under umask 002) needs a trained checkpoint, not a good one
-    result = minimal("pretrain.yml", "-e", "pretrain_steps=50")
+    # 50 steps, not the default 200, and the export's evaluation over 20,000 tokens, not a million: what
+    # this test checks (the stages, the report, the samples, the modes under umask 002) needs a trained
+    # checkpoint and every stage run, not a good model or a precise loss
+    result = minimal("pretrain.yml", "-e", "pretrain_steps=50", "-e", "inference_eval_max_tokens=20000")
     assert "Traceback" not in result.stdout
     run_dir = os.path.join(minimal.workspace, RUN)
     assert os.path.exists(os.path.join(run_dir, "checkpoints", "step_000050.pt"))

@@ -163,7 +163,7 @@ def checkpoint_iter(path):
                               universal_newlines=True, check=True, timeout=120).stdout)
 
 
-@pytest.mark.releases
+@pytest.mark.releases(on=0)
 def test_preempted_with_sigusr2_your_script_checkpoints_requeues_and_finishes(local_cluster, tmp_path):
     # its W&B logging (offline) as a public trainer does it, with the job's WANDB_* environment
     run, play = own_run("preempt", tmp_path, "--max_iters=80", "--iter_pause=0.2", "--log_interval=5", "--wandb_log=True",

@@ -79,7 +79,7 @@ def test_what_slurm_cannot_give_is_rejected_before_any_job(local_cluster, name, 
     assert result.rc != 0 and message in result.output, result.output[-3000:]
 
 
-@pytest.mark.releases(system=True)
+@pytest.mark.releases
 def test_account_and_qos_are_checked_against_a_real_accounting_database(local_cluster, tmp_path):
     """The local cluster with an accounting database (MariaDB and slurmdbd, AccountingStorageEnforce):
     preflight refuses an account or QoS that root's associations do not allow, naming what they do;

@@ -438,7 +438,7 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     assert_every_step_once(run, 60)
 
 
-@pytest.mark.releases
+@pytest.mark.releases(on=1)
 def test_a_node_lost_with_a_spare_free_is_told_by_the_start_that_ended_and_the_run_finishes(local_cluster):
     """A 2-node run on the 3-node partition, with run_notify's webhooks at a receiver of the test's
     on the cluster's bridge (what the nodes reach): a stop notice (SIGUSR2, as a preemption's or a
@@ -532,7 +532,7 @@ def step_pids(name, job_id):
     return found
 
 
-@pytest.mark.releases
+@pytest.mark.releases(on=0)
 def test_a_sigterm_to_one_nodes_steps_while_slurm_runs_the_job_requeues_it_without_counting(local_cluster):
     """What a lost node's return did to the next start (row 3): the controller's resent request to
     end the earlier start reached the node's slurmd, which sent SIGTERM to this start's step there
@@ -570,7 +570,7 @@ HANG_TIMEOUT = 15
 HANG_BOUND = 30
 
 
-@pytest.mark.releases
+@pytest.mark.releases(on=1)
 def test_a_stopped_rank_is_named_its_stacks_kept_and_the_job_requeues_without_its_node(local_cluster):
     """Four nodes, a 3-node run; one rank stopped (SIGSTOP) mid-training: silent ranks, no error."""
     run = fresh("hang")
@@ -668,7 +668,7 @@ def test_rank_crash_ends_the_job_promptly_with_that_ranks_traceback(local_cluste
 RESTART_HANG_TIMEOUT = 5
 
 
-@pytest.mark.releases
+@pytest.mark.releases(on=1)
 def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_finishes(local_cluster):
     """pretrain_restarts_in_job: 1; rank 3 raises after step 12, once (a transient fault). The hang watch
     runs with a timeout (5 s) shorter than the restart's quiet time (the other ranks wait for the failed
