@@ -16,7 +16,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import
 from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import atomic, event_files, untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import atomic, event_files, run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.hang import SHOWN_NODES
 from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import recovery, unreadable_starts_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
@@ -251,7 +251,7 @@ def newest_hang(hang_dir, job_id):
         if job == str(job_id) and untrusted.digits(start):
             starts.append(int(start))
     for start in sorted(starts, reverse=True):
-        path = os.path.join(hang_dir, "%s-%d" % (job_id, start), "summary.json")
+        path = os.path.join(hang_dir, "%s-%d" % (job_id, start), run_files.HANG_SUMMARY)
         text, _why = read_text(path, untrusted.HANG_SUMMARY_MAX_BYTES)
         record = untrusted.record(text, untrusted.HANG_SUMMARY_MAX_BYTES) if text is not None else None
         if isinstance(record, dict) and isinstance(record.get("suspects"), dict):

@@ -25,7 +25,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import 
 USAGE_FIELDS = ("JobID", "JobIDRaw", "State", "Start", "ElapsedRaw", "AllocTRES")
 # the done records of the run's other jobs, relative to the run directory (the venv's is the
 # caller's: it lies beside the shared venv, <venv>/.llmtrain-venv.json)
-RECORDS = (("data", "data/prepare.done.json"), ("samples", "generate.done.json"))
+RECORDS = (("data", run_files.PREPARE_DONE), ("samples", run_files.GENERATE_DONE))
 VENV_RECORD = ".llmtrain-venv.json"
 # the most job ids one ledger asks about (a run's handful, a workspace's runs), and the newest
 # starts it keeps of the training job (its totals count every one)

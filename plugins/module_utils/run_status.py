@@ -40,7 +40,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import 
 
 RUN_MARKERS = ("scripts/pretrain.sbatch", run_files.DONE, run_files.STARTS)
 DONE_FILE = run_files.DONE
-SAMPLES_DONE_FILE = "generate.done.json"
+SAMPLES_DONE_FILE = run_files.GENERATE_DONE
 STARTS_FILE = run_files.STARTS
 STOP_FILE = run_files.STOP
 METRICS_FILE = run_files.METRICS
@@ -49,7 +49,7 @@ BAD_NODES_FILE = run_files.BAD_NODES
 STARTS_READ = 32
 # the done record's fields the status reads, of their types
 # the run's directories whose files the status reads besides its own
-READ_DIRS = ("logs", "checkpoints", "hangs")
+READ_DIRS = ("logs", "checkpoints", run_files.HANGS)
 BAD_NODES_NAMED = 3
 PENDING_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "RESV_DEL_HOLD")
 # the run's states while its last job is queued or running
@@ -336,7 +336,7 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
         row.update({key: prog.get(key) for key in ("step", "total_steps", "loss", "tokens_per_s", "eta_s")})
     if state not in ("running", "stopping"):
         row["eta_s"] = None
-    hang = newest_hang(os.path.join(run_dir, "hangs"), job_id)
+    hang = newest_hang(os.path.join(run_dir, run_files.HANGS), job_id)
     row["last_event"] = last_event(state, end, prog, hang, start)
     # the hours of the starts that ended (usage.json: one small file whatever the run's length), and
     # of the start that runs now, from its start line

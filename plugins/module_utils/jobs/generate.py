@@ -110,6 +110,6 @@ class Generate(Job):
             "%s %s %s \\" % (words(python), q(run.code_dir + "/" + str(run["inference_script"])),
                              words(run.get("inference_script_args", []))),
             "    > %s \\" % q(partial),
-            "  && mv %s %s \\" % (q(partial), q(run.path("samples.txt"))),
+            "  && mv %s %s \\" % (q(partial), q(run.path(run_files.SAMPLES))),
             "  || exit $?",
         ]

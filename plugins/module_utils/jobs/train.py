@@ -116,7 +116,7 @@ class Train(Job):
         run = self.run
         if self.hang_timeout != "auto" and float(self.hang_timeout) <= 0:
             return None
-        args = ["--timeout", self.hang_timeout, "--policy", run["pretrain_hang_policy"], "--out-dir", run.path("hangs"),
+        args = ["--timeout", self.hang_timeout, "--policy", run["pretrain_hang_policy"], "--out-dir", run.path(run_files.HANGS),
                 "--marker", run.path(run_files.HANG), "--bad-nodes-file", run.bad_nodes_file,
                 "--restarts-in-job", self.restarts_in_job, "--python", run["slurm_python"]]
         for pattern in run["pretrain_progress_regex"]:
@@ -182,7 +182,7 @@ class Train(Job):
             # where pretrain_progress_total_steps is null, the total your script's arguments set
             script_args=list(run["pretrain_script_args"]) if run.script else [],
             # a hang the job's hang watch found: the node it names and that rank's first frames
-            hang_dir=run.path("hangs"),
+            hang_dir=run.path(run_files.HANGS),
             # the job's starts: a lost node, the start after it, where it resumed
             starts_file=run.path(run_files.STARTS),
             log_lines=LOG_LINES,

@@ -56,6 +56,7 @@ from .exit_codes import code
 from .node_check import read_json, write_json
 from .untrusted import METRICS_RECORD_MAX_BYTES, digits, record as json_record, whole
 from .record_patterns import DEFAULT_PATTERNS, ESCAPES, MAX_LINE_CHARS, UNTIMED_CHARS
+from .run_files import HANG_SUMMARY
 
 AUTO_FACTOR = 10
 AUTO_FLOOR_S = 300
@@ -557,7 +558,7 @@ def watch_until_the_end(args, silence, events):
         records = read_dumps(out_dir, nodes)
         suspects = judge(records, nodes)
         summary = summarize(records, nodes, suspects, silent, limit, step, out_dir)
-        write_json(os.path.join(out_dir, "summary.json"), summary)
+        write_json(os.path.join(out_dir, HANG_SUMMARY), summary)
         if not suspects:
             say("the stacks name no node: every rank runs, in the same frame (%s)" % out_dir)
         for node, reason in sorted(suspects.items()):

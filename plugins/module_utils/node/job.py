@@ -347,7 +347,7 @@ class Job:
     def hang_summary(self):
         """This start's hang summary (hangs/<job>-<start>/summary.json, node/hang.py's), or None."""
         try:
-            summary = read(os.path.join(self.file("hangs"), "%s-%d" % (self.job_id, self.start), "summary.json"),
+            summary = read(os.path.join(self.file(run_files.HANGS), "%s-%d" % (self.job_id, self.start), run_files.HANG_SUMMARY),
                            HANG_SUMMARY_MAX_BYTES)
         except (OSError, Unreadable):
             return None
@@ -550,7 +550,7 @@ class Job:
         me = "/proc/%d/fd/" % os.getpid()
         argv = list(hang["python"]) + [
             "-m", "llmtrain_node.hang", "watch", "--pid", str(self.training.pid),
-            "--progress", self.file("metrics.jsonl"), "--progress", me + "1", "--progress", me + "2"] \
+            "--progress", self.file(run_files.METRICS), "--progress", me + "1", "--progress", me + "2"] \
             + list(hang["args"]) + ["--requeue-max", str(requeue_max), "--"] + list(hang.get("prefix", []))
         return subprocess.Popen(argv, env=self.python_env(), stdin=subprocess.DEVNULL)
 
@@ -579,7 +579,7 @@ class Job:
             watch.wait()
             if os.path.exists(self.file(run_files.HANG)):
                 say("the training hung and pretrain_hang_policy ended it: the stacks are in %s; the checkpoints in %s "
-                    "are intact" % (self.file("hangs"), self.file("checkpoints")), err=True)
+                    "are intact" % (self.file(run_files.HANGS), self.file("checkpoints")), err=True)
                 raise End(code("HANG"), "hang")
         if os.path.exists(self.file(run_files.PREEMPTED)):
             # what the training wrote there, as one line (a trailing line break is not part of it)
