@@ -26,14 +26,16 @@ from wandb_records import wandb_history, wandb_test_env
 
 STAGES = "nccl_env,deploy,pretrain"
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}
+# two nodes, a rank each: enough for a fault whose checks need ranks on two nodes, not six ranks
+TWO_RANKS = dict(slurm_nodes=2, slurm_procs_per_node=1)
 
 
 def run_vars(run, steps=60, pause=0.2, interval=10, extra_env=None, **more):
-    """Extra vars for a small run: 3 nodes x 2 ranks, a checkpoint every `interval` steps,
-    every step logged, each step slowed by `pause` seconds (TRAINER_FAULT_STEP_PAUSE_S
-    reaches the ranks through the run's env file) so that a fault lands mid-run. The faults
-    are applied by tests/faults/sitecustomize.py, put on the ranks' PYTHONPATH by the env file
-    (the job adds the run's scripts in front of it)."""
+    """Extra vars for a small run: 3 nodes x 2 ranks (unless `more` says otherwise), a checkpoint
+    every `interval` steps, every step logged, each step slowed by `pause` seconds
+    (TRAINER_FAULT_STEP_PAUSE_S reaches the ranks through the run's env file) so that a fault
+    lands mid-run. The faults are applied by tests/faults/sitecustomize.py, put on the ranks'
+    PYTHONPATH by the env file (the job adds the run's scripts in front of it)."""
     env = dict(extra_env or {})
     if pause:
         env["TRAINER_FAULT_STEP_PAUSE_S"] = str(pause)
@@ -146,6 +148,12 @@ def only_job(run):
 
 def job_state(job_id):
     return slurm("squeue", "--noheader", "--states=all", "--jobs", job_id, "--format=%T").strip()
+
+
+def job_nodes(job_id):
+    """The nodes of the job's last start, in the order of their ranks."""
+    nodes = re.search(r" NodeList=(\S+)", slurm("scontrol", "show", "job", job_id)).group(1)
+    return slurm("scontrol", "show", "hostnames", nodes).split()
 
 
 def job_logs(run):
@@ -329,9 +337,10 @@ def test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_mat
 
 def test_ctrl_c_of_the_watcher_leaves_the_job_running_and_a_rerun_reattaches(local_cluster):
     run = fresh("ctrl-c")
-    # 100 steps of 0.3 s: the job still trains (about 25 s more) when the rerun, which runs its stages
-    # before it looks, re-attaches to it, also on a loaded machine
-    values = dict(steps=100, pause=0.3)
+    # 100 steps of about 0.35 s: the job still trains (about 25 s more) when the rerun, which runs its
+    # stages before it looks, re-attaches to it, also on a loaded machine. Two nodes, a rank each: the
+    # interrupt and the re-attach are the watcher's, whatever the job's ranks
+    values = dict(steps=100, pause=0.33, **TWO_RANKS)
     play = Playbook(run_vars(run, **values))
     wait_for(lambda: training_step(run) >= 5, 180, "training to pass step 5", play)
     job_id = only_job(run)
@@ -361,10 +370,12 @@ def netns_pids(name):
 
 def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_cluster):
     run = fresh("node-loss")
-    play = Playbook(run_vars(run))
+    # every node of the partition, so that the requeued job waits for the lost one; a rank each
+    values = run_vars(run, slurm_procs_per_node=1)
+    play = Playbook(values)
     wait_for(lambda: training_step(run) >= 15, 180, "training to pass step 15", play)
     job_id = only_job(run)
-    # the node dies: its slurmd, the job's step daemon, the launcher and both ranks
+    # the node dies: its slurmd, the job's step daemon, the launcher and its rank
     for pid in netns_pids(node(1)):
         os.kill(pid, signal.SIGKILL)
     killed_at, at_kill = time.monotonic(), training_step(run)
@@ -388,7 +399,7 @@ def test_node_loss_fails_the_play_naming_the_node_and_a_rerun_resumes(local_clus
     assert last_good <= at_kill and load_checkpoint(run, last_good) == last_good
     # the node comes back; the rerun re-attaches to the queued job, which resumes
     run_playbook_local_cluster()
-    again = run_playbook_now(run_vars(run))
+    again = run_playbook_now(values)
     assert again.rc == 0, again.output[-6000:]
     states = dict(jobs(run))
     later = sorted(set(states) - {job_id})
@@ -540,7 +551,8 @@ def test_a_sigterm_to_one_nodes_steps_while_slurm_runs_the_job_requeues_it_witho
     rank checkpoints, and since Slurm still runs the job, it requeues itself without using a
     requeue of run_requeue_max (0 here: a counted one would end the run)."""
     run = fresh("stray-sigterm")
-    play = Playbook(run_vars(run, steps=40, run_requeue_max=0))
+    # two nodes of two ranks: one node's step is signalled (its launcher and both ranks), the other's is not
+    play = Playbook(run_vars(run, steps=40, run_requeue_max=0, slurm_nodes=2))
     wait_for(lambda: training_step(run) >= 12, 180, "training to pass step 12", play)
     job_id = only_job(run)
     nodes = slurm("scontrol", "show", "hostnames", slurm("squeue", "--noheader", "--jobs", job_id, "--format=%N"))
@@ -572,70 +584,62 @@ HANG_BOUND = 30
 
 @pytest.mark.releases(on=1)
 def test_a_stopped_rank_is_named_its_stacks_kept_and_the_job_requeues_without_its_node(local_cluster):
-    """Four nodes, a 3-node run; one rank stopped (SIGSTOP) mid-training: silent ranks, no error."""
+    """A 2-node run on the 3-node partition, whose third node is free for the requeue without the
+    stopped rank's node; one rank stopped (SIGSTOP) mid-training: silent ranks, no error."""
     run = fresh("hang")
-    four = dict(slurm_nodes=3, local_cluster_nodes=4, pretrain_poll_interval=2, pretrain_hang_timeout=HANG_TIMEOUT)
+    play = Playbook(run_vars(run, slurm_nodes=2, pretrain_poll_interval=2, pretrain_hang_timeout=HANG_TIMEOUT))
+    wait_for(lambda: training_step(run) >= 15, 240, "training to pass step 15", play)
+    job_id = only_job(run)
+    stopped_node = job_nodes(job_id)[-1]  # not the batch node
+    pids = rank_pids(stopped_node, job_id)
+    assert pids, "no rank of job %s on %s" % (job_id, stopped_node)
+    pid = min(pids)
+    os.kill(pid, signal.SIGSTOP)
+    stopped_at, at_stop = time.monotonic(), training_step(run)
+    line = r"job %s \(start 1\) hung after step \d+: no progress for \d+ s \(timeout %d s\)" % (job_id, HANG_TIMEOUT)
     try:
-        run_playbook_local_cluster("-e", "local_cluster_nodes=4")
-        # the controller restarted with a fourth node: a job on all four shows them ready to run one
-        slurm("srun", "--nodes=4", "--time=1", "true", timeout=180)
-        play = Playbook(run_vars(run, **four))
-        wait_for(lambda: training_step(run) >= 15, 240, "training to pass step 15", play)
-        job_id = only_job(run)
-        stopped_node = node(1)
-        pids = rank_pids(stopped_node, job_id)
-        assert pids, "no rank of job %s on %s" % (job_id, stopped_node)
-        pid = min(pids)
-        os.kill(pid, signal.SIGSTOP)
-        stopped_at, at_stop = time.monotonic(), training_step(run)
-        line = r"job %s \(start 1\) hung after step \d+: no progress for \d+ s \(timeout %d s\)" % (job_id, HANG_TIMEOUT)
-        try:
-            wait_for(lambda: re.search(line, play.output()), HANG_TIMEOUT + HANG_BOUND + 60, "the hang named", play)
-        except AssertionError as err:  # a hang named at another start says why here, not in the cut output
-            raise AssertionError("%s\nthe play's lines of hangs and requeues:\n%s" % (err, "\n".join(
-                re.findall(r".*(?:\bhung\b|requeue|no progress|stacks name).*", play.output())[:40])))
-        named_s = time.monotonic() - stopped_at
-        result = play.wait(400)
-        assert result.rc == 0, result.output[-6000:]
-        assert re.search(r"\n    %s: rank %d stopped \(state T\)\n        \S+ \(" % (re.escape(stopped_node), pids[pid]),
-                         result.output), result.output[-6000:]
-        assert named_s <= HANG_TIMEOUT + HANG_BOUND, named_s
-        # every rank's stack, from every node of the job
-        stacks = os.path.join(WORKSPACE, run, "hangs", "%s-1" % job_id)
-        summary = json.load(open(os.path.join(stacks, "summary.json")))
-        assert summary["suspects"] == {stopped_node: "rank %d stopped (state T)" % pids[pid]}
-        assert summary["answered"] == 3 and summary["ranks"] == 6, summary
-        dumped = json.load(open(os.path.join(stacks, stopped_node + ".json")))
-        assert {r["rank"]: r["state"] for r in dumped["ranks"]}[pids[pid]] == "T"
-        assert all(r.get("frames") for r in dumped["ranks"]), dumped
-        assert "Thread " in open(os.path.join(stacks, stopped_node + ".txt")).read()
-        recorded = json.load(open(os.path.join(WORKSPACE, run, "bad_nodes.json")))
-        assert recorded[stopped_node]["reason"] == "hang: rank %d stopped (state T)" % pids[pid]
-        # the same job, requeued once without the node, finished from the last checkpoint
-        assert jobs(run) == [(job_id, "COMPLETED")]
-        info = slurm("scontrol", "show", "job", job_id)
-        assert "Restarts=1" in info and stopped_node not in slurm("scontrol", "show", "hostnames",
-                                                                  re.search(r" NodeList=(\S+)", info).group(1))
-        # resumed from a checkpoint at or after the last one before the stop: the requeue's SIGTERM
-        # lets the running ranks save the last step every rank finished (the stopped one too), which
-        # may be past the last step logged
-        resumes = events(run, "resume")
-        assert at_stop <= summary["step"] and len(resumes) == 1 and resumes[0]["step"] >= 10, (at_stop, summary, resumes)
-        assert load_checkpoint(run, resumes[0]["step"]) == resumes[0]["step"]
-        # the report has the hang (the collect step fetched its summary) and the recovery after it,
-        # on the nodes of the second start, without the stopped one
-        report = open(os.path.join(RUNS, run, "report.md")).read()
-        hangs = report.split("## Hangs\n", 1)[1].split("\n## ", 1)[0]
-        assert "- Job %s, start 1, at " % job_id in hangs and "  - %s: rank %d stopped (state T)" % (
-            stopped_node, pids[pid]) in hangs, hangs
-        assert re.search(r"\| 2 \| a hang in start 1 \(see Hangs\)(; stopped at step \d+ with a checkpoint)? \| %d \| "
-                         r".*\(without %s\) \|"
-                         % (resumes[0]["step"], re.escape(stopped_node)), report), report
-        observe("hang", named_after_s=round(named_s), stopped_at_step=at_stop, hang_after_step=summary["step"],
-                resumed_at=resumes[0]["step"], silent_s=summary["silent_s"])
-        assert_every_step_once(run, 60)
-    finally:
-        run_playbook_local_cluster()
+        wait_for(lambda: re.search(line, play.output()), HANG_TIMEOUT + HANG_BOUND + 60, "the hang named", play)
+    except AssertionError as err:  # a hang named at another start says why here, not in the cut output
+        raise AssertionError("%s\nthe play's lines of hangs and requeues:\n%s" % (err, "\n".join(
+            re.findall(r".*(?:\bhung\b|requeue|no progress|stacks name).*", play.output())[:40])))
+    named_s = time.monotonic() - stopped_at
+    result = play.wait(400)
+    assert result.rc == 0, result.output[-6000:]
+    assert re.search(r"\n    %s: rank %d stopped \(state T\)\n        \S+ \(" % (re.escape(stopped_node), pids[pid]),
+                     result.output), result.output[-6000:]
+    assert named_s <= HANG_TIMEOUT + HANG_BOUND, named_s
+    # every rank's stack, from every node of the job
+    stacks = os.path.join(WORKSPACE, run, "hangs", "%s-1" % job_id)
+    summary = json.load(open(os.path.join(stacks, "summary.json")))
+    assert summary["suspects"] == {stopped_node: "rank %d stopped (state T)" % pids[pid]}
+    assert summary["answered"] == 2 and summary["ranks"] == 4, summary
+    dumped = json.load(open(os.path.join(stacks, stopped_node + ".json")))
+    assert {r["rank"]: r["state"] for r in dumped["ranks"]}[pids[pid]] == "T"
+    assert all(r.get("frames") for r in dumped["ranks"]), dumped
+    assert "Thread " in open(os.path.join(stacks, stopped_node + ".txt")).read()
+    recorded = json.load(open(os.path.join(WORKSPACE, run, "bad_nodes.json")))
+    assert recorded[stopped_node]["reason"] == "hang: rank %d stopped (state T)" % pids[pid]
+    # the same job, requeued once without the node, finished from the last checkpoint
+    assert jobs(run) == [(job_id, "COMPLETED")]
+    assert "Restarts=1" in slurm("scontrol", "show", "job", job_id) and stopped_node not in job_nodes(job_id)
+    # resumed from a checkpoint at or after the last one before the stop: the requeue's SIGTERM
+    # lets the running ranks save the last step every rank finished (the stopped one too), which
+    # may be past the last step logged
+    resumes = events(run, "resume")
+    assert at_stop <= summary["step"] and len(resumes) == 1 and resumes[0]["step"] >= 10, (at_stop, summary, resumes)
+    assert load_checkpoint(run, resumes[0]["step"]) == resumes[0]["step"]
+    # the report has the hang (the collect step fetched its summary) and the recovery after it,
+    # on the nodes of the second start, without the stopped one
+    report = open(os.path.join(RUNS, run, "report.md")).read()
+    hangs = report.split("## Hangs\n", 1)[1].split("\n## ", 1)[0]
+    assert "- Job %s, start 1, at " % job_id in hangs and "  - %s: rank %d stopped (state T)" % (
+        stopped_node, pids[pid]) in hangs, hangs
+    assert re.search(r"\| 2 \| a hang in start 1 \(see Hangs\)(; stopped at step \d+ with a checkpoint)? \| %d \| "
+                     r".*\(without %s\) \|"
+                     % (resumes[0]["step"], re.escape(stopped_node)), report), report
+    observe("hang", named_after_s=round(named_s), stopped_at_step=at_stop, hang_after_step=summary["step"],
+            resumed_at=resumes[0]["step"], silent_s=summary["silent_s"])
+    assert_every_step_once(run, 60)
 
 
 def run_playbook_local_cluster(*args):
@@ -647,7 +651,8 @@ def run_playbook_local_cluster(*args):
 
 def test_rank_crash_ends_the_job_promptly_with_that_ranks_traceback(local_cluster):
     run = fresh("rank-crash")
-    play = Playbook(run_vars(run, extra_env={"TRAINER_FAULT_CRASH": "3:12"}))
+    # two nodes of two ranks: the failed rank's node is not rank 0's, and the other ranks fail after it
+    play = Playbook(run_vars(run, slurm_nodes=2, extra_env={"TRAINER_FAULT_CRASH": "3:12"}))
     wait_for(lambda: training_step(run) >= 12, 180, "training to reach step 12", play)
     crashed_at = time.monotonic()
     result = play.wait(300)
@@ -656,8 +661,9 @@ def test_rank_crash_ends_the_job_promptly_with_that_ranks_traceback(local_cluste
     assert result.rc != 0
     (job_id, state), = jobs(run)
     assert state == "FAILED"
-    # rank 3 = node_rank 1 (2 ranks per node) = node 1
-    assert "Rank 3 failed first (node %s); its traceback:" % node(1) in result.output, result.output[-6000:]
+    # rank 3 = node_rank 1 (2 ranks per node) = the job's second node
+    assert "Rank 3 failed first (node %s); its traceback:" % job_nodes(job_id)[1] in result.output, \
+        result.output[-6000:]
     traceback = result.output.split("its traceback:", 1)[1].split("First error lines", 1)[0]
     assert "Traceback (most recent call last):" in traceback and "trainer/train.py" in traceback
     assert "RuntimeError: fault injected by TRAINER_FAULT_CRASH=3:12 on rank 3" in traceback
@@ -676,12 +682,13 @@ def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_fi
     run = fresh("restart-in-job")
     receiver = Receiver(SUBNET + ".1")  # run_notify's webhook: the restart is told as it happens
     try:
-        play = Playbook(run_vars(run, pretrain_restarts_in_job=1, pretrain_hang_timeout=RESTART_HANG_TIMEOUT,
-                                 extra_env={"TRAINER_FAULT_CRASH": "3:12:first"},
+        # two nodes of two ranks: every launcher restarts its ranks, the failed rank's and the other's
+        play = Playbook(run_vars(run, slurm_nodes=2, pretrain_restarts_in_job=1,
+                                 pretrain_hang_timeout=RESTART_HANG_TIMEOUT, extra_env={"TRAINER_FAULT_CRASH": "3:12:first"},
                                  run_notify=[dict(url=receiver.url(), format="json")]))
         wait_for(lambda: training_step(run) >= 12, 180, "training to reach step 12", play)
         job_id = only_job(run)
-        nodes = re.search(r" NodeList=(\S+)", slurm("scontrol", "show", "job", job_id)).group(1)
+        nodes = job_nodes(job_id)  # rank 3 = node_rank 1 (2 ranks per node) = nodes[1]
         crashed_at = time.monotonic()
         wait_for(lambda: events(run, "resume"), 120, "the ranks to restart", play)
         restarted_s = time.monotonic() - crashed_at
@@ -691,17 +698,16 @@ def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_fi
     assert result.rc == 0, result.output[-6000:]
     told = [body for _path, body, _at in receiver.posts]
     assert [(r["event"], r["start"]) for r in told] == [("start", 1), ("restart", 1), ("end", 1)], told
-    assert (told[1]["restart"], told[1]["rank"], told[1]["node"], told[1]["step"]) == (1, 3, node(1), 10), told[1]
+    assert (told[1]["restart"], told[1]["rank"], told[1]["node"], told[1]["step"]) == (1, 3, nodes[1], 10), told[1]
     # the same job, never requeued, on the same nodes
     assert jobs(run) == [(job_id, "COMPLETED")]
-    info = slurm("scontrol", "show", "job", job_id)
-    assert "Restarts=0" in info and re.search(r" NodeList=(\S+)", info).group(1) == nodes
+    assert "Restarts=0" in slurm("scontrol", "show", "job", job_id) and job_nodes(job_id) == nodes
     resume, = events(run, "resume")
     assert resume["restart_in_job"] == 1 and resume["step"] == 10 and load_checkpoint(run, 10) == 10
     assert "RuntimeError: fault injected by TRAINER_FAULT_CRASH=3:12 on rank 3" in job_logs(run)
     report = open(os.path.join(RUNS, run, "report.md")).read()
     crashed = r"rank 3 on %s failed after step 12 \(RuntimeError: fault injected by TRAINER_FAULT_CRASH=3:12 on rank 3\)" \
-        % re.escape(node(1))
+        % re.escape(nodes[1])
     # steps 11 and 12 were recorded past the checkpoint: lost, and trained again
     assert re.search(r"\| 2 +\| %s: restart 1 inside the job, on the same nodes +\| 10 +\| step_000010\.pt \| 2 \| \d+ \| "
                      r"slurm\S+ \|" % crashed, report), report
@@ -723,9 +729,10 @@ def test_a_crashed_rank_restarts_inside_the_job_on_the_same_nodes_and_the_run_fi
 # 5. Rendezvous failure -------------------------------------------------------------------
 
 def test_wrong_interface_fails_within_the_rendezvous_timeout_naming_the_interface(local_cluster):
-    # lo exists on every node (so the probe's interface check passes), but it reaches no other node
+    # lo exists on every node (so the probe's interface check passes), but it reaches no other node:
+    # with a rank on each of two nodes, no rank reaches another
     run = fresh("rendezvous")
-    play = Playbook(run_vars(run, nccl_env_socket_ifname="lo", pretrain_rendezvous_timeout=20))
+    play = Playbook(run_vars(run, nccl_env_socket_ifname="lo", pretrain_rendezvous_timeout=20, **TWO_RANKS))
     result = play.wait(300)
     assert result.rc != 0
     (job_id, state), = jobs(run)
@@ -744,12 +751,14 @@ def test_wrong_interface_fails_within_the_rendezvous_timeout_naming_the_interfac
 
 def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cluster):
     # A 2-minute limit and the warning signal 45 s before it (Slurm sends it up to 30 s early):
-    # each start trains for 35-65 s. Slurm holds a requeued job for cred_expire (10 s here).
+    # the notice comes 45-75 s into each start, which spends some of that starting. Slurm holds a
+    # requeued job for cred_expire (10 s here).
     run = fresh("time-limit")
-    # 280 steps of about 0.5 s: more than two starts can train (at most ~130 steps each), so
-    # both starts the play allows (the first and one requeue) are stopped by the time limit.
-    values = run_vars(run, steps=280, pause=0.5, interval=0, slurm_time_limit="00:02:00", pretrain_signal_lead=45,
-                      run_requeue_max=1)
+    # 300 steps of at least 0.5 s: more than two starts can train (at most 150 each), so both
+    # starts the play allows (the first and one requeue) are stopped by the time limit. Two nodes,
+    # a rank each: the limit and its notice are the job's, whatever its ranks.
+    values = run_vars(run, steps=300, pause=0.5, interval=0, slurm_time_limit="00:02:00", pretrain_signal_lead=45,
+                      run_requeue_max=1, **TWO_RANKS)
     first = run_playbook_now(values, timeout=500)
     assert first.rc != 0
     assert "run_requeue_max=1 requeues are used up" in first.output, first.output[-6000:]
@@ -763,7 +772,7 @@ def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cl
     assert len(preempted) + before_training == 2 and len(preempted) >= 1, job_logs(run)[-6000:]
     assert all(p["signal"] == "SIGUSR2" for p in preempted)
     steps = [p["step"] for p in preempted]
-    assert 0 < steps[0] < 280 and steps == sorted(set(steps))
+    assert 0 < steps[0] < 300 and steps == sorted(set(steps))
     # a start resumes from the checkpoint of the start before it, if that one trained
     assert [r["step"] for r in events(run, "resume")] == steps[:-1], job_logs(run)[-6000:]
     assert checkpoints(run) == steps
@@ -777,8 +786,8 @@ def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cl
     assert [r["step"] for r in resumes] == steps
     observe("time-limit", stops=len(preempted), stops_before_training=before_training,
             steps_lost=sum(p["step"] - r["step"] for p, r in zip(preempted, resumes)))
-    assert checkpoints(run)[-1] == 280
-    assert_every_step_once(run, 280)  # the signal lands on a step boundary: nothing is lost
+    assert checkpoints(run)[-1] == 300
+    assert_every_step_once(run, 300)  # the signal lands on a step boundary: nothing is lost
 
 
 # 6. SIGKILL during a checkpoint write ----------------------------------------------------
@@ -786,8 +795,9 @@ def test_time_limit_checkpoints_requeues_and_stops_past_the_requeue_max(local_cl
 def test_sigkill_during_a_checkpoint_write_keeps_the_previous_checkpoint(local_cluster):
     run = fresh("kill-mid-write")
     ckpt_dir = os.path.join(WORKSPACE, run, "checkpoints")
-    # every checkpoint write pauses 6 s after its first bytes, half written on disk
-    play = Playbook(run_vars(run, extra_env={"TRAINER_FAULT_CHECKPOINT_WRITE_PAUSE_S": "6"}))
+    # every checkpoint write pauses 6 s after its first bytes, half written on disk; rank 0 writes it,
+    # and the other node's rank, waiting for rank 0, loses its peer
+    play = Playbook(run_vars(run, extra_env={"TRAINER_FAULT_CHECKPOINT_WRITE_PAUSE_S": "6"}, **TWO_RANKS))
 
     def writing_second():
         names = os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []
@@ -801,7 +811,7 @@ def test_sigkill_during_a_checkpoint_write_keeps_the_previous_checkpoint(local_c
     assert result.rc != 0
     assert "No rank left a traceback of its own" in result.output, result.output[-6000:]
     assert checkpoints(run) == [10] and load_checkpoint(run, 10) == 10
-    again = run_playbook_now(run_vars(run))
+    again = run_playbook_now(run_vars(run, **TWO_RANKS))
     assert again.rc == 0, again.output[-6000:]
     resumed, = events(run, "resume")
     observe("sigkill-mid-write", killed_at_step=at_kill, resumed_at=resumed["step"], steps_lost=at_kill - resumed["step"])
@@ -846,7 +856,9 @@ def start_controller(argv):
 
 def test_controller_restart_while_watching(local_cluster):
     run = fresh("ctld-restart")
-    values = run_vars(run, steps=300, pretrain_controller_timeout=8)
+    # two nodes, a rank each: the outages meet one job, whatever its ranks; 300 steps of about
+    # 0.25 s (75 s) keep it training until the rerun watches it
+    values = run_vars(run, steps=300, pause=0.23, pretrain_controller_timeout=8, **TWO_RANKS)
     play = Playbook(values)
     wait_for(lambda: training_step(run) >= 5, 180, "training to pass step 5", play)
     job_id = only_job(run)
@@ -915,10 +927,12 @@ def test_unwritable_or_full_workspace_fails_before_any_job(local_cluster, mounts
 def test_disk_full_mid_run_fails_loudly_and_keeps_the_previous_checkpoint(local_cluster, mounts):
     run = fresh("disk-full")
     ckpt_dir = os.path.join(WORKSPACE, run, "checkpoints")
-    mounts(ckpt_dir, "size=900k,mode=0755")  # room for two checkpoints of this model (about 370 kB each)
-    result = run_playbook_now(run_vars(run, pause=0))
+    # room for two checkpoints of this model on two ranks, not three (about 315 kB each: the model, its
+    # optimizer state and each rank's random state)
+    mounts(ckpt_dir, "size=800k,mode=0755")
+    result = run_playbook_now(run_vars(run, pause=0, **TWO_RANKS))
     assert result.rc != 0
-    assert "Rank 0 failed first (node %s)" % node(0) in result.output, result.output[-6000:]
+    assert "Rank 0 failed first (node %s)" % job_nodes(only_job(run))[0] in result.output, result.output[-6000:]
     assert re.search(r"CheckpointError: could not write the checkpoint of step 30 in \S+ \(\w+: .*No space left on "
                      r"device.*\); nothing of it is left behind, and step_000020.pt is the newest complete one",
                      result.output), result.output[-6000:]
@@ -951,7 +965,7 @@ def test_metacharacters_are_literal_modes_are_sane_and_secrets_stay_secret(local
     values = run_vars(run, steps=20, pause=0, slurm_workspace=workspace, inference_prompts=prompts,
                       inference_max_new_tokens=20, slurm_secret_env={"LLMTRAIN_TEST_TOKEN": secret},
                       extra_env={"LLMTRAIN_TEST_VALUE": HOSTILE}, slurm_env_setup=["set -x"],
-                      run_extra_files=[str(credential)])
+                      run_extra_files=[str(credential)], **TWO_RANKS)
     try:
         # the whole pipeline (preflight to inference), verbose and with diffs: where a secret could leak
         result = Playbook(values, tags=None, args=["-v", "--diff"]).wait(900)
