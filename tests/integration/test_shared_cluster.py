@@ -98,46 +98,42 @@ def test_a_busy_node_is_never_waited_for_and_two_runs_share_the_cluster(foreign_
 
 
 def test_a_bad_node_is_excluded_the_run_goes_on_and_stays_off_it(local_cluster, tmp_path):
-    """Four nodes, slurm_nodes=3, node 0 bad through its host vars."""
+    """A 2-node run on the 3-node partition, node 0 bad through its host vars: the job starts on the
+    first nodes, node 0 among them, and the third is free for it to move to."""
     run = fresh("shared-bad")
-    four = dict(slurm_nodes=3, local_cluster_nodes=4)
-    try:
-        run_playbook("local_cluster.yml", *values(run, **four))
-        # data first, with an inventory that is right, so that the training job meets the bad node
-        run_playbook("deploy.yml", *values(run, **four))
-        bad = bad_node_inventory(tmp_path, node(0))
-        # the stages from preflight to training (the cluster was made above; inference is not what is tested)
-        result = run_playbook("pretrain.yml", "--skip-tags", "local_cluster,inference", *bad, *values(run, **four))
-        reason = "no network interface ib0 on %s (it has eth0, lo)" % node(0)
-        assert re.search(r"node check excluded %s \(%s" % (re.escape(node(0)), re.escape(reason)), result.output), \
-            result.output[-5000:]
-        name, state, nodes, excluded = training_job(run)
-        assert state == "COMPLETED" and node_set(nodes) == {node(1), node(2), node(3)}, \
-            (nodes, excluded)
-        report = open(os.path.join(RUNS, run, "report.md")).read()
-        kept_off = report.split("Nodes the run keeps off", 1)[1]
-        assert "| %s | %s" % (node(0), reason) in kept_off, report
-        assert "Steps: 20 of 20" in report
-        recorded = json.load(open(os.path.join(WORKSPACE, run, "bad_nodes.json")))
-        assert recorded[node(0)]["reason"].startswith(reason)
+    two = dict(slurm_nodes=2)
+    # data first, with an inventory that is right, so that the training job meets the bad node
+    run_playbook("deploy.yml", *values(run, **two))
+    bad = bad_node_inventory(tmp_path, node(0))
+    # the stages from preflight to training (the cluster is the session's; inference is not what is tested)
+    result = run_playbook("pretrain.yml", "--skip-tags", "local_cluster,inference", *bad, *values(run, **two))
+    reason = "no network interface ib0 on %s (it has eth0, lo)" % node(0)
+    assert re.search(r"node check excluded %s \(%s" % (re.escape(node(0)), re.escape(reason)), result.output), \
+        result.output[-5000:]
+    name, state, nodes, excluded = training_job(run)
+    assert state == "COMPLETED" and node_set(nodes) == {node(1), node(2)}, (nodes, excluded)
+    report = open(os.path.join(RUNS, run, "report.md")).read()
+    kept_off = report.split("Nodes the run keeps off", 1)[1]
+    assert "| %s | %s" % (node(0), reason) in kept_off, report
+    assert "Steps: 20 of 20" in report
+    recorded = json.load(open(os.path.join(WORKSPACE, run, "bad_nodes.json")))
+    assert recorded[node(0)]["reason"].startswith(reason)
 
-        # run_bad_node_policy=fail: the job ends at its check, naming the node; nothing trained
-        os.unlink(os.path.join(WORKSPACE, run, "bad_nodes.json"))
-        failed = run_playbook("pretrain.yml", "--skip-tags", "local_cluster,inference", *bad,
-                              *values(run, run_force=True, run_bad_node_policy="fail", **four), check=False)
-        assert failed.rc != 0
-        assert "Its node check found bad node(s) and started nothing" in failed.output, failed.output[-5000:]
-        assert "  %s: %s" % (node(0), reason) in failed.output
-        assert not os.path.exists(os.path.join(WORKSPACE, run, "metrics.jsonl"))  # archived; no new training
+    # run_bad_node_policy=fail: the job ends at its check, naming the node; nothing trained
+    os.unlink(os.path.join(WORKSPACE, run, "bad_nodes.json"))
+    failed = run_playbook("pretrain.yml", "--skip-tags", "local_cluster,inference", *bad,
+                          *values(run, run_force=True, run_bad_node_policy="fail", **two), check=False)
+    assert failed.rc != 0
+    assert "Its node check found bad node(s) and started nothing" in failed.output, failed.output[-5000:]
+    assert "  %s: %s" % (node(0), reason) in failed.output
+    assert not os.path.exists(os.path.join(WORKSPACE, run, "metrics.jsonl"))  # archived; no new training
 
-        # a forced rerun keeps off the recorded bad node from the start: no exclusion, no requeue
-        again = run_playbook("pretrain.yml", "--skip-tags", "local_cluster,inference", *bad,
-                             *values(run, run_force=True, **four))
-        assert "node check excluded" not in again.output
-        name, state, nodes, excluded = training_job(run)
-        assert state == "COMPLETED" and node(0) not in node_set(nodes) and excluded == node(0)
-    finally:
-        run_playbook("local_cluster.yml")
+    # a forced rerun keeps off the recorded bad node from the start: no exclusion, no requeue
+    again = run_playbook("pretrain.yml", "--skip-tags", "local_cluster,inference", *bad,
+                         *values(run, run_force=True, **two))
+    assert "node check excluded" not in again.output
+    name, state, nodes, excluded = training_job(run)
+    assert state == "COMPLETED" and node(0) not in node_set(nodes) and excluded == node(0)
 
 
 def test_every_node_bad_fails_naming_each_and_leaves_nothing_queued(local_cluster):
