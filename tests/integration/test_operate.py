@@ -190,12 +190,13 @@ def test_runs_submitted_without_a_watch_are_followed_stopped_collected_and_resum
     done = json.load(open(os.path.join(WORKSPACE, run_c, "train.done.json")))
     assert done["state"] == "COMPLETED", done
 
-    # the next pipeline of c trains nothing and samples from it; a resumes from its checkpoint to the end
+    # the next pipeline of c trains nothing and samples from it; a resumes from its checkpoint to the end,
+    # unslowed (what is left to train proves nothing more)
     jobs_before = slurm("squeue", "--noheader", "--states=all", "--name=llmtrain-" + run_c, "--format=%i").split()
     result = play("pretrain.yml", dict(values_c, pretrain_watch=True))
     assert slurm("squeue", "--noheader", "--states=all", "--name=llmtrain-" + run_c, "--format=%i").split() == jobs_before
     assert os.path.exists(os.path.join(RUNS, run_c, "samples.txt")), result.output[-4000:]
-    play("pretrain.yml", dict(values_a, pretrain_watch=True), tags=STAGES)
+    play("pretrain.yml", dict(values_a, pretrain_watch=True, nccl_env_extra={}), tags=STAGES)
     resumed = events(run_a, "resume")
     assert len(resumed) == 1 and resumed[0]["step"] == stop_step, resumed
     assert_every_step_once(run_a, 60)
