@@ -857,8 +857,9 @@ def start_controller(argv):
 def test_controller_restart_while_watching(local_cluster):
     run = fresh("ctld-restart")
     # two nodes, a rank each: the outages meet one job, whatever its ranks; 300 steps of about
-    # 0.25 s (75 s) keep it training until the rerun watches it
-    values = run_vars(run, steps=300, pause=0.23, pretrain_controller_timeout=8, **TWO_RANKS)
+    # 0.37 s (110 s) keep it training until the rerun watches it, also on a busy machine (at 75 s a
+    # rerun that started slowly found the job completed)
+    values = run_vars(run, steps=300, pause=0.35, pretrain_controller_timeout=8, **TWO_RANKS)
     play = Playbook(values)
     wait_for(lambda: training_step(run) >= 5, 180, "training to pass step 5", play)
     job_id = only_job(run)
