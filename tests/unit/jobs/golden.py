@@ -9,6 +9,7 @@ writes them anew (then read the diff in review)."""
 
 import glob
 import os
+import subprocess
 
 import yaml
 
@@ -101,3 +102,20 @@ def stale(stage, made):
     """Golden files of a stage that no case makes any more."""
     return sorted(set(os.path.basename(p)[:-len(".sbatch")] for p in glob.glob(os.path.join(GOLDEN, stage, "*.sbatch")))
                   - set(made))
+
+
+def run_under_bash(tmp_path, script, run_dir, *dirs):
+    """A job's script run by bash in run_dir as its job would run it, with stand-ins for the node check and
+    srun (which writes its arguments, one a line, to tmp_path/args): (bash's output, srun's arguments)."""
+    for name in ("scripts", "env") + dirs:
+        (run_dir / name).mkdir(parents=True, exist_ok=True)
+    (run_dir / "scripts" / "node_check.sh").write_text("exit 0\n")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "srun").write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$ARGS_FILE\"\n")
+    (stubs / "srun").chmod(0o755)
+    args = tmp_path / "args"
+    env = dict(os.environ, SLURM_JOB_ID="7", PATH="%s:%s" % (stubs, os.environ["PATH"]), ARGS_FILE=str(args))
+    proc = subprocess.run(["bash", "-c", script], cwd=str(run_dir), env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=60, check=False)
+    return proc.stdout, args.read_text() if args.exists() else ""

@@ -2,8 +2,6 @@
 what a user checks of it (its ranks, GPUs and memory, where its script and record are kept), and a
 model directory that holds a line break, which stays in its comment and one quoted word when it runs."""
 
-import os
-import subprocess
 
 import pytest
 
@@ -61,15 +59,6 @@ def test_a_model_directory_with_a_line_break_stays_in_its_comment_and_runs_as_on
     model_dir = str(run_dir / "checkpoints" / INJECTED)
     script = Batch(values, dict(facts("own-script", model_dir), batch_dir=str(run_dir / "batch" / "b"))).script()
     assert script.splitlines()[3] == '# from "%s\\ntouch INJECTED\\n#", over 1 node(s) x 2 rank(s).' % (run_dir / "checkpoints" / "checkpoint-5")
-    for name in ("scripts", "env", "batch/b"):
-        (run_dir / name).mkdir(parents=True)
-    (run_dir / "scripts" / "node_check.sh").write_text("exit 0\n")
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
-    (stubs / "srun").write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$ARGS_FILE\"\n")
-    (stubs / "srun").chmod(0o755)
-    env = dict(os.environ, SLURM_JOB_ID="7", PATH="%s:%s" % (stubs, os.environ["PATH"]), ARGS_FILE=str(tmp_path / "args"))
-    proc = subprocess.run(["bash", "-c", script], cwd=str(run_dir), env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=60, check=False)
-    assert not list(tmp_path.rglob("INJECTED")), proc.stdout
-    assert "--model\n" + model_dir + "\n--prompts" in (tmp_path / "args").read_text()
+    output, srun_args = golden.run_under_bash(tmp_path, script, run_dir, "batch/b")
+    assert not list(tmp_path.rglob("INJECTED")), output
+    assert "--model\n" + model_dir + "\n--prompts" in srun_args

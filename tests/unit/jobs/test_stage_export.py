@@ -2,8 +2,6 @@
 user checks of it (the model's name and directory, the options), and a checkpoint name that holds
 a line break, which stays in its comment and one quoted word when the script runs."""
 
-import os
-import subprocess
 
 import pytest
 
@@ -62,16 +60,7 @@ def test_a_checkpoint_name_with_a_line_break_stays_in_its_comment_and_runs_as_on
     script = Export(values, {"checkpoint": INJECTED}).script()
     assert script.splitlines()[2].startswith("# Run ") and "\\ntouch INJECTED\\n#" in script.splitlines()[2]
     run_dir = tmp_path / "llm work" / "golden-own-script"
-    for name in ("scripts", "env", "export", "eval", "checkpoints"):
-        (run_dir / name).mkdir(parents=True)
-    (run_dir / "scripts" / "node_check.sh").write_text("exit 0\n")
-    stubs = tmp_path / "bin"
-    stubs.mkdir()
-    (stubs / "srun").write_text("#!/bin/sh\nprintf '%s\\n' \"$@\" > \"$ARGS_FILE\"\n")
-    (stubs / "srun").chmod(0o755)
-    env = dict(os.environ, SLURM_JOB_ID="7", PATH="%s:%s" % (stubs, os.environ["PATH"]), ARGS_FILE=str(tmp_path / "args"))
-    proc = subprocess.run(["bash", "-c", script], cwd=str(run_dir), env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, universal_newlines=True, timeout=60, check=False)
-    assert not list(tmp_path.rglob("INJECTED")), proc.stdout
+    output, srun_args = golden.run_under_bash(tmp_path, script, run_dir, "export", "eval", "checkpoints")
+    assert not list(tmp_path.rglob("INJECTED")), output
     # the evaluation step got the checkpoint's directory as one argument, line breaks and all
-    assert str(run_dir / "checkpoints" / "checkpoint-5") + "\ntouch INJECTED\n#" in (tmp_path / "args").read_text()
+    assert str(run_dir / "checkpoints" / "checkpoint-5") + "\ntouch INJECTED\n#" in srun_args
