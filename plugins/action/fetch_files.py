@@ -75,39 +75,41 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp  # tmp no longer has any effect
         try:
-            dest = self._task.args.get("dest")
-            if not isinstance(dest, str) or not dest:
-                raise AnsibleActionFail("dest (the directory on the controller the files go into) is required")
-            dest = os.path.expanduser(dest)
-            if not os.path.isabs(dest):
-                dest = self._loader.path_dwim(dest)
-            module_args = dict(self._task.args, checksum=True)
-            found = self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
-            if found.get("failed"):
-                result.update(found)
-                return result
-            files, fetched = found.get("files", {}), []
-            bad = ["%r %s" % (name, why) for name, why in ((n, relative_name_error(n)) for n in sorted(files)) if why]
-            if bad:
-                raise AnsibleActionFail("the host named files that are not paths inside dest: %s" % "; ".join(bad))
-            for name in sorted(files):
-                local = os.path.join(dest, name)
-                if local_sha1(local) == files[name].get("sha1"):
-                    continue
-                if not self._task.check_mode:
-                    try:
-                        self._transfer(files[name]["path"], local, task_vars)
-                    except (AnsibleError, OSError) as err:
-                        result.update(failed=True, fetched=fetched, files=files, refused=found.get("refused", {}),
-                                      msg="cannot fetch %s to %s: %s" % (files[name]["path"], local, to_text(err)))
-                        result["changed"] = bool(fetched)
-                        return result
-                fetched.append(name)
-            result.update(changed=bool(fetched), files=files, refused=found.get("refused", {}),
-                          missing=found.get("missing", []), fetched=fetched)
+            result.update(self.fetch_files(self._task.args, task_vars))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
+
+    def fetch_files(self, args, task_vars):
+        """One call of the module with args, then the transfer of each file that differs here: the
+        task's result (the collect step's action calls it too)."""
+        dest = args.get("dest")
+        if not isinstance(dest, str) or not dest:
+            raise AnsibleActionFail("dest (the directory on the controller the files go into) is required")
+        dest = os.path.expanduser(dest)
+        if not os.path.isabs(dest):
+            dest = self._loader.path_dwim(dest)
+        found = self._execute_module(module_name=MODULE, module_args=dict(args, checksum=True), task_vars=task_vars)
+        if found.get("failed"):
+            return found
+        files, fetched = found.get("files", {}), []
+        bad = ["%r %s" % (name, why) for name, why in ((n, relative_name_error(n)) for n in sorted(files)) if why]
+        if bad:
+            raise AnsibleActionFail("the host named files that are not paths inside dest: %s" % "; ".join(bad))
+        for name in sorted(files):
+            local = os.path.join(dest, name)
+            if local_sha1(local) == files[name].get("sha1"):
+                continue
+            if not self._task.check_mode:
+                try:
+                    self._transfer(files[name]["path"], local, task_vars)
+                except (AnsibleError, OSError) as err:
+                    return dict(failed=True, changed=bool(fetched), fetched=fetched, files=files,
+                                refused=found.get("refused", {}),
+                                msg="cannot fetch %s to %s: %s" % (files[name]["path"], local, to_text(err)))
+            fetched.append(name)
+        return dict(changed=bool(fetched), files=files, refused=found.get("refused", {}),
+                    missing=found.get("missing", []), fetched=fetched)
 
     def _transfer(self, remote, local, task_vars):
         """Copy remote into a temporary file beside local and rename it into place (0644 less

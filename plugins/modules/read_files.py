@@ -52,6 +52,13 @@ options:
     elements: path
     default: []
     version_added: 0.2.0
+  list_dir:
+    description:
+      - A directory relative to O(src) whose entries (files, directories and links, not followed; not
+        those whose names start with C(.)) are listed in RV(entries), as M(ansible.builtin.find) with
+        O(ansible.builtin.find#module:file_type=any) would. At most 100,000; beyond that RV(errors) says so.
+    type: str
+    version_added: 0.3.0
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -107,6 +114,12 @@ event_files_outside:
   type: list
   elements: str
   sample: []
+entries:
+  description: The entries of O(list_dir) (C(path), C(mtime)), none when it does not exist.
+  returned: when O(list_dir) is given
+  type: list
+  elements: dict
+  sample: [{"path": "/shared/runs/tiny/checkpoints/step_000100.pt", "mtime": 1765000000.5}]
 """
 
 import os
@@ -117,6 +130,9 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_stat
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files
 from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text, relative_name_error
 
+# the most entries of list_dir returned
+LIST_MAX = 100000
+
 
 def main():
     module = AnsibleModule(
@@ -126,11 +142,13 @@ def main():
             max_bytes=dict(type="int", default=1048576),
             trainer_state_dir=dict(type="path"),
             event_dirs=dict(type="list", elements="path", default=[]),
+            list_dir=dict(type="str"),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    problems = ["%r %s" % (name, why) for name, why in ((n, relative_name_error(n)) for n in p["names"]) if why]
+    named = p["names"] + ([p["list_dir"]] if p["list_dir"] else [])
+    problems = ["%r %s" % (name, why) for name, why in ((n, relative_name_error(n)) for n in named) if why]
     if problems:
         module.fail_json(msg="names: each is a path inside src: %s" % "; ".join(problems))
     if p["max_bytes"] < 0:
@@ -159,7 +177,32 @@ def main():
         else:
             outside.append(path)
     result.update(event_files=inside, event_files_outside=outside)
+    if p["list_dir"]:
+        result["entries"] = list_entries(os.path.join(p["src"], p["list_dir"]), p["list_dir"], errors)
     module.exit_json(**result)
+
+
+def list_entries(path, name, errors):
+    """[{path, mtime}] of the entries of the directory at path, not those named .*, at most LIST_MAX."""
+    entries = []
+    try:
+        with os.scandir(path) as found:
+            for entry in found:
+                if entry.name.startswith("."):
+                    continue
+                if len(entries) == LIST_MAX:
+                    errors[name] = "it has more than %d entries; %d are listed" % (LIST_MAX, LIST_MAX)
+                    break
+                try:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                except OSError:
+                    continue  # gone meanwhile
+                entries.append({"path": entry.path, "mtime": mtime})
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        errors[name] = err.strerror or str(err)
+    return entries
 
 
 if __name__ == "__main__":

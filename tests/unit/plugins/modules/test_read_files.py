@@ -64,3 +64,20 @@ def test_the_event_files_where_the_script_runs_and_in_the_run_directory_are_list
                                      "src/lightning_logs/version_7/events.out.tfevents.1.host.1.0"]
     assert result["event_files_outside"] == [str(outside / "events.out.tfevents.1.host.1.0")]
     assert run(read_files.main, dict(src=str(run_dir), names=[]), capsys)["event_files"] == []
+
+
+def test_list_dir_lists_the_checkpoints_as_find_would_and_a_missing_one_as_none(tmp_path, capsys):
+    checkpoints = tmp_path / "checkpoints"
+    (checkpoints / "step_000100").mkdir(parents=True)
+    (checkpoints / "step_000050.pt").write_text("x")
+    (checkpoints / ".step_000150.pt.tmp").write_text("being written")
+    os.symlink("step_000050.pt", str(checkpoints / "latest.pt"))
+    result = run(read_files.main, dict(src=str(tmp_path), names=[], list_dir="checkpoints"), capsys)
+    listed = {os.path.basename(e["path"]): e["mtime"] for e in result["entries"]}
+    assert sorted(listed) == ["latest.pt", "step_000050.pt", "step_000100"]
+    assert listed["step_000050.pt"] == os.stat(str(checkpoints / "step_000050.pt")).st_mtime
+    assert result["errors"] == {}
+    none = run(read_files.main, dict(src=str(tmp_path / "new"), names=[], list_dir="checkpoints"), capsys)
+    assert none["entries"] == [] and none["errors"] == {}
+    refused = run(read_files.main, dict(src=str(tmp_path), names=[], list_dir="../elsewhere"), capsys)
+    assert refused["failed"] and "../elsewhere" in refused["msg"]

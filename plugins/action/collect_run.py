@@ -1,0 +1,187 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The action of llmtrain.slurm.collect_run: the training's collect step in one task. Three module
+calls on the cluster (read_files: the stages' records, the checkpoints, your script's event files
+and trainer state; fetch_files: what changed of the metrics, logs and event files; run_ledger), one
+put_files of facts.json, and the rest here on the controller: the loss from your script's event
+files or log lines, the run's facts, report.md and loss.png. See plugins/modules/collect_run.py."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_text
+from ansible.utils.display import Display
+
+from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import ActionModule as FetchFiles
+from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import make_dirs, private_bits
+from ansible_collections.llmtrain.slurm.plugins.filter.run import event_metrics, log_metrics
+from ansible_collections.llmtrain.slurm.plugins.module_utils import run_facts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
+from ansible_collections.llmtrain.slurm.plugins.module_utils.run_report import write_report
+
+display = Display()
+
+# the run's variables the step reads (resolved from the task's own)
+VARIABLES = ("run_dir", "run_local_dir", "run_script", "run_code_chdir", "run_wandb_project", "slurm_python",
+             "pretrain_fetch_max_mb", "pretrain_progress_regex", "pretrain_progress_tag",
+             "pretrain_progress_total_steps", "pretrain_script_args", "_pretrain_job_name", "_pretrain_fact_settings")
+# the largest log of your script read for its progress lines here (the fetch bounds it already)
+MB = 1048576
+
+
+def fetch_names(job):
+    """What the collect step copies to the controller: the name under runs/<run_name>/ -> the path in
+    the run directory (the job's log by the path Slurm gives, which must lie there too)."""
+    names = {run_files.METRICS: run_files.METRICS, run_files.NODE_TIMES: run_files.NODE_TIMES,
+             run_files.STARTS: run_files.STARTS}
+    log = (job or {}).get("stdout_path") or ""
+    if log:
+        names["logs/" + os.path.basename(log)] = log
+    return names
+
+
+def fetch_patterns(own_script, wandb):
+    """What it finds by name: the hangs' summaries, the reference trainer's TensorBoard event files
+    (your script has no tensorboard/ there) and, with run_wandb_project (the job points W&B there,
+    WANDB_DIR), the offline W&B record logs, for 'wandb sync runs/<run>/wandb/offline-run-*' from
+    the controller (online runs are with W&B already)."""
+    return ([{"path": "hangs", "pattern": "*/" + run_files.HANG_SUMMARY}]
+            + ([] if own_script else [{"path": "tensorboard", "pattern": "events.out.tfevents.*"}])
+            + ([{"path": "wandb", "pattern": "offline-run-*/run-*.wandb"}] if wandb else []))
+
+
+def outside_refused(paths, run_dir):
+    """Your script's event files that lie outside the run directory: path -> why they stay."""
+    return {path: "%s is not fetched: it lies outside the run directory %s (run_script_chdir); the watch read it, "
+                  "the report has not" % (path, run_dir) for path in paths}
+
+
+def nice_json(value):
+    """As Ansible's to_nice_json writes it, with a line end."""
+    return json.dumps(value, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+class ActionModule(FetchFiles):
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _VALID_ARGS = frozenset(("job", "job_id", "reuse"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(FetchFiles, self).run(tmp, task_vars)  # pylint: disable=bad-super-call
+        del tmp  # tmp no longer has any effect
+        task_vars = task_vars or {}
+        try:
+            result.update(self.collect(self.values(task_vars), task_vars))
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)  # pylint: disable=protected-access
+        return result
+
+    def values(self, task_vars):
+        """The run's variables the step reads, resolved, and the task's arguments."""
+        values = {}
+        for name in VARIABLES:
+            if name not in task_vars:
+                raise AnsibleActionFail("collect_run needs the variable %s (the pretrain role's)" % name)
+            values[name] = self._templar.template(task_vars[name])
+        job = self._task.args.get("job") or {}
+        if not isinstance(job, dict):
+            raise AnsibleActionFail("job: give the job's record as the watch returned it, not %r" % (job,))
+        job_id = self._task.args.get("job_id")
+        values.update(job=job, job_id="" if job_id is None else str(job_id).strip(),
+                      reuse=bool(self._task.args.get("reuse", False)))
+        return values
+
+    def module(self, name, args, task_vars):
+        """One module call on the host; its failure fails the step, naming the module."""
+        got = self._execute_module(module_name=name, module_args=args, task_vars=task_vars)
+        if got.get("failed"):
+            raise AnsibleActionFail("%s: %s" % (name, got.get("msg", "failed")))
+        return got
+
+    def fetch(self, args, task_vars):
+        """fetch_files' action with args (the files that differ transferred); its failure fails the step."""
+        got = self.fetch_files(args, task_vars)
+        if got.get("failed"):
+            raise AnsibleActionFail(got.get("msg", "fetch_files failed"))
+        return got
+
+    def collect(self, v, task_vars):  # pylint: disable=too-many-locals
+        run_dir, local = v["run_dir"], v["run_local_dir"]
+        own = bool(v["run_script"])
+        max_bytes = int(v["pretrain_fetch_max_mb"]) * MB
+        check = self._task.check_mode
+        if not check:
+            make_dirs(os.path.join(local, "logs"))
+        job_name = v["_pretrain_job_name"]
+        read = self.module("llmtrain.slurm.read_files", dict(
+            src=run_dir,
+            names=["preflight.json", "env/cluster.env", "node_check/%s.json" % job_name, run_files.BAD_NODES,
+                   run_files.FACTS, "network_check/%s.json" % job_name],
+            list_dir="checkpoints",
+            trainer_state_dir=run_dir + "/checkpoints" if own else None,
+            event_dirs=[v["run_code_chdir"], run_dir] if own else []), task_vars)
+        collected = self.fetch(dict(src=run_dir, dest=local, files=fetch_names(v["job"]),
+                                    patterns=fetch_patterns(own, bool(v["run_wandb_project"])),
+                                    max_bytes=max_bytes, limit_name="pretrain_fetch_max_mb"), task_vars)
+        refused = dict(collected.get("refused", {}))
+        metrics_fetched = run_files.METRICS not in collected.get("missing", [])
+        event_names = read.get("event_files", [])
+        events, log_text, log_read = {}, "", False
+        if own and not metrics_fetched and event_names:
+            got = self.fetch(dict(src=run_dir, dest=local, files={"events/" + n: n for n in event_names},
+                                  max_bytes=max_bytes, limit_name="pretrain_fetch_max_mb"), task_vars)
+            refused.update(got.get("refused", {}))
+            paths = [os.path.join(local, "events", n) for n in event_names if "events/" + n in got.get("files", {})]
+            if paths:
+                events = event_metrics(paths, v["pretrain_progress_tag"],
+                                       v["pretrain_progress_total_steps"], v["pretrain_script_args"],
+                                       (read.get("trainer_state") or {}).get("max_steps"))
+        log_path = os.path.join(local, "logs", os.path.basename(v["job"].get("stdout_path") or ""))
+        if own and not metrics_fetched and not events.get("records") and v["job"].get("stdout_path") \
+                and os.path.isfile(log_path):
+            with open(log_path, encoding="utf-8", errors="replace") as handle:
+                log_text = log_metrics(handle.read(max_bytes), v["pretrain_progress_regex"], read.get("trainer_state"))
+            log_read = True
+        if not check and (events.get("records") or log_read):
+            self.write(os.path.join(local, run_files.METRICS), events["text"] if events.get("records") else log_text)
+        outside = read.get("event_files_outside", [])
+        refused.update(outside_refused(outside, run_dir))
+        progress = run_facts.progress(metrics_fetched, events, bool(log_text), v["pretrain_progress_regex"],
+                                      len(event_names) + len(outside), local)
+        checkpoints = run_files.checkpoint_names(read.get("entries", []), own)
+        facts = run_facts.kept_or_made(read.get("files", {}), v["reuse"], settings=dict(v["_pretrain_fact_settings"]),
+                                       warn=display.warning, job=dict(v["job"]), job_id=v["job_id"],
+                                       checkpoints=checkpoints, progress_fact=progress)
+        python = str(v["slurm_python"] or "")
+        ledger = self.module("llmtrain.slurm.run_ledger", dict(
+            run_dir=run_dir, job_ids=[v["job_id"]] if v["job_id"] else [],
+            venv_dir=os.path.dirname(os.path.dirname(python)) if python.startswith("/") else None), task_vars)
+        put = self.module("llmtrain.slurm.put_files", dict(dest=run_dir, files={run_files.FACTS: nice_json(facts)},
+                                                            mode="0644"), task_vars)
+        done = dict(changed=bool(collected.get("fetched") or put.get("changed")), checkpoints=checkpoints,
+                    facts=facts, refused=refused, fetched=collected.get("fetched", []), ledger=ledger.get("ledger"))
+        if refused:
+            done["warnings"] = [refused[path] for path in sorted(refused)]
+        if check:
+            return done
+        self.write(os.path.join(local, run_files.FACTS),
+                   nice_json(dict(facts, not_fetched=refused, ledger=ledger.get("ledger"))))
+        try:
+            report, plot, warnings = write_report(local, os.path.join(local, run_files.FACTS))
+        except OSError as err:
+            raise AnsibleActionFail("cannot write the report in %s: %s" % (local, to_text(err))) from None
+        done.update(changed=True, report=report, plot=plot, report_warnings=warnings)
+        return done
+
+    @staticmethod
+    def write(path, text):
+        """Replace the file at path on the controller with text (0644 less the umask's private bits)."""
+        def put(temp):
+            with open(temp, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        replace_with(path, put, 0o644 & ~private_bits(), prefix="." + os.path.basename(path) + ".")

@@ -1,0 +1,107 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: collect_run
+short_description: Bring a training run's metrics, logs, checkpoints' names and facts to the controller and write its report
+description:
+  - The pretrain role's collect step, in one task. On the cluster, three module calls and one write -
+    M(llmtrain.slurm.read_files) (the records the earlier stages and the job left, the names in
+    C(checkpoints/), your script's TensorBoard event files and Hugging Face Trainer state),
+    M(llmtrain.slurm.fetch_files) (the metrics, the nodes' step times, the starts, the job's log, the
+    hangs' summaries, the TensorBoard event files and offline W&B runs - only the files that differ
+    from the controller's copy, none beyond C(pretrain_fetch_max_mb), none outside the run directory),
+    M(llmtrain.slurm.run_ledger) (what the run used, one C(sacct) call) and M(llmtrain.slurm.put_files)
+    (C(facts.json) kept in the run directory, so that a controller that did not watch the job gets
+    the same report).
+  - On the controller, in the action plugin - where your script wrote no C(LLMTRAIN_METRICS_FILE), its
+    loss from its TensorBoard event files (else Lightning's C(metrics.csv)), else from its log lines
+    (C(pretrain_progress_regex)), into C(runs/<run_name>/metrics.jsonl); the run's facts
+    (C(runs/<run_name>/facts.json), plugins/module_utils/run_facts.py); C(report.md) and C(loss.png)
+    (M(llmtrain.slurm.run_report)).
+  - Reads the run's variables from the play (C(run_dir), C(run_local_dir), C(run_script),
+    C(run_code_chdir), C(run_wandb_project), C(slurm_python), C(pretrain_fetch_max_mb),
+    C(pretrain_progress_regex), C(pretrain_progress_tag), C(pretrain_progress_total_steps),
+    C(pretrain_script_args)) and the pretrain role's; the module itself refuses to run.
+  - Each file left on the cluster is said in a warning, with why.
+version_added: 0.3.0
+author:
+  - llmtrain.slurm maintainers (!UNKNOWN)
+options:
+  job:
+    description:
+      - The training job as the watch last saw it (M(llmtrain.slurm.sbatch)'s C(jobs[0])), or the
+        record of the finished job; its C(stdout_path) names the log fetched.
+    type: dict
+    default: {}
+  job_id:
+    description:
+      - The job's id, where O(job) names none; empty for none.
+    type: str
+    default: ""
+  reuse:
+    description:
+      - The run is not watched now: the facts the watch kept in the run directory are used as they are.
+    type: bool
+    default: false
+notes:
+  - Supports check mode, in which it reads and writes nothing on the controller.
+"""
+
+EXAMPLES = r"""
+- name: Collect the run (metrics, logs, checkpoints, facts, report)
+  llmtrain.slurm.collect_run:
+    job: "{{ _pretrain_seen }}"
+    job_id: "{{ _pretrain_job_id }}"
+    reuse: "{{ not _pretrain_watched }}"
+  register: _pretrain_collect
+"""
+
+RETURN = r"""
+checkpoints:
+  description: The run's checkpoints by name, oldest first.
+  returned: always
+  type: list
+  elements: str
+  sample: [step_000050.pt, step_000100.pt]
+facts:
+  description: The run's facts (plugins/module_utils/run_facts.py).
+  returned: always
+  type: dict
+refused:
+  description: Path in the run directory -> why it stays there.
+  returned: always
+  type: dict
+  sample: {"/shared/ws/tiny/metrics.jsonl": "/shared/ws/tiny/metrics.jsonl is not fetched: it leads to /home/u/x, outside the run directory /shared/ws/tiny."}
+fetched:
+  description: The names under C(runs/<run_name>/) copied now.
+  returned: always
+  type: list
+  elements: str
+report:
+  description: The path of C(report.md).
+  returned: success, not in check mode
+  type: str
+report_warnings:
+  description: What the report could not read or draw (M(llmtrain.slurm.run_report)).
+  returned: success, not in check mode
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(job=dict(type="dict", default={}), job_id=dict(type="str", default=""),
+                                              reuse=dict(type="bool", default=False)), supports_check_mode=True)
+    module.fail_json(msg="llmtrain.slurm.collect_run runs in its action plugin, on the controller: run it as a task's "
+                         "action llmtrain.slurm.collect_run in the pretrain role's play")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""The collect_run action (the pretrain role's collect step in one task) against a run directory here:
+the real read_files, fetch_files and put_files modules in-process, a connection that copies files,
+and sacct's ledger given. What a user finds afterwards in runs/<run_name>/ and the run directory."""
+
+import json
+import os
+
+import pytest
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.llmtrain.slurm.plugins.action.collect_run import ActionModule
+from ansible_collections.llmtrain.slurm.plugins.modules import fetch_files, put_files, read_files
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.action.test_fetch_files_action import Connection, Loader, run_module
+
+MODULES = {"llmtrain.slurm.read_files": read_files.main, "llmtrain.slurm.fetch_files": fetch_files.main,
+           "llmtrain.slurm.put_files": put_files.main}
+LEDGER = {"source": "sacct", "gpu_hours": 1.5}
+
+
+class Task:
+    def __init__(self, args, check_mode=False):
+        self.args = args
+        self.check_mode = check_mode
+        self.async_val = 0
+        self.action = "llmtrain.slurm.collect_run"
+
+
+class Templar:
+    """The play's variables are given resolved."""
+
+    @staticmethod
+    def template(value):
+        return value
+
+
+class Collect(ActionModule):
+    def __init__(self, args, base, check_mode=False):
+        super().__init__(Task(args, check_mode), Connection(), None, Loader(base), Templar(), None)
+        self.calls = []
+
+    def _execute_module(self, module_name=None, module_args=None, task_vars=None, **kwargs):  # pylint: disable=arguments-differ
+        self.calls.append(module_name)
+        if module_name == "llmtrain.slurm.run_ledger":
+            return {"changed": False, "ledger": LEDGER}
+        args = dict(module_args, _ansible_check_mode=self._task.check_mode)
+        return run_module(MODULES[module_name], {k: v for k, v in args.items() if v is not None})
+
+
+def variables(tmp_path, own_script=False, **more):
+    run_dir = str(tmp_path / "ws" / "tiny")
+    values = {
+        "run_dir": run_dir, "run_local_dir": str(tmp_path / "runs" / "tiny"), "run_script": "train.py" if own_script else "",
+        "run_code_chdir": run_dir + "/code", "run_wandb_project": "", "slurm_python": "/opt/venv/bin/python",
+        "pretrain_fetch_max_mb": 16, "pretrain_progress_regex": [], "pretrain_progress_tag": "",
+        "pretrain_progress_total_steps": None, "pretrain_script_args": [], "_pretrain_job_name": "llmtrain-tiny",
+        "_pretrain_fact_settings": {"run_name": "tiny", "workspace": run_dir, "job_name": "llmtrain-tiny",
+                                    "model": "tiny", "script": None, "partition": "debug", "gpus_per_node": 0,
+                                    "signal_lead": 60, "procs_per_node": 1, "gpu_policy": "warn",
+                                    "straggler_threshold": 1.5, "exclude_nodes": []}}
+    values.update(more)
+    return values
+
+
+def make_run(tmp_path, metrics=True):
+    run_dir = tmp_path / "ws" / "tiny"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "checkpoints").mkdir()
+    for name in ("step_000050.pt", "step_000100.pt", ".step_000150.pt.tmp"):
+        (run_dir / "checkpoints" / name).write_bytes(b"x")
+    os.utime(str(run_dir / "checkpoints" / "step_000050.pt"), (1, 1))
+    if metrics:
+        (run_dir / "metrics.jsonl").write_text(
+            "".join(json.dumps({"event": "train", "step": s, "loss": 5.0 - s / 100}) + "\n" for s in (10, 20)))
+    (run_dir / "logs" / "llmtrain-tiny-7.out").write_text("step 10 | loss 4.9000\nstep 20 | loss 4.8000\n")
+    return run_dir
+
+
+JOB = {"job_id": "7", "state": "COMPLETED", "exit_code": "0:0", "active": False}
+
+
+def job(run_dir):
+    return dict(JOB, stdout_path=str(run_dir / "logs" / "llmtrain-tiny-7.out"))
+
+
+def test_it_fetches_the_run_writes_its_facts_here_and_there_and_the_report(tmp_path):
+    run_dir = make_run(tmp_path)
+    local = tmp_path / "runs" / "tiny"
+    action = Collect({"job": job(run_dir), "job_id": "7"}, str(tmp_path))
+    result = action.run(task_vars=variables(tmp_path))
+    assert not result.get("failed"), result
+    # three module calls and one write on the cluster
+    assert action.calls == ["llmtrain.slurm.read_files", "llmtrain.slurm.fetch_files", "llmtrain.slurm.run_ledger",
+                            "llmtrain.slurm.put_files"]
+    assert sorted(result["fetched"]) == ["logs/llmtrain-tiny-7.out", "metrics.jsonl"]
+    assert (local / "metrics.jsonl").read_text() == (run_dir / "metrics.jsonl").read_text()
+    # the checkpoints by name, oldest first; a file being written (.name) is none
+    assert result["checkpoints"] == ["step_000050.pt", "step_000100.pt"]
+    facts = json.loads((local / "facts.json").read_text())
+    assert facts["run_name"] == "tiny" and facts["ledger"] == LEDGER and facts["not_fetched"] == {}
+    assert facts["jobs"][0]["job_id"] == "7" and facts["jobs"][0]["state"] == "COMPLETED"
+    assert facts["progress"] == {"source": "metrics"}
+    # kept in the run directory for a controller that did not watch, without what only this one fetched
+    kept = json.loads((run_dir / "facts.json").read_text())
+    assert kept == {k: v for k, v in facts.items() if k not in ("ledger", "not_fetched")}
+    assert result["report"] == str(local / "report.md") and "tiny" in (local / "report.md").read_text()
+    # again: nothing new to copy
+    again = Collect({"job": job(run_dir), "job_id": "7"}, str(tmp_path)).run(task_vars=variables(tmp_path))
+    assert again["fetched"] == [] and again["checkpoints"] == result["checkpoints"]
+
+
+def test_your_scripts_loss_comes_from_its_log_lines_when_it_writes_no_metrics(tmp_path):
+    run_dir = make_run(tmp_path, metrics=False)
+    local = tmp_path / "runs" / "tiny"
+    values = variables(tmp_path, own_script=True, pretrain_progress_regex=[r"step (?P<step>\d+) \| loss (?P<loss>[\d.]+)"])
+    result = Collect({"job": job(run_dir), "job_id": "7"}, str(tmp_path)).run(task_vars=values)
+    assert not result.get("failed"), result
+    records = [json.loads(line) for line in (local / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["loss"], r["source"]) for r in records] == [(10, 4.9, "log"), (20, 4.8, "log")]
+    facts = json.loads((local / "facts.json").read_text())
+    assert facts["progress"]["source"] == "log"
+
+
+def test_a_metrics_file_that_leads_outside_the_run_directory_stays_and_is_said(tmp_path):
+    run_dir = make_run(tmp_path)
+    private = tmp_path / "private.txt"
+    private.write_text("not for the report\n")
+    (run_dir / "metrics.jsonl").unlink()
+    os.symlink(str(private), str(run_dir / "metrics.jsonl"))
+    result = Collect({"job": job(run_dir), "job_id": "7"}, str(tmp_path)).run(task_vars=variables(tmp_path))
+    why = result["refused"][str(run_dir / "metrics.jsonl")]
+    assert "outside the run directory" in why and why in result["warnings"]
+    assert not (tmp_path / "runs" / "tiny" / "metrics.jsonl").exists()
+    facts = json.loads((tmp_path / "runs" / "tiny" / "facts.json").read_text())
+    assert facts["not_fetched"] == result["refused"]
+
+
+def test_a_finished_run_reuses_the_facts_its_watch_kept(tmp_path):
+    run_dir = make_run(tmp_path)
+    kept = {"run_name": "tiny", "jobs": [{"kind": "train", "job_id": "5", "state": "COMPLETED"}]}
+    (run_dir / "facts.json").write_text(json.dumps(kept))
+    result = Collect({"job": job(run_dir), "reuse": True}, str(tmp_path)).run(task_vars=variables(tmp_path))
+    assert result["facts"] == kept
+
+
+def test_check_mode_writes_nothing_here(tmp_path):
+    run_dir = make_run(tmp_path)
+    result = Collect({"job": job(run_dir), "job_id": "7"}, str(tmp_path), check_mode=True).run(task_vars=variables(tmp_path))
+    assert not result.get("failed"), result
+    assert not (tmp_path / "runs").exists() and not (run_dir / "facts.json").exists()
+
+
+def test_a_missing_variable_is_named(tmp_path):
+    values = variables(tmp_path)
+    del values["pretrain_fetch_max_mb"]
+    with pytest.raises(AnsibleActionFail, match="pretrain_fetch_max_mb"):
+        Collect({"job": {}}, str(tmp_path)).run(task_vars=values)
