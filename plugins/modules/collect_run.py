@@ -45,7 +45,7 @@ options:
     default: ""
   reuse:
     description:
-      - The run is not watched now: the facts the watch kept in the run directory are used as they are.
+      - The run is not watched now, so the facts the watch kept in the run directory are used as they are.
     type: bool
     default: false
 notes:
