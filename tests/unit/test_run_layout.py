@@ -28,7 +28,7 @@ def named_under_run_dir():
 
 def test_every_path_the_roles_name_in_the_run_directory_is_in_its_layout():
     found = named_under_run_dir()
-    assert {"checkpoints", "train.done.json", "facts.json", "bad_nodes.json", "STOP"} <= set(found)
+    assert {"checkpoints", "train.done.json", "bad_nodes.json", "STOP"} <= set(found)
     missing = dict((name, where) for name, where in found.items() if name not in run_files.LAYOUT)
     assert not missing, "named under run_dir but not in run_files.LAYOUT (say what it holds there): %s" % missing
 
