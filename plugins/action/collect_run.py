@@ -17,9 +17,9 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import ActionModule as FetchFiles
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import make_dirs, private_bits
-from ansible_collections.llmtrain.slurm.plugins.filter.run import event_metrics, log_metrics
-from ansible_collections.llmtrain.slurm.plugins.module_utils import run_facts
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, run_facts, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, run_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils.script_args import total_of
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
 from ansible_collections.llmtrain.slurm.plugins.module_utils.run_report import write_report
 
@@ -58,6 +58,33 @@ def outside_refused(paths, run_dir):
     """Your script's event files that lie outside the run directory: path -> why they stay."""
     return {path: "%s is not fetched: it lies outside the run directory %s (run_script_chdir); the watch read it, "
                   "the report has not" % (path, run_dir) for path in paths}
+
+
+def log_metrics(text, patterns=None, state=None):
+    """The metrics file (JSON lines) of your script's log: one record per progress line. A pattern
+    that backtracks past its CPU time is warned about, and the records of the others kept.
+    state: a Hugging Face Trainer's state as read_files returns it (trainer_state.compact), the steps of its lines."""
+    try:
+        compiled = log_progress.compile_patterns(patterns or log_progress.DEFAULT_PATTERNS)
+    except ValueError as err:
+        raise AnsibleActionFail(str(err)) from None
+    records, warnings = log_progress.records(str(text or "").splitlines(), compiled, trainer_state.from_result(state))
+    for message in warnings.values():
+        display.warning(message)
+    return "".join(json.dumps(dict(r, source="log"), sort_keys=True) + "\n" for r in records)
+
+
+def event_metrics(paths, tag=None, total_steps=None, script_args=None, max_steps=None):
+    """{text (metrics JSON lines), records (how many), source, tag, files, tags, unreadable} of your script's
+    TensorBoard event files (else Lightning metrics.csv files) at paths, on this controller
+    (event_files.metrics_of); each record's total: total_steps, else the one the script's arguments
+    set, else a Hugging Face Trainer's max_steps (script_args.total_of)."""
+    if script_args is not None and not isinstance(script_args, (list, tuple)):
+        raise AnsibleActionFail("pretrain_script_args must be a list of the script's arguments, not %r" % (script_args,))
+    found = event_files.metrics_of(list(paths), tag or None, total_of(total_steps, script_args, max_steps))
+    text = "".join(json.dumps(record, sort_keys=True) + "\n" for record in found.pop("records"))
+    found.update(text=text, records=text.count("\n"))
+    return found
 
 
 def nice_json(value):

@@ -23,6 +23,14 @@ description:
     (C(pretrain_progress_regex)), into C(runs/<run_name>/metrics.jsonl); the run's facts
     (C(runs/<run_name>/facts.json), plugins/module_utils/run_facts.py); C(report.md) and C(loss.png)
     (M(llmtrain.slurm.run_report)).
+  - Your script's event files are read oldest first, each record's framing checked by its CRCs (one that
+    fails is counted as unreadable, a last record cut short is left out). The loss's tag is
+    C(pretrain_progress_tag), else the first found of C(train_loss), C(train_loss_step), C(train/loss),
+    C(loss_metrics/global_avg_loss), C(lm loss), C(loss/train), C(training_loss), C(loss); a value of another
+    tag (C(val_loss), C(lr), C(tokens_per_s)) goes on the record of its step. Each record's total is
+    C(pretrain_progress_total_steps), else the last of the trainers' step flags in C(pretrain_script_args)
+    (C(--max_steps), C(--max-steps), C(--trainer.max_steps), C(--max_iters), C(--train-iters),
+    C(--training.steps), C(--num_train_steps)), else a Hugging Face Trainer's C(max_steps).
   - Reads the run's variables from the play (C(run_dir), C(run_local_dir), C(run_script),
     C(run_code_chdir), C(run_wandb_project), C(slurm_python), C(pretrain_fetch_max_mb),
     C(pretrain_progress_regex), C(pretrain_progress_tag), C(pretrain_progress_total_steps),

@@ -5,6 +5,7 @@ import shutil
 import pytest
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.llmtrain.slurm.plugins.action import collect_run
 from ansible_collections.llmtrain.slurm.plugins.filter import deploy, run
 from ansible_collections.llmtrain.slurm.plugins.module_utils import pipeline_record
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.module_utils.test_log_progress import (
@@ -41,21 +42,21 @@ def test_a_directory_of_the_users_is_refused_naming_it_and_the_fix():
 
 def test_log_metrics_turns_progress_lines_into_a_metrics_file():
     text = "config tiny\niter 0: loss 5.68, time 1ms\niter 10: loss 3.02, time 1ms\nsaving\n"
-    assert run.log_metrics(text) == ('{"loss": 5.68, "source": "log", "step": 0}\n'
+    assert collect_run.log_metrics(text) == ('{"loss": 5.68, "source": "log", "step": 0}\n'
                                      '{"loss": 3.02, "source": "log", "step": 10}\n')
-    assert run.log_metrics("nothing to see\n", [r"E(?P<step>\d+) (?P<loss>\S+)"]) == ""
+    assert collect_run.log_metrics("nothing to see\n", [r"E(?P<step>\d+) (?P<loss>\S+)"]) == ""
 
 
 def test_log_metrics_reads_any_line_in_linear_time_and_warns_of_a_pattern_that_backtracks(monkeypatch):
     warned = []
-    monkeypatch.setattr(run.display, "warning", warned.append)
+    monkeypatch.setattr(collect_run.display, "warning", warned.append)
     # 200 lines on which the built-in patterns of 0.1.0 backtracked (six minutes of CPU in all)
-    assert run.log_metrics("\n".join(ADVERSARIAL + [PROGRESS]) + "\n") == (
+    assert collect_run.log_metrics("\n".join(ADVERSARIAL + [PROGRESS]) + "\n") == (
         '{"loss": 2.5, "source": "log", "step": 7, "total_steps": 9}\n')
     assert warned == []
     # a pattern of yours that does: named, with its line, and the others' records kept
     text = "iter 0: loss 5.68\n" + "1" * 28 + "\niter 10: loss 3.02\n"
-    assert run.log_metrics(text, [CATASTROPHIC, r"^iter (?P<step>\d+): loss (?P<loss>\S+)"]) == (
+    assert collect_run.log_metrics(text, [CATASTROPHIC, r"^iter (?P<step>\d+): loss (?P<loss>\S+)"]) == (
         '{"loss": 5.68, "source": "log", "step": 0}\n{"loss": 3.02, "source": "log", "step": 10}\n')
     assert warned == [overrun(CATASTROPHIC, "line 2")]
 
@@ -106,12 +107,12 @@ def test_event_metrics_turns_event_files_into_a_metrics_file(tmp_path):
     fixture = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers", "hf_trainer_5.25.0.tfevents")
     path = str(tmp_path / "events.out.tfevents.1796466046.vm.1.0")
     shutil.copy(fixture, path)
-    found = run.event_metrics([path], None, "10")
+    found = collect_run.event_metrics([path], None, "10")
     records = [json.loads(line) for line in found["text"].splitlines()]
     assert [(r["step"], r["total_steps"], r["source"]) for r in records] == [(5, 10, "events"), (10, 10, "events")]
     assert found["records"] == 2 and found["tag"] == "train/loss" and found["files"] == [path]
     assert all("val_loss" in r and "lr" in r for r in records)
-    empty = run.event_metrics([path], "no/such/tag")
+    empty = collect_run.event_metrics([path], "no/such/tag")
     assert empty["records"] == 0 and empty["text"] == "" and "train/loss" in empty["tags"]
 
 
@@ -146,20 +147,3 @@ def test_checkpoints_refuses_what_is_no_find_result():
         run.checkpoints({"files": []})
 
 
-def test_the_run_facts_filters_hand_their_arguments_to_run_facts_and_say_what_they_leave_out(monkeypatch):
-    """The filters are thin: llmtrain.slurm.run_facts makes the facts (module_utils/run_facts.py, tested there),
-    warns through Ansible's display, and returns the kept facts with reuse; facts_progress takes its defaults."""
-    warned = []
-    monkeypatch.setattr(run.display, "warning", warned.append)
-    settings = {"run_name": "tiny", "workspace": "/ws/tiny", "job_name": "llmtrain-tiny", "model": {"n_layer": 2},
-                "script": None, "partition": None, "gpus_per_node": 0, "procs_per_node": 1, "gpu_policy": "strict",
-                "straggler_threshold": 0.2, "exclude_nodes": []}
-    read = {"bad_nodes.json": "[]", "facts.json": json.dumps({"run_name": "kept"})}
-    facts = run.facts(read, settings, {"job_id": "9", "state": "RUNNING"}, checkpoints=["step_000010.pt"],
-                      progress=run.facts_progress(True))
-    assert facts["jobs"][0]["job_id"] == "9" and facts["checkpoint"]["step"] == 10
-    assert facts["progress"] == {"source": "metrics"} and facts["excluded_nodes"] == {}
-    assert warned == ["bad_nodes.json holds no JSON dict: it is left out"]
-    assert run.facts(read, settings, {}, reuse=True) == {"run_name": "kept"}
-    assert run.facts_progress(False) == {"source": None, "tags": [], "event_files": 0}
-    assert run.FilterModule().filters()["run_facts"] is run.facts

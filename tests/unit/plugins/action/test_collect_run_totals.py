@@ -6,9 +6,9 @@ import os
 import shutil
 
 import pytest
-from ansible.errors import AnsibleFilterError
+from ansible.errors import AnsibleActionFail
 
-from ansible_collections.llmtrain.slurm.plugins.filter import run
+from ansible_collections.llmtrain.slurm.plugins.action import collect_run as run
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers", "lightning_2.6.6.tfevents")
 
@@ -36,5 +36,5 @@ def test_each_records_total(events, args, total, max_steps, expected):
 
 
 def test_script_args_must_be_a_list(events):
-    with pytest.raises(AnsibleFilterError, match=r"script_args \(pretrain_script_args\) must be a list"):
+    with pytest.raises(AnsibleActionFail, match=r"pretrain_script_args must be a list"):
         run.event_metrics(events, None, None, "--max_steps 30")
