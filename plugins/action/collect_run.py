@@ -13,6 +13,7 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_text
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import ActionModule as FetchFiles
@@ -29,6 +30,10 @@ display = Display()
 VARIABLES = ("run_dir", "run_local_dir", "run_script", "run_code_chdir", "run_wandb_project", "slurm_python",
              "pretrain_fetch_max_mb", "pretrain_progress_regex", "pretrain_progress_tag",
              "pretrain_progress_total_steps", "pretrain_script_args", "_pretrain_job_name", "_pretrain_fact_settings")
+# what the inference stage's steps read
+RESULT_VARIABLES = ("run_dir", "run_local_dir", "run_script")
+# each stage's collect step, by its method
+STAGES = {"train": "train", "generate": "samples", "export": "export"}
 # the largest log of your script read for its progress lines here (the fetch bounds it already)
 MB = 1048576
 
@@ -87,6 +92,15 @@ def event_metrics(paths, tag=None, total_steps=None, script_args=None, max_steps
     return found
 
 
+def samples_text(samples):
+    """The reference trainer's samples (samples.json: [{prompt, completion}]) as samples.txt shows them."""
+    parts = []
+    for index, sample in enumerate(s for s in samples if isinstance(s, dict)):
+        prompt, completion = str(sample.get("prompt", "")), str(sample.get("completion", ""))
+        parts.append("=== prompt %d: %s\n%s%s\n\n" % (index + 1, json.dumps(prompt), prompt, completion))
+    return "".join(parts)
+
+
 def nice_json(value):
     """As Ansible's to_nice_json writes it, with a line end."""
     return json.dumps(value, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
@@ -96,32 +110,93 @@ class ActionModule(FetchFiles):
 
     TRANSFERS_FILES = False
     _supports_check_mode = True
-    _VALID_ARGS = frozenset(("job", "job_id", "reuse"))
+    _VALID_ARGS = frozenset(("stage", "job", "job_id", "reuse", "model", "evaluate"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(FetchFiles, self).run(tmp, task_vars)  # pylint: disable=bad-super-call
         del tmp  # tmp no longer has any effect
         task_vars = task_vars or {}
+        stage = self._task.args.get("stage") or "train"
+        if stage not in STAGES:
+            raise AnsibleActionFail("stage=%r: collect_run collects %s" % (stage, ", ".join(sorted(STAGES))))
         try:
-            result.update(self.collect(self.values(task_vars), task_vars))
+            result.update(getattr(self, STAGES[stage])(self.values(task_vars, stage), task_vars))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)  # pylint: disable=protected-access
         return result
 
-    def values(self, task_vars):
-        """The run's variables the step reads, resolved, and the task's arguments."""
+    def values(self, task_vars, stage):
+        """The run's variables the stage's step reads, resolved, and the task's arguments."""
         values = {}
-        for name in VARIABLES:
+        for name in VARIABLES if stage == "train" else RESULT_VARIABLES:
             if name not in task_vars:
-                raise AnsibleActionFail("collect_run needs the variable %s (the pretrain role's)" % name)
+                raise AnsibleActionFail("collect_run needs the variable %s (the %s role's)"
+                                        % (name, "pretrain" if name.startswith("_pretrain") else "run"))
             values[name] = self._templar.template(task_vars[name])
         job = self._task.args.get("job") or {}
         if not isinstance(job, dict):
             raise AnsibleActionFail("job: give the job's record as the watch returned it, not %r" % (job,))
         job_id = self._task.args.get("job_id")
+        model = self._task.args.get("model") or {}
+        if stage == "export" and not (isinstance(model, dict) and model.get("name") and model.get("model_dir")):
+            raise AnsibleActionFail("stage=export needs model: {model_dir, name, checkpoint, job_id} (got %r)" % (model,))
         values.update(job=job, job_id="" if job_id is None else str(job_id).strip(),
-                      reuse=bool(self._task.args.get("reuse", False)))
+                      reuse=boolean(self._task.args.get("reuse", False), strict=False), model=model,
+                      evaluate=boolean(self._task.args.get("evaluate", False), strict=False))
         return values
+
+    def samples(self, v, task_vars):
+        """The samples job's output, bounded, to runs/<run_name>/samples.txt (the reference trainer's JSON
+        made readable; your inference_script's standard output as it is), and the report."""
+        own = bool(v["run_script"])
+        name = "samples.txt" if own else "samples.json"
+        read = self.module("llmtrain.slurm.read_files", dict(src=v["run_dir"], names=[name], max_bytes=MB), task_vars)
+        if name not in read.get("files", {}):
+            raise AnsibleActionFail(
+                "%s/%s cannot be used: %s. It stays in the run directory; %s." % (
+                    v["run_dir"], name, read.get("errors", {}).get(name, "it does not exist"),
+                    "make inference_script print less (its standard output is the samples)" if own
+                    else "lower inference_max_new_tokens or use fewer inference_prompts"))
+        text = read["files"][name]
+        if not own:
+            text = samples_text(run_facts.run_json(text, [], name, display.warning))
+        return self.write_results(v["run_local_dir"], run_files.SAMPLES, text)
+
+    def export(self, v, task_vars):
+        """What the export job wrote (its line and the evaluation, bounded) with the model's names, to
+        runs/<run_name>/model.json (the report's Model section), and the report."""
+        own, model = bool(v["run_script"]), v["model"]
+        evaluation = "eval/%s.json" % model["name"]
+        names = ([] if own else ["export/exported.json"]) + ([evaluation] if v["evaluate"] else [])
+        read = self.module("llmtrain.slurm.read_files", dict(src=v["run_dir"], names=names, max_bytes=65536), task_vars)
+        files = read.get("files", {})
+        made = {"model_dir": model["model_dir"], "name": model["name"], "checkpoint": model.get("checkpoint"),
+                "job_id": model.get("job_id") or None,
+                "export": run_facts.run_json(files.get("export/exported.json", "{}"), {}, "export/exported.json",
+                                             display.warning),
+                "evaluation": run_facts.run_json(files.get(evaluation, "{}"), {}, evaluation, display.warning)}
+        done = self.write_results(v["run_local_dir"], "model.json", nice_json(made))
+        done["model"] = made
+        return done
+
+    def write_results(self, local, name, text):
+        """runs/<run_name>/name made text, when it differs; then the report again."""
+        path = os.path.join(local, name)
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                same = handle.read() == text
+        except OSError:
+            same = False
+        done = dict(changed=not same, path=path)
+        if same or self._task.check_mode:
+            return done
+        make_dirs(local)
+        self.write(path, text)
+        try:
+            done.update(zip(("report", "plot", "report_warnings"), write_report(local, os.path.join(local, run_files.FACTS))))
+        except OSError as err:
+            raise AnsibleActionFail("cannot write the report in %s: %s" % (local, to_text(err))) from None
+        return done
 
     def module(self, name, args, task_vars):
         """One module call on the host; its failure fails the step, naming the module."""
@@ -137,7 +212,7 @@ class ActionModule(FetchFiles):
             raise AnsibleActionFail(got.get("msg", "fetch_files failed"))
         return got
 
-    def collect(self, v, task_vars):  # pylint: disable=too-many-locals
+    def train(self, v, task_vars):  # pylint: disable=too-many-locals
         run_dir, local = v["run_dir"], v["run_local_dir"]
         own = bool(v["run_script"])
         max_bytes = int(v["pretrain_fetch_max_mb"]) * MB

@@ -40,6 +40,23 @@ version_added: 0.3.0
 author:
   - llmtrain.slurm maintainers (!UNKNOWN)
 options:
+  stage:
+    description:
+      - Which stage's results - C(train), the collect step above; C(generate), the samples job's output
+        (C(samples.json), or your C(inference_script)'s C(samples.txt), at most 1 MiB) to
+        C(runs/<run_name>/samples.txt), failing with why when it cannot be read; C(export), what the
+        export job wrote (C(export/exported.json) and the evaluation, at most 64 KiB each) with O(model) to
+        C(runs/<run_name>/model.json). Either rewrites the report when its file changed.
+    type: str
+    choices: [train, generate, export]
+    default: train
+  model:
+    description: With O(stage=export), the model - C(model_dir), C(name), C(checkpoint) and the export job's C(job_id).
+    type: dict
+  evaluate:
+    description: With O(stage=export), the job evaluated the model (its C(eval/<name>.json) is read).
+    type: bool
+    default: false
   job:
     description:
       - The training job as the watch last saw it (M(llmtrain.slurm.sbatch)'s C(jobs[0])), or the
@@ -70,24 +87,33 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+path:
+  description: With O(stage=generate) or O(stage=export), the file written on the controller.
+  returned: stage generate or export
+  type: str
+  sample: /home/user/llmtrain/runs/tiny/model.json
+model:
+  description: With O(stage=export), what C(model.json) holds.
+  returned: stage export
+  type: dict
 checkpoints:
   description: The run's checkpoints by name, oldest first.
-  returned: always
+  returned: stage train
   type: list
   elements: str
   sample: [step_000050.pt, step_000100.pt]
 facts:
   description: The run's facts (plugins/module_utils/run_facts.py).
-  returned: always
+  returned: stage train
   type: dict
 refused:
   description: Path in the run directory -> why it stays there.
-  returned: always
+  returned: stage train
   type: dict
   sample: {"/shared/ws/tiny/metrics.jsonl": "/shared/ws/tiny/metrics.jsonl is not fetched: it leads to /home/u/x, outside the run directory /shared/ws/tiny."}
 fetched:
   description: The names under C(runs/<run_name>/) copied now.
-  returned: always
+  returned: stage train
   type: list
   elements: str
 report:
@@ -105,7 +131,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(job=dict(type="dict", default={}), job_id=dict(type="str", default=""),
+    module = AnsibleModule(argument_spec=dict(stage=dict(type="str", default="train", choices=["train", "generate", "export"]),
+                                              model=dict(type="dict"), evaluate=dict(type="bool", default=False),
+                                              job=dict(type="dict", default={}), job_id=dict(type="str", default=""),
                                               reuse=dict(type="bool", default=False)), supports_check_mode=True)
     module.fail_json(msg="llmtrain.slurm.collect_run runs in its action plugin, on the controller: run it as a task's "
                          "action llmtrain.slurm.collect_run in the pretrain role's play")

@@ -154,3 +154,48 @@ def test_a_missing_variable_is_named(tmp_path):
     del values["pretrain_fetch_max_mb"]
     with pytest.raises(AnsibleActionFail, match="pretrain_fetch_max_mb"):
         Collect({"job": {}}, str(tmp_path)).run(task_vars=values)
+
+
+def results(tmp_path, stage, own_script=False, check_mode=False, **args):
+    values = {k: v for k, v in variables(tmp_path, own_script).items() if k in ("run_dir", "run_local_dir", "run_script")}
+    return Collect(dict(args, stage=stage), str(tmp_path), check_mode).run(task_vars=values)
+
+
+def test_the_reference_trainers_samples_become_samples_txt_and_the_report_shows_them(tmp_path):
+    run_dir = make_run(tmp_path)
+    (run_dir / "samples.json").write_text(json.dumps([{"prompt": "Once", "completion": " upon a time"},
+                                                      {"prompt": "The \"end\"", "completion": "."}]))
+    result = results(tmp_path, "generate")
+    local = tmp_path / "runs" / "tiny"
+    assert result["changed"] and (local / "samples.txt").read_text() == (
+        '=== prompt 1: "Once"\nOnce upon a time\n\n=== prompt 2: "The \\"end\\""\nThe "end".\n\n')
+    assert "Once upon a time" in (local / "report.md").read_text()
+    # the same samples again: nothing written
+    assert results(tmp_path, "generate")["changed"] is False
+
+
+def test_samples_that_cannot_be_read_fail_saying_why_and_what_to_change(tmp_path):
+    run_dir = make_run(tmp_path)
+    (run_dir / "samples.txt").write_text("x" * (1048576 + 1))
+    with pytest.raises(AnsibleActionFail, match=r"samples.txt cannot be used: .*make inference_script print less"):
+        results(tmp_path, "generate", own_script=True)
+    with pytest.raises(AnsibleActionFail, match=r"samples.json cannot be used: it does not exist.*inference_prompts"):
+        results(tmp_path, "generate")
+
+
+def test_the_export_and_its_evaluation_become_model_json(tmp_path):
+    run_dir = make_run(tmp_path)
+    (run_dir / "export").mkdir()
+    (run_dir / "export" / "exported.json").write_text(json.dumps({"format": "hf", "params": 1000}))
+    (run_dir / "eval").mkdir()
+    (run_dir / "eval" / "step_000100.json").write_text(json.dumps({"loss": 3.5}))
+    model = {"model_dir": str(run_dir / "export" / "step_000100"), "name": "step_000100", "checkpoint": "step_000100.pt",
+             "job_id": "12"}
+    result = results(tmp_path, "export", model=model, evaluate=True)
+    written = json.loads((tmp_path / "runs" / "tiny" / "model.json").read_text())
+    assert written == result["model"] == dict(model, export={"format": "hf", "params": 1000}, evaluation={"loss": 3.5})
+    # not evaluated: no evaluation read
+    again = results(tmp_path, "export", model=model, evaluate="false")
+    assert again["model"]["evaluation"] == {} and again["changed"]
+    with pytest.raises(AnsibleActionFail, match="stage=export needs model"):
+        results(tmp_path, "export")
