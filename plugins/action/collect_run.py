@@ -263,8 +263,8 @@ class ActionModule(FetchFiles):
         ledger = self.module("llmtrain.slurm.run_ledger", dict(
             run_dir=run_dir, job_ids=[v["job_id"]] if v["job_id"] else [],
             venv_dir=os.path.dirname(os.path.dirname(python)) if python.startswith("/") else None), task_vars)
-        put = self.module("llmtrain.slurm.put_files", dict(dest=run_dir, files={run_files.FACTS: nice_json(facts)},
-                                                            mode="0644"), task_vars)
+        put = self.module("llmtrain.slurm.put_files",
+                          dict(dest=run_dir, files={run_files.FACTS: nice_json(facts)}, mode="0644"), task_vars)
         done = dict(changed=bool(collected.get("fetched") or put.get("changed")), checkpoints=checkpoints,
                     facts=facts, refused=refused, fetched=collected.get("fetched", []), ledger=ledger.get("ledger"))
         if refused:

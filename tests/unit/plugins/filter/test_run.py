@@ -43,7 +43,7 @@ def test_a_directory_of_the_users_is_refused_naming_it_and_the_fix():
 def test_log_metrics_turns_progress_lines_into_a_metrics_file():
     text = "config tiny\niter 0: loss 5.68, time 1ms\niter 10: loss 3.02, time 1ms\nsaving\n"
     assert collect_run.log_metrics(text) == ('{"loss": 5.68, "source": "log", "step": 0}\n'
-                                     '{"loss": 3.02, "source": "log", "step": 10}\n')
+                                             '{"loss": 3.02, "source": "log", "step": 10}\n')
     assert collect_run.log_metrics("nothing to see\n", [r"E(?P<step>\d+) (?P<loss>\S+)"]) == ""
 
 
@@ -145,5 +145,3 @@ def test_a_name_with_a_control_character_is_never_a_checkpoint_and_is_said_escap
 def test_checkpoints_refuses_what_is_no_find_result():
     with pytest.raises(AnsibleFilterError, match="ansible.builtin.find"):
         run.checkpoints({"files": []})
-
-
