@@ -34,7 +34,7 @@ VARIABLES = ("run_dir", "run_local_dir", "run_script", "run_code_chdir", "run_wa
 RESULT_VARIABLES = ("run_dir", "run_local_dir", "run_script")
 # each stage's collect step, by its method
 STAGES = {"train": "train", "generate": "samples", "export": "export"}
-# the largest log of your script read for its progress lines here (the fetch bounds it already)
+# a MiB: the samples' bound, and pretrain_fetch_max_mb's unit (which bounds your script's log read here)
 MB = 1048576
 
 
@@ -130,8 +130,8 @@ class ActionModule(FetchFiles):
         values = {}
         for name in VARIABLES if stage == "train" else RESULT_VARIABLES:
             if name not in task_vars:
-                raise AnsibleActionFail("collect_run needs the variable %s (the %s role's)"
-                                        % (name, "pretrain" if name.startswith("_pretrain") else "run"))
+                raise AnsibleActionFail("collect_run needs the variable %s: run it in a play of the %s role"
+                                        % (name, "pretrain" if stage == "train" else "inference"))
             values[name] = self._templar.template(task_vars[name])
         job = self._task.args.get("job") or {}
         if not isinstance(job, dict):
@@ -192,10 +192,7 @@ class ActionModule(FetchFiles):
             return done
         make_dirs(local)
         self.write(path, text)
-        try:
-            done.update(zip(("report", "plot", "report_warnings"), write_report(local, os.path.join(local, run_files.FACTS))))
-        except OSError as err:
-            raise AnsibleActionFail("cannot write the report in %s: %s" % (local, to_text(err))) from None
+        done.update(self.report(local))
         return done
 
     def module(self, name, args, task_vars):
@@ -273,12 +270,17 @@ class ActionModule(FetchFiles):
             return done
         self.write(os.path.join(local, run_files.FACTS),
                    nice_json(dict(facts, not_fetched=refused, ledger=ledger.get("ledger"))))
+        done.update(self.report(local), changed=True)
+        return done
+
+    @staticmethod
+    def report(local):
+        """report.md and loss.png of runs/<run_name>/ written anew: {report, plot, report_warnings}."""
         try:
-            report, plot, warnings = write_report(local, os.path.join(local, run_files.FACTS))
+            made = write_report(local, os.path.join(local, run_files.FACTS))
         except OSError as err:
             raise AnsibleActionFail("cannot write the report in %s: %s" % (local, to_text(err))) from None
-        done.update(changed=True, report=report, plot=plot, report_warnings=warnings)
-        return done
+        return dict(zip(("report", "plot", "report_warnings"), made))
 
     @staticmethod
     def write(path, text):
