@@ -10,6 +10,7 @@ import runpy
 
 import pytest
 from ansible.errors import AnsibleFilterError
+from ansible_collections.llmtrain.slurm.plugins.action import run_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -85,8 +86,7 @@ def test_the_shell_scripts_take_their_exit_codes_from_the_table(path):
 
 
 def test_the_checks_ship_the_table_beside_them():
-    sources = read(os.path.join(ROOT, "roles", "run", "tasks", "dirs.yml"))
-    assert "- exit_codes.sh\n" in sources and "llmtrain_node/exit_codes.py" in node_package.files()
+    assert "exit_codes.sh" in run_dirs.CHECK_SOURCES and "llmtrain_node/exit_codes.py" in node_package.files()
     bad_nodes = read(os.path.join(ROOT, "roles", "run", "files", "bad_nodes.sh"))
     # bad_nodes.sh is sourced by the scripts that source exit_codes.sh
     for script in ("node_check.sh", "network_check.sh"):

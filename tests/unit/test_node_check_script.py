@@ -9,6 +9,7 @@ import subprocess
 import pytest
 import sys
 from pathlib import Path
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base
 from ansible_collections.llmtrain.slurm.tests.unit.test_node_package import ship_node_package
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,8 +63,9 @@ def job_start(tmp_path, node_answer, srun=FAKE_SRUN, args=(), extra_env=None):
     for name in ("node_check.sh", "bad_nodes.sh", "exit_codes.sh"):
         shutil.copy(str(ROOT / "roles" / "run" / "files" / name), str(scripts / name))
     ship_node_package(scripts)
-    (scripts / "node_check.conf").write_text(
-        "python=%s\ntimeout_s=60\npolicy=fail\nrequeue_max=0\ngpu_policy=strict\n" % sys.executable)
+    (scripts / "node_check.conf").write_text(base.Run(dict(
+        run_name="run", slurm_workspace=str(tmp_path), slurm_python=sys.executable, slurm_node_check_timeout=60,
+        run_bad_node_policy="fail", run_requeue_max=0, run_gpu_policy="strict", run_gpu_diag=0)).check_settings())
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name, text in (("scontrol", FAKE_SCONTROL), ("srun", srun)):

@@ -153,6 +153,22 @@ class Run(object):
         """slurm_python as a job script runs it on its batch node, in the run's scripts directory."""
         return self.container(self.scripts)["batch"] + [str(self["slurm_python"])]
 
+    def check_settings(self):
+        """scripts/node_check.conf: the run's node check settings, which every job reads when it
+        starts (node_check.sh sources it), each value quoted."""
+        box = self.container(self.scripts)
+        return "\n".join([
+            "# The node check settings of run %s, written by llmtrain.slurm.run_dirs" % js(self.name),
+            "python=" + q(self["slurm_python"]),
+            "timeout_s=%d" % self.int("slurm_node_check_timeout"),
+            "policy=" + q(self["run_bad_node_policy"]),
+            "requeue_max=%d" % self.int("run_requeue_max"),
+            "gpu_policy=" + q(self["run_gpu_policy"]),
+            "gpu_diag=%d" % self.int("run_gpu_diag"),
+            "# the run's container (slurm_container_*): srun options of a step, the prefix of a step's",
+            "# command, the prefix of a command on the batch node (all empty without one)",
+        ] + ["container_%s=(%s)" % (part, words(box[part])) for part in ("step", "task", "batch")]) + "\n"
+
     def node_check(self, gpus, *extra):
         """The node check, the first step of every job of the run (its settings are in
         scripts/node_check.conf); gpus: what the job asks Slurm for."""
