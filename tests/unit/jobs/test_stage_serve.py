@@ -80,8 +80,10 @@ def test_the_role_names_the_job_and_its_key_as_the_class_does():
 
 
 def test_the_task_gives_the_facts_the_job_takes_and_nothing_the_job_sets():
-    with open(os.path.join(ROLE, "tasks", "serve_start.yml")) as handle:
-        task = [t for t in yaml.safe_load(handle) if t.get("llmtrain.slurm.sbatch", {}).get("stage") == STAGE]
+    with open(os.path.join(ROLE, "tasks", "serve.yml")) as handle:
+        tasks = yaml.safe_load(handle)
+    tasks += [t for block in tasks for t in block.get("block", [])]
+    task = [t for t in tasks if t.get("llmtrain.slurm.sbatch", {}).get("stage") == STAGE]
     assert len(task) == 1
     args = task[0]["llmtrain.slurm.sbatch"]
     assert sorted(args["facts"]) == sorted(Serve.facts)
