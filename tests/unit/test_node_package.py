@@ -1,5 +1,5 @@
 """The code that runs on the compute nodes is one package, module_utils.node, shipped as llmtrain_node
-from one list (module_utils/node_package.py) by the node_package lookup: the list holds every file
+from one list (module_utils/node_package.py) by llmtrain.slurm.run_dirs: the list holds every file
 of the package, and the shipped tree imports in a bare interpreter (no site-packages: no Ansible,
 no torch)."""
 
@@ -15,8 +15,7 @@ PACKAGE_DIR = os.path.join(ROOT, "plugins", "module_utils", "node")
 
 
 def ship_node_package(dest):
-    """Writes the llmtrain_node package into dest as the run role ships it (the files the lookup gives it,
-    test_the_lookup_gives_the_list_s_files)."""
+    """Writes the llmtrain_node package into dest as run_dirs ships it (test_run_dirs_ships_the_list_s_files)."""
     for name, text in node_package.files().items():
         path = os.path.join(str(dest), name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -32,13 +31,15 @@ def test_the_list_is_every_file_of_the_package():
             assert handle.read() == text, name
 
 
-def test_the_lookup_gives_the_list_s_files():
+def test_run_dirs_ships_the_list_s_files(tmp_path):
     # the controller's plugin, imported here only: the modules' unit tests import this file's helper
-    from ansible_collections.llmtrain.slurm.plugins.lookup.node_package import LookupModule
+    from ansible_collections.llmtrain.slurm.tests.unit.plugins.action.test_run_dirs_action import run_dirs, variables
 
-    files = LookupModule().run(["scripts/"])[0]
-    assert "scripts/llmtrain_node/node_check.py" in files and files == node_package.files("scripts/")
-    assert LookupModule().run([])[0] == node_package.files()
+    (tmp_path / "ws").mkdir()
+    result, _calls = run_dirs(tmp_path, variables(tmp_path))
+    assert "scripts/llmtrain_node/node_check.py" in result["written"]
+    for name, text in node_package.files("scripts/").items():
+        assert (tmp_path / "ws" / "tiny" / name).read_text() == text, name
 
 
 def test_the_shipped_tree_imports_in_a_bare_interpreter(tmp_path):
@@ -57,7 +58,7 @@ def test_the_shipped_tree_imports_in_a_bare_interpreter(tmp_path):
 
 
 def test_no_role_reaches_out_of_itself_for_a_file():
-    """A role ships what it has (its files/ and templates/) or what a plugin gives it (the lookup
+    """A role ships what it has (its files/ and templates/) or what a plugin gives it (run_dirs
     above), never a file found by a path that climbs out of the role."""
     climbing = []
     for top in ("roles", "playbooks"):
