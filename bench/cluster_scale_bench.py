@@ -120,9 +120,22 @@ def watch_poll(inv, nodes):
         subprocess.run(["scancel", job], check=False)
 
 
+# the stages' roles, by the names their plays had when each stage was a play of its own
+STAGE_ROLES = {"local_cluster": "Local Slurm cluster", "preflight": "Preflight", "nccl_env": "NCCL / UCX / Gloo environment",
+               "deploy": "Deploy", "pretrain": "Pretrain", "inference": "Inference"}
+
+
 def stage_times(lines, wall):
-    """{play name: seconds} from the PLAY banners of ansible-playbook's output."""
-    banners = [(t, re.sub(r"^PLAY \[(.*)\].*", r"\1", line)) for t, line in lines if line.startswith("PLAY [")]
+    """{stage: seconds} from ansible-playbook's output: a PLAY banner starts a stage of the play's name, a
+    TASK banner of a stage's role (llmtrain.slurm.<role> : ...) that stage; the run role's tasks and
+    the argument checks count to the stage they run in."""
+    banners = []
+    for t, line in lines:
+        if line.startswith("PLAY ["):
+            banners.append((t, re.sub(r"^PLAY \[(.*)\].*", r"\1", line)))
+        role = re.match(r"^TASK \[llmtrain\.slurm\.(\w+) : ", line)
+        if role and role.group(1) in STAGE_ROLES and (not banners or banners[-1][1] != STAGE_ROLES[role.group(1)]):
+            banners.append((t, STAGE_ROLES[role.group(1)]))
     ends = [t for t, _name in banners[1:]] + [wall]
     times = {}
     for (t, name), end in zip(banners, ends):

@@ -26,7 +26,11 @@ def test_the_bench_cluster_shares_no_name_address_or_port_with_the_test_cluster(
     assert values["slurm_nodes"] == 16 and values["slurm_procs_per_node"] == 1
 
 
-def test_stage_times_add_up_each_play_of_the_playbook():
-    lines = [(0.0, "PLAY [Preflight] ****"), (1.0, "TASK [x] ****"), (4.0, "PLAY [Deploy] ****"),
-             (10.0, "PLAY [Preflight] ****")]
-    assert cluster_scale_bench.stage_times(lines, 12.0) == {"Preflight": 6.0, "Deploy": 6.0}
+def test_stage_times_add_up_each_play_and_each_stage_s_role_of_the_playbook():
+    lines = [(0.0, "PLAY [Local Slurm cluster] ****"), (1.0, "TASK [x] ****"), (2.0, "PLAY [Pipeline] ****"),
+             (2.5, "TASK [llmtrain.slurm.run : Look for the record] ****"),
+             (3.0, "TASK [llmtrain.slurm.preflight : Validating arguments] ****"),
+             (3.5, "TASK [llmtrain.slurm.run : Check the run's inputs] ****"), (4.0, "TASK [llmtrain.slurm.preflight : y] ****"),
+             (6.0, "TASK [llmtrain.slurm.deploy : z] ****"), (9.0, "TASK [llmtrain.slurm.preflight : again] ****")]
+    assert cluster_scale_bench.stage_times(lines, 12.0) == {"Local Slurm cluster": 2.0, "Pipeline": 1.0, "Preflight": 6.0,
+                                                            "Deploy": 3.0}
