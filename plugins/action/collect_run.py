@@ -19,6 +19,7 @@ from ansible.utils.display import Display
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import ActionModule as FetchFiles
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import make_dirs, private_bits
 from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, run_facts, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import train as train_job
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, run_files
 from ansible_collections.llmtrain.slurm.plugins.module_utils.script_args import total_of
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
@@ -29,7 +30,9 @@ display = Display()
 # the run's variables the step reads (resolved from the task's own)
 VARIABLES = ("run_dir", "run_local_dir", "run_script", "run_code_chdir", "run_wandb_project", "slurm_python",
              "pretrain_fetch_max_mb", "pretrain_progress_regex", "pretrain_progress_tag",
-             "pretrain_progress_total_steps", "pretrain_script_args", "_pretrain_job_name", "_pretrain_fact_settings")
+             "pretrain_progress_total_steps", "pretrain_script_args", "run_name", "run_code_script", "run_source_dir",
+             "pretrain_model", "slurm_partition", "slurm_gpus_per_node", "pretrain_signal_lead", "slurm_procs_per_node",
+             "run_gpu_policy", "pretrain_straggler_threshold", "slurm_exclude_nodes")
 # what the inference stage's steps read
 RESULT_VARIABLES = ("run_dir", "run_local_dir", "run_script")
 # each stage's collect step, by its method
@@ -99,6 +102,21 @@ def samples_text(samples):
         prompt, completion = str(sample.get("prompt", "")), str(sample.get("completion", ""))
         parts.append("=== prompt %d: %s\n%s%s\n\n" % (index + 1, json.dumps(prompt), prompt, completion))
     return "".join(parts)
+
+
+def fact_settings(v, source):
+    """The run's settings its facts name (run_facts.py); source: what is deployed of your script
+    (run_source: its files and digest), None for the reference trainer."""
+    script = None
+    if v["run_script"]:
+        script = {"path": v["run_code_script"], "args": v["pretrain_script_args"], "chdir": v["run_code_chdir"],
+                  "source_dir": v["run_source_dir"], "files": len((source or {}).get("files") or []),
+                  "digest": (source or {}).get("digest")}
+    return {"run_name": v["run_name"], "workspace": v["run_dir"], "job_name": train_job.NAME_PREFIX + str(v["run_name"]),
+            "model": v["pretrain_model"], "script": script, "partition": v["slurm_partition"],
+            "gpus_per_node": int(v["slurm_gpus_per_node"]), "signal_lead": int(v["pretrain_signal_lead"]),
+            "procs_per_node": int(v["slurm_procs_per_node"]), "gpu_policy": v["run_gpu_policy"],
+            "straggler_threshold": float(v["pretrain_straggler_threshold"]), "exclude_nodes": v["slurm_exclude_nodes"]}
 
 
 def nice_json(value):
@@ -216,7 +234,7 @@ class ActionModule(FetchFiles):
         check = self._task.check_mode
         if not check:
             make_dirs(os.path.join(local, "logs"))
-        job_name = v["_pretrain_job_name"]
+        job_name = train_job.NAME_PREFIX + str(v["run_name"])
         read = self.module("llmtrain.slurm.read_files", dict(
             src=run_dir,
             names=["preflight.json", "env/cluster.env", "node_check/%s.json" % job_name, run_files.BAD_NODES,
@@ -253,7 +271,7 @@ class ActionModule(FetchFiles):
         progress = run_facts.progress(metrics_fetched, events, bool(log_text), v["pretrain_progress_regex"],
                                       len(event_names) + len(outside), local)
         checkpoints = run_files.checkpoint_names(read.get("entries", []), own)
-        facts = run_facts.kept_or_made(read.get("files", {}), v["reuse"], settings=dict(v["_pretrain_fact_settings"]),
+        facts = run_facts.kept_or_made(read.get("files", {}), v["reuse"], settings=fact_settings(v, self._templar.template(task_vars["run_source"]) if own else None),
                                        warn=display.warning, job=dict(v["job"]), job_id=v["job_id"],
                                        checkpoints=checkpoints, progress_fact=progress)
         python = str(v["slurm_python"] or "")

@@ -34,7 +34,10 @@ description:
   - Reads the run's variables from the play (C(run_dir), C(run_local_dir), C(run_script),
     C(run_code_chdir), C(run_wandb_project), C(slurm_python), C(pretrain_fetch_max_mb),
     C(pretrain_progress_regex), C(pretrain_progress_tag), C(pretrain_progress_total_steps),
-    C(pretrain_script_args)) and the pretrain role's; the module itself refuses to run.
+    C(pretrain_script_args)), and those the run's facts name (C(run_name), C(pretrain_model), your script's
+    C(run_code_script), C(run_source_dir) and C(run_source), C(slurm_partition), C(slurm_gpus_per_node),
+    C(slurm_procs_per_node), C(pretrain_signal_lead), C(run_gpu_policy), C(pretrain_straggler_threshold),
+    C(slurm_exclude_nodes)); the module itself refuses to run.
   - Each file left on the cluster is said in a warning, with why.
 version_added: 0.3.0
 author:

@@ -52,11 +52,11 @@ def variables(tmp_path, own_script=False, **more):
         "run_dir": run_dir, "run_local_dir": str(tmp_path / "runs" / "tiny"), "run_script": "train.py" if own_script else "",
         "run_code_chdir": run_dir + "/code", "run_wandb_project": "", "slurm_python": "/opt/venv/bin/python",
         "pretrain_fetch_max_mb": 16, "pretrain_progress_regex": [], "pretrain_progress_tag": "",
-        "pretrain_progress_total_steps": None, "pretrain_script_args": [], "_pretrain_job_name": "llmtrain-tiny",
-        "_pretrain_fact_settings": {"run_name": "tiny", "workspace": run_dir, "job_name": "llmtrain-tiny",
-                                    "model": "tiny", "script": None, "partition": "debug", "gpus_per_node": 0,
-                                    "signal_lead": 60, "procs_per_node": 1, "gpu_policy": "warn",
-                                    "straggler_threshold": 1.5, "exclude_nodes": []}}
+        "pretrain_progress_total_steps": None, "pretrain_script_args": [], "run_name": "tiny",
+        "run_code_script": run_dir + "/code/train.py" if own_script else "",
+        "run_source_dir": "", "pretrain_model": "tiny", "slurm_partition": "debug", "slurm_gpus_per_node": "0",
+        "pretrain_signal_lead": 60, "slurm_procs_per_node": 1, "run_gpu_policy": "warn", "pretrain_straggler_threshold": "1.5",
+        "slurm_exclude_nodes": [], "run_source": {"files": ["train.py", "model.py"], "digest": "d1"}}
     values.update(more)
     return values
 
@@ -97,6 +97,7 @@ def test_it_fetches_the_run_writes_its_facts_here_and_there_and_the_report(tmp_p
     assert result["checkpoints"] == ["step_000050.pt", "step_000100.pt"]
     facts = json.loads((local / "facts.json").read_text())
     assert facts["run_name"] == "tiny" and facts["ledger"] == LEDGER and facts["not_fetched"] == {}
+    assert facts["model"] == "tiny" and facts["script"] is None and facts["cluster"]["partition"] == "debug"
     assert facts["jobs"][0]["job_id"] == "7" and facts["jobs"][0]["state"] == "COMPLETED"
     assert facts["progress"] == {"source": "metrics"}
     # kept in the run directory for a controller that did not watch, without what only this one fetched
@@ -118,6 +119,10 @@ def test_your_scripts_loss_comes_from_its_log_lines_when_it_writes_no_metrics(tm
     assert [(r["step"], r["loss"], r["source"]) for r in records] == [(10, 4.9, "log"), (20, 4.8, "log")]
     facts = json.loads((local / "facts.json").read_text())
     assert facts["progress"]["source"] == "log"
+    # the run's settings, made from its variables: your script as it ran, no model of ours
+    assert facts["model"] is None and facts["cluster"]["gpus_per_node"] == 0 and facts["straggler_threshold"] == 1.5
+    assert facts["script"] == {"path": str(run_dir / "code" / "train.py"), "args": [], "chdir": str(run_dir / "code"),
+                               "source_dir": "", "files": 2, "digest": "d1", "checkpoints": ["step_000050.pt", "step_000100.pt"]}
 
 
 def test_a_metrics_file_that_leads_outside_the_run_directory_stays_and_is_said(tmp_path):
