@@ -271,7 +271,8 @@ class ActionModule(FetchFiles):
         progress = run_facts.progress(metrics_fetched, events, bool(log_text), v["pretrain_progress_regex"],
                                       len(event_names) + len(outside), local)
         checkpoints = run_files.checkpoint_names(read.get("entries", []), own)
-        facts = run_facts.kept_or_made(read.get("files", {}), v["reuse"], settings=fact_settings(v, self._templar.template(task_vars["run_source"]) if own else None),
+        settings = fact_settings(v, self._templar.template(task_vars["run_source"]) if own else None)
+        facts = run_facts.kept_or_made(read.get("files", {}), v["reuse"], settings=settings,
                                        warn=display.warning, job=dict(v["job"]), job_id=v["job_id"],
                                        checkpoints=checkpoints, progress_fact=progress)
         python = str(v["slurm_python"] or "")
