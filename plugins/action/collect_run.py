@@ -104,15 +104,15 @@ def samples_text(samples):
     return "".join(parts)
 
 
-def fact_settings(v, source):
-    """The run's settings its facts name (run_facts.py); source: what is deployed of your script
-    (run_source: its files and digest), None for the reference trainer."""
+def fact_settings(v, job_name, source):
+    """The run's settings its facts name (run_facts.py); job_name: the training job's; source: what is
+    deployed of your script (run_source: its files and digest), None for the reference trainer."""
     script = None
     if v["run_script"]:
         script = {"path": v["run_code_script"], "args": v["pretrain_script_args"], "chdir": v["run_code_chdir"],
                   "source_dir": v["run_source_dir"], "files": len((source or {}).get("files") or []),
                   "digest": (source or {}).get("digest")}
-    return {"run_name": v["run_name"], "workspace": v["run_dir"], "job_name": train_job.NAME_PREFIX + str(v["run_name"]),
+    return {"run_name": v["run_name"], "workspace": v["run_dir"], "job_name": job_name,
             "model": v["pretrain_model"], "script": script, "partition": v["slurm_partition"],
             "gpus_per_node": int(v["slurm_gpus_per_node"]), "signal_lead": int(v["pretrain_signal_lead"]),
             "procs_per_node": int(v["slurm_procs_per_node"]), "gpu_policy": v["run_gpu_policy"],
@@ -271,7 +271,7 @@ class ActionModule(FetchFiles):
         progress = run_facts.progress(metrics_fetched, events, bool(log_text), v["pretrain_progress_regex"],
                                       len(event_names) + len(outside), local)
         checkpoints = run_files.checkpoint_names(read.get("entries", []), own)
-        settings = fact_settings(v, self._templar.template(task_vars["run_source"]) if own else None)
+        settings = fact_settings(v, job_name, self._templar.template(task_vars["run_source"]) if own else None)
         facts = run_facts.kept_or_made(read.get("files", {}), v["reuse"], settings=settings,
                                        warn=display.warning, job=dict(v["job"]), job_id=v["job_id"],
                                        checkpoints=checkpoints, progress_fact=progress)

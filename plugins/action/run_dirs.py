@@ -48,9 +48,9 @@ def check_sources():
 
 
 def made_key(run, settings):
-    """What the fact records: the run directory, whether it holds src/, and what is written there."""
-    return hashlib.sha1(json.dumps([run.dir, bool(run.get("run_source_dir")), settings,
-                                    list(CHECK_SOURCES)]).encode()).hexdigest()
+    """What the fact records: the run directory, whether it holds src/, and the settings written there
+    (the scripts and the package are the collection's own, the same all through one playbook run)."""
+    return hashlib.sha1(json.dumps([run.dir, bool(run.get("run_source_dir")), settings]).encode()).hexdigest()
 
 
 class ActionModule(ActionBase):
@@ -79,7 +79,7 @@ class ActionModule(ActionBase):
         subdirs = list(SUBDIRS) + (["src"] if run.get("run_source_dir") else [])
         result.update(self._execute_module(
             module_name=MODULE, task_vars=task_vars,
-            module_args=dict(path=run.dir, subdirs=subdirs, private=list(PRIVATE), files=files)))
+            module_args=dict(path=run.dir, subdirs=subdirs, private=list(PRIVATE), files=files)), path=run.dir)
         if not result.get("failed"):
             result["ansible_facts"] = {FACT: key}
         return result

@@ -4,8 +4,8 @@
 run directory's shared files), the node check (node_check.py), the network check
 (network_check.py, link_speed.py), the training job's hang watch (hang.py) and what they need (gpu.py, nccl.py, atomic.py, bad_nodes.py,
 exit_codes.py; event_files.py, a script's TensorBoard event files: its progress where it writes no metrics file). The
-modules use the same files. The run role ships this package to
-<run>/scripts/llmtrain_node/ (the node_package lookup, from node_package.py's list), and the
+modules use the same files. llmtrain.slurm.run_dirs ships this package to
+<run>/scripts/llmtrain_node/ (node_package.py's list), and the
 job scripts run `python -m llmtrain_node.node_check` with <run>/scripts first on PYTHONPATH.
 Inside the package, imports are relative and nothing outside Python's standard library is
 imported at import time (network_check.py imports torch when it measures), so that it imports

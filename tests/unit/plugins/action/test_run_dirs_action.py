@@ -53,6 +53,7 @@ def test_the_first_task_makes_and_fills_the_run_directory_and_the_next_ones_call
     result, calls = run_dirs(tmp_path, task_vars)
     run_dir = str(tmp_path / "ws" / "tiny")
     assert calls == ["llmtrain.slurm.secure_dir"] and result["changed"] and not result.get("failed"), result
+    assert result["path"] == run_dir
     for sub in ("env", "scripts/trainer", "scripts/llmtrain_node", "data", "checkpoints", "logs"):
         assert os.path.isdir(os.path.join(run_dir, sub)), sub
     assert not os.path.exists(os.path.join(run_dir, "src"))
