@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / ".collections"), str(ROOT / "tests")]
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger, node_package  # noqa: E402
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP  # noqa: E402
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import ledger, node_package  # noqa: E402
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import FIELD_SEP  # noqa: E402
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files  # noqa: E402
 from webhook_receiver import Receiver  # noqa: E402
 

@@ -8,7 +8,7 @@ Each stage runs the real code on generated inputs in the real formats, in a temp
 directory: the trainer's loss record and node_times.json (roles/deploy/files/trainer), one
 poll of the watch (the slurm_job_info module, in this process as AnsiballZ would run it, with
 scontrol answering from recorded 22.05 output for a job of N nodes), the run report
-(plugins/module_utils/run_report.py), resuming the metrics file (the trainer's MetricsLog), failure
+(plugins/module_utils/rundir/run_report.py), resuming the metrics file (the trainer's MetricsLog), failure
 diagnosis (job_log.log_summary) on the log of a job whose rank fails first among all others,
 `scontrol show node` parsing, and the nccl_env stage (ansible-playbook on an inventory of N
 hosts). Every stage is printed against node count, with the growth exponent (the slope of
@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / ".collections"), str(ROOT / "roles" / "deploy" / "files"), str(ROOT / "bench")]
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import metrics, slurm_parse  # noqa: E402
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import metrics  # noqa: E402
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import slurm_parse  # noqa: E402
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_log  # noqa: E402
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import network_check, node_check  # noqa: E402
 
@@ -287,7 +288,7 @@ def stage_poll(tmp, sizes, histories, metrics_files):
 
 
 # the report written in a fresh process (the action llmtrain.slurm.run_report calls write_report in the task's)
-REPORT_CALL = ("import sys; from ansible_collections.llmtrain.slurm.plugins.module_utils.run_report import write_report; "
+REPORT_CALL = ("import sys; from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.run_report import write_report; "
                "write_report(sys.argv[1])")
 
 

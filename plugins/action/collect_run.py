@@ -18,12 +18,13 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import ActionModule as FetchFiles
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import make_dirs, private_bits
-from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, run_facts, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_facts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import train as train_job
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, run_files
-from ansible_collections.llmtrain.slurm.plugins.module_utils.script_args import total_of
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.script_args import total_of
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
-from ansible_collections.llmtrain.slurm.plugins.module_utils.run_report import write_report
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.run_report import write_report
 
 display = Display()
 

@@ -17,7 +17,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import relative_name_error
 
 MODULE = "llmtrain.slurm.fetch_files"
 CHUNK = 1048576

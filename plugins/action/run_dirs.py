@@ -21,7 +21,7 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import node_package
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base
 
 MODULE = "llmtrain.slurm.secure_dir"

@@ -1,14 +1,14 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The action of llmtrain.slurm.run_report: the run's report written on the controller, in this
-process (plugins/module_utils/run_report.py). See plugins/modules/run_report.py for the options."""
+process (plugins/module_utils/rundir/run_report.py). See plugins/modules/run_report.py for the options."""
 
 from __future__ import annotations
 
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.run_report import ARGUMENT_SPEC, write_report
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.run_report import ARGUMENT_SPEC, write_report
 
 
 class ActionModule(ActionBase):

@@ -47,9 +47,9 @@ requirements:
 from ansible import constants as C
 from ansible.plugins.callback import CallbackBase
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import METRIC_FIELDS
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.metrics import METRIC_FIELDS
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import fields, printable
-from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import straggler_line
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.stragglers import straggler_line
 
 # The stdout callback that prints the progress line itself (plugins/callback/default.py).
 PRINTED_BY_STDOUT_CALLBACK = "llmtrain.slurm.default"

@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters on a run's model after training (module_utils/after_training.py)."""
+"""Filters on a run's model after training (module_utils/inference/after_training.py)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import after_training
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inference import after_training
 
 
 def model_lines(model, run_name):

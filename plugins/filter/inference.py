@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from ansible.utils.display import Display
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import run_facts
-from ansible_collections.llmtrain.slurm.plugins.module_utils import prompts_file as prompts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_facts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inference import prompts_file as prompts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 
 display = Display()

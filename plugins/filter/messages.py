@@ -18,7 +18,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import exit_codes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import node_state_text, parse_dependency
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import node_state_text, parse_dependency
 
 # Lines of a job log in which Slurm says that a node of the job was lost.
 NODE_LOST = re.compile(r"Node failure|NODE FAILURE|not responding")

@@ -16,9 +16,11 @@
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs, run_facts, site_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_facts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import site_check
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import nccl
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import out_of_service_nodes, usable_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import out_of_service_nodes, usable_nodes
 
 
 def input_errors(values, workers=None):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.utils.display import Display
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import container, pipeline_record, run_facts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import container, pipeline_record, run_facts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base as jobs_base
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check, run_files
 
@@ -78,7 +78,7 @@ def gpu_options(count, gpu_type=None, how="gres"):
 def container_argv(settings, workdir):
     """The run's container (run_container: slurm_container_* and slurm_workspace) -> {step: srun
     options of a job step, task: the prefix of a step's command, batch: the prefix of a command on
-    the batch node}, each a list of words; all empty without a container (module_utils/container.py)."""
+    the batch node}, each a list of words; all empty without a container (module_utils/rundir/container.py)."""
     if not isinstance(settings, dict) or not str(workdir or "").startswith("/"):
         raise AnsibleFilterError("container_argv: needs run_container and an absolute working directory (got %r, %r)"
                                  % (settings, workdir))

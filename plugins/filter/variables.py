@@ -13,7 +13,7 @@ import functools
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import argument_specs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import argument_specs
 
 # Former names (CHANGELOG.md): a renamed variable, and the one that replaces it.
 RENAMED = {

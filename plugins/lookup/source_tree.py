@@ -80,7 +80,7 @@ import os
 from ansible.errors import AnsibleError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import source_tree
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import source_tree
 
 
 class LookupModule(LookupBase):

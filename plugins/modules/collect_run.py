@@ -21,7 +21,7 @@ description:
   - On the controller, in the action plugin - where your script wrote no C(LLMTRAIN_METRICS_FILE), its
     loss from its TensorBoard event files (else Lightning's C(metrics.csv)), else from its log lines
     (C(pretrain_progress_regex)), into C(runs/<run_name>/metrics.jsonl); the run's facts
-    (C(runs/<run_name>/facts.json), plugins/module_utils/run_facts.py); C(report.md) and C(loss.png)
+    (C(runs/<run_name>/facts.json), plugins/module_utils/rundir/run_facts.py); C(report.md) and C(loss.png)
     (M(llmtrain.slurm.run_report)).
   - Your script's event files are read oldest first, each record's framing checked by its CRCs (one that
     fails is counted as unreadable, a last record cut short is left out). The loss's tag is
@@ -106,7 +106,7 @@ checkpoints:
   elements: str
   sample: [step_000050.pt, step_000100.pt]
 facts:
-  description: The run's facts (plugins/module_utils/run_facts.py).
+  description: The run's facts (plugins/module_utils/rundir/run_facts.py).
   returned: stage train
   type: dict
 refused:

@@ -161,7 +161,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import fetch_refusal, relative_name_error
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import fetch_refusal, relative_name_error
 
 CHUNK = 1048576
 KINDS = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),

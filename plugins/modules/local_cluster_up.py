@@ -83,7 +83,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import daemon
+from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import daemon
 
 # the states in which a node runs jobs (the role's wait_nodes.yml waits for the same)
 UP_STATES = ("idle", "mixed", "allocated", "completing", "reserved", "planned")

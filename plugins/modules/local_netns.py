@@ -106,7 +106,7 @@ namespaces:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import daemon, netns
+from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import daemon, netns
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 
 

@@ -128,7 +128,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import release_root
+from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import release_root
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 
 DEBOOTSTRAP_SCRIPTS = "/usr/share/debootstrap/scripts"

@@ -115,7 +115,7 @@ cmd:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import daemon
+from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import daemon
 
 
 def main():

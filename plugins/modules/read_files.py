@@ -126,9 +126,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text, relative_name_error
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import read_text, relative_name_error
 
 # the most entries of list_dir returned
 LIST_MAX = 100000

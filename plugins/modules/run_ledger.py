@@ -80,9 +80,9 @@ ledger:
 
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import ledger
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
 
 
 def used(slurm):

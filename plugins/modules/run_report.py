@@ -69,7 +69,7 @@ report_warnings:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.run_report import ARGUMENT_SPEC
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.run_report import ARGUMENT_SPEC
 
 
 def main():

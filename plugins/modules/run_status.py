@@ -195,10 +195,10 @@ job:
 
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import run_status
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_status
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import log_summary, tail_lines
-from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.log_progress import DEFAULT_PATTERNS, compile_patterns
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
 
 
 def status(slurm):

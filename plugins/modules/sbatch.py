@@ -491,16 +491,19 @@ cancelled:
 
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, job_watch, sbatch_argv, script_args, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import done_record, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch import job_watch
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import script_args
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import holds, replace_file
-from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import Settler, read_bad_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.exclusion import Settler, read_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import output_tail
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import JOB_ID
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import failure_message
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES, unknown_job
-from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import failure_message
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import ControllerUnreachable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import ACTIVE_STATES, unknown_job
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.waiter import Waiter
 
 # a script people read and run again by hand, as the template module would write it
 KEPT_SCRIPT_MODE = 0o755

@@ -135,9 +135,9 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import trusted_dirs
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
-from ansible_collections.llmtrain.slurm.plugins.module_utils.put import parse_mode, write_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import relative_name_error
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.put import parse_mode, write_files
 
 
 def file_name_error(name, subdirs):

@@ -121,11 +121,11 @@ waited:
 
 import time
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import serve
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inference import serve
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import output_tail
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES
-from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import ACTIVE_STATES
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.waiter import Waiter
 
 
 def wait_for_server(m):

@@ -184,9 +184,9 @@ ansible_facts:
   type: dict
 """
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import container
-from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import container
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.exclusion import load_bad_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
 
 
 def look(slurm):

@@ -120,10 +120,10 @@ import inspect
 import json
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu
-from ansible_collections.llmtrain.slurm.plugins.module_utils.gpu_check import compare
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import expand_hostlist, usable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.gpu_check import compare
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import expand_hostlist, usable
 
 
 def select_nodes(all_nodes, partition, wanted):

@@ -286,10 +286,10 @@ progress_warnings:
       repeats such as (a+)+ or \\s*:?\\s*"
 """
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import job_watch
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
-from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch import job_watch
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import ControllerUnreachable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.waiter import Waiter
 
 
 def look(slurm):

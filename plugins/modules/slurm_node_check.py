@@ -151,11 +151,11 @@ import os
 import secrets
 import shutil
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import container, node_package, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import container, node_package, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import atomic, node_check
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_module import SlurmModule
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import parse_nodes, usable
 
 
 def idle(node):

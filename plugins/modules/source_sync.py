@@ -110,7 +110,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import source_sync, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import source_sync, trusted_dirs
 
 
 def main():

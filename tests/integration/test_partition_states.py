@@ -4,7 +4,7 @@ short answer whatever the cluster's size. On the local cluster it counts the usa
 
 import time
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import (
     SINFO_STATE_FORMAT, parse_nodes, parse_state_counts, usable_count, usable_nodes)
 
 from cluster import node, slurm

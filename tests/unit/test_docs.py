@@ -132,12 +132,17 @@ def test_contributing_layout_names_every_module_plugin_role_playbook_and_tool():
         "plugins/modules": stems("plugins/modules"),
         "plugins/action": stems("plugins/action"),
         "plugins/callback": stems("plugins/callback"),
-        "plugins/module_utils": {s + ".py" for s in stems("plugins/module_utils")},
-        "plugins/module_utils/inputs": {s + ".py" for s in stems("plugins/module_utils/inputs")},
-        "plugins/module_utils/node": {s + ".py" for s in stems("plugins/module_utils/node")},
+        # module_utils holds packages only, each named with its every file
+        "plugins/module_utils": {s + ".py" for s in stems("plugins/module_utils")}
+        | {name + "/" for name in os.listdir(os.path.join(ROOT, "plugins/module_utils"))
+           if os.path.exists(os.path.join(ROOT, "plugins/module_utils", name, "__init__.py"))},
         "playbooks": stems("playbooks", ".yml"),
         "tools": {s + ".py" for s in stems("tools")},
     }
+    for package in sorted(wanted["plugins/module_utils"]):
+        if package.endswith("/"):
+            wanted["plugins/module_utils/" + package[:-1]] = {s + ".py" for s in stems("plugins/module_utils/" + package[:-1])}
+    named |= set(re.findall(r"[\w.]+/", layout))
     missing = {folder: sorted(names - named) for folder, names in wanted.items() if names - named}
     roles = sorted(name for name in os.listdir(os.path.join(ROOT, "roles"))
                    if "roles/%s/" % name not in layout)

@@ -11,7 +11,7 @@ import runpy
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.llmtrain.slurm.plugins.action import run_dirs
-from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import node_package
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL_PATH = os.path.join(ROOT, "tools", "exit_codes.py")

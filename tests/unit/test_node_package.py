@@ -1,5 +1,5 @@
 """The code that runs on the compute nodes is one package, module_utils.node, shipped as llmtrain_node
-from one list (module_utils/node_package.py) by llmtrain.slurm.run_dirs: the list holds every file
+from one list (module_utils/rundir/node_package.py) by llmtrain.slurm.run_dirs: the list holds every file
 of the package, and the shipped tree imports in a bare interpreter (no site-packages: no Ansible,
 no torch)."""
 
@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import node_package
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGE_DIR = os.path.join(ROOT, "plugins", "module_utils", "node")

@@ -6,7 +6,7 @@ import glob
 import os
 import re
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import run_status
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_status
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

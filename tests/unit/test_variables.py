@@ -274,7 +274,7 @@ CHOICE_COPIES = {
     "pretrain_parallel": [("roles/deploy/files/trainer/config.py", "PARALLEL")],
     "run_wandb_mode": [("roles/deploy/files/trainer/config.py", "WANDB_MODES")],
     "slurm_gpu_request": [("plugins/filter/run.py", "GPU_REQUESTS")],
-    "slurm_container_runtime": [("plugins/module_utils/container.py", "RUNTIMES")],
+    "slurm_container_runtime": [("plugins/module_utils/rundir/container.py", "RUNTIMES")],
     "run_gpu_policy": [("module:slurm_node_check", "gpu_policy"), ("plugins/module_utils/node/node_check.py", "GPU_POLICIES")],
     "run_gpu_diag": [("module:slurm_node_check", "gpu_diag"), ("plugins/module_utils/node/gpu_health.py", "DIAG_LEVELS")],
 }

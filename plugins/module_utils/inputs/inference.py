@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, int_or_none, number, one_line, strings
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.slurm import MEMORY, TIME_LIMIT
-from ansible_collections.llmtrain.slurm.plugins.module_utils.prompts_file import TEMPERATURES, temperature_ok
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inference.prompts_file import TEMPERATURES, temperature_ok
 
 
 def errors(values):

@@ -6,9 +6,9 @@ trainer's checkpoints need of the workspace."""
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, int_or_none, number
-from ansible_collections.llmtrain.slurm.plugins.module_utils.argument_specs import choices
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.argument_specs import choices
 
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
 

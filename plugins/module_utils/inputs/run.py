@@ -9,7 +9,7 @@ import re
 from urllib.parse import urlsplit
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, one_line, strings
-from ansible_collections.llmtrain.slurm.plugins.module_utils.argument_specs import choices
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.argument_specs import choices
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.notify import FORMATS as NOTIFY_FORMATS
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.notify import host_of, odd_character
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import container
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import container
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.common import count, int_or_none, one_line
-from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import COLLECTION_OPTIONS, SBATCH_OPTIONS
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.sbatch_argv import COLLECTION_OPTIONS, SBATCH_OPTIONS
 
 PARTITION = re.compile(r"^[A-Za-z0-9_.-]+$")
 MEMORY = re.compile(r"^[1-9][0-9]*[KMGT]?$")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import container
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import container
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import exit_codes
 
 # The second line of every job script. The templates the scripts were made from before had
@@ -145,7 +145,7 @@ class Run(object):
 
     def container(self, workdir):
         """{step, task, batch}: how a job whose commands run in workdir starts them in the run's
-        container (module_utils/container.py); all empty without one."""
+        container (module_utils/rundir/container.py); all empty without one."""
         return container.argv(container.settings(self.variables), workdir)
 
     @property

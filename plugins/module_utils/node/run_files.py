@@ -59,7 +59,7 @@ USAGE = "usage.json"
 USAGE_MAX_BYTES = 4096
 USAGE_FIELDS = dict(first=TEXT, starts=COUNT, node_s=NUMBER, gpu_s=NUMBER, cpu_s=NUMBER, gpus_per_node=COUNT, last=TEXT,
                     jobs=TEXT, jobs_dropped=COUNT)
-# the training job ids usage.json keeps (for sacct's ledger: plugins/module_utils/ledger.py), newest last;
+# the training job ids usage.json keeps (for sacct's ledger: plugins/module_utils/rundir/ledger.py), newest last;
 # a run of more jobs than this counts those it drops (the ledger then is usage.json's)
 USAGE_JOBS_KEPT = 100
 # SLURM_JOB_CPUS_PER_NODE: "2(x3),1", each node's CPUs in the job
@@ -78,7 +78,7 @@ LAYOUT = {
     PREEMPTED: "the signal the training stopped on with a checkpoint: the trainer writes, job.py reads",
     HANG: "the hang watch ended the training: node/hang.py writes, job.py reads",
     REQUEUES_UNCOUNTED: "'<job id> <start>' per requeue run_requeue_max does not count: job.py",
-    FACTS: "the run's facts for its report: module_utils/run_facts.py (FIELDS) makes them, the collect step "
+    FACTS: "the run's facts for its report: module_utils/rundir/run_facts.py (FIELDS) makes them, the collect step "
            "writes them, run_report.py reads them",
     DONE: "the record of the finished training job (done_record.py, RECORD_FIELDS): sbatch writes and reads it",
     METRICS: "the trainer's loss records (LLMTRAIN_METRICS_FILE): metrics.py, the watch and the report read",
@@ -120,7 +120,7 @@ LAYOUT = {
              "parts/w<world>/rank-<rank>.jsonl (trainer.batch appends a record per prompt), generations.jsonl and "
              "summary.json (trainer.batch --merge), batch.sbatch and batch.done.json (the sbatch module)",
     "serve": "the serving job's endpoint.json (node/serve_gate.py writes it once the server answers, "
-             "module_utils/serve.py reads it) and the link, named after the run, to the model it serves",
+             "module_utils/inference/serve.py reads it) and the link, named after the run, to the model it serves",
 }
 
 # what a job reads of starts.jsonl (its end) for the nodes of the start before, and of a marker

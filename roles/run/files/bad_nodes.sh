@@ -6,7 +6,7 @@
 #
 # With POLICY exclude and requeues left, asks Slurm to requeue the job held and returns
 # EXIT_REQUEUED_HELD: the watcher (the sbatch module watching the job,
-# plugins/module_utils/exclusion.py) excludes the recorded bad
+# plugins/module_utils/watch/exclusion.py) excludes the recorded bad
 # nodes, releases the job, and it starts again on other nodes. Returns 1 when it did not
 # (another policy, requeues used up, or scontrol failed), saying why.
 requeue_without_bad_nodes() {

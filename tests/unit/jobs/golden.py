@@ -13,7 +13,8 @@ import subprocess
 
 import yaml
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import sbatch_argv, source_tree
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import source_tree
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -1,4 +1,4 @@
-"""plugins/module_utils/run_report.py: report.md and loss.png from a fetched run directory."""
+"""plugins/module_utils/rundir/run_report.py: report.md and loss.png from a fetched run directory."""
 
 import html
 import json
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import run_report
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

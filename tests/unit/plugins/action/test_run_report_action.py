@@ -11,7 +11,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.llmtrain.slurm.plugins.action.run_report import ActionModule
-from ansible_collections.llmtrain.slurm.plugins.module_utils.run_report import ARGUMENT_SPEC
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.run_report import ARGUMENT_SPEC
 from ansible_collections.llmtrain.slurm.plugins.modules import run_report
 
 

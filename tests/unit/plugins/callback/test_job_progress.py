@@ -2,7 +2,7 @@
 
 import json
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import job_watch
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch import job_watch
 from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import ENDLESS_RETRIES, event_lines, progress_line
 
 PROGRESS = dict(step=120, total_steps=1000, loss=3.2104, val_loss=None, lr=3e-4, tokens_per_s=5230.4,

@@ -6,7 +6,7 @@ import json
 import os
 
 from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import event_lines
-from ansible_collections.llmtrain.slurm.plugins.module_utils import recovery
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch import recovery
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm")
 # `scontrol show node -o` of the local cluster's node 1 (recorded idle in scontrol_show_node.txt) with

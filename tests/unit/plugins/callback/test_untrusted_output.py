@@ -8,7 +8,7 @@ import re
 
 from ansible_collections.llmtrain.slurm.plugins.callback.job_progress import event_lines, final_line, progress_line
 from ansible_collections.llmtrain.slurm.plugins.filter.messages import job_failure_message, lost_nodes_message
-from ansible_collections.llmtrain.slurm.plugins.module_utils import metrics
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import metrics
 
 # OSC 52 writes the clipboard, CSI 2J clears the screen, OSC 8 draws a link, U+202E reverses what follows,
 # U+009B is CSI in 8 bits

@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.filter import messages
 from ansible_collections.llmtrain.slurm.plugins.filter.messages import job_failure_message, lost_nodes_message
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import job_from_scontrol, parse_records
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import job_from_scontrol, parse_records
 
 REQUEUED = dict(job_id="17", restarts=1, reason="ReqNodeNotAvail", partition="debug", waits_for_nodes=True)
 DOWN = [dict(name="slurm-worker-1", partitions=["debug"], state="down", state_flags=["not_responding"],

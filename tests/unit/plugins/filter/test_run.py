@@ -7,7 +7,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.llmtrain.slurm.plugins.action import collect_run
 from ansible_collections.llmtrain.slurm.plugins.filter import deploy, run
-from ansible_collections.llmtrain.slurm.plugins.module_utils import pipeline_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import pipeline_record
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.module_utils.test_log_progress import (
     ADVERSARIAL, CATASTROPHIC, PROGRESS, overrun)
 

@@ -4,7 +4,7 @@ job's file cannot put escapes on the terminal or pass a string for a number."""
 
 import math
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.after_training import model_lines
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inference.after_training import model_lines
 
 EXPORTED = {"model_dir": "/ws/r/export/step_000800", "name": "step_000800", "checkpoint": "step_000800.pt",
             "export": {"step": 800, "bytes": 497764352, "exported": True, "seconds": 3.21},

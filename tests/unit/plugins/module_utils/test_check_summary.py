@@ -1,4 +1,4 @@
-from ansible_collections.llmtrain.slurm.plugins.module_utils import check_summary
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch import check_summary
 
 PATH = "/w/run/node_check/llmtrain-big.json"
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import container
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import container
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import validate
 
 WS = "/shared/runs"

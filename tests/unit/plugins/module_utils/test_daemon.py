@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import daemon
+from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import daemon
 
 
 def write_stat(proc, pid, comm, state, argv0=None):

@@ -1,7 +1,7 @@
 import json
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import done_record
 
 JOB = dict(job_id="16", name="train", state="COMPLETED", exit_code=0, end_time="2026-11-29T21:44:47",
            stdout_path="/o/16.out", nodelist="n1", signal=0)

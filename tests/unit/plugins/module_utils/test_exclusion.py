@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import exclusion
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch import exclusion
 
 BAD_NODES = {"n2": dict(reason="no network interface ib0 on n2 (it has eth0, lo)", job_id="42",
                         time="2026-11-30T10:00:00Z"),

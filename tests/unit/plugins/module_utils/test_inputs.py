@@ -416,14 +416,15 @@ def test_hang_policy_names_its_choices():
 
 def test_each_roles_checks_live_in_its_own_module():
     """inputs/ is split by role: the module named after a role checks that role's variables (a value
-    of another role it reads only to bound its own), and every role whose variables need code has one."""
+    of another role it reads only to bound its own), and every role whose variables need code has one;
+    beside them, the reader of the specs they take their choices from."""
     import glob
     import os
     import re
     here = os.path.dirname(inputs.__file__)
     modules = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(here, "*.py")))
-    assert modules == ["__init__", "common", "deploy", "inference", "pretrain", "run", "slurm"]
-    for module in modules[2:]:
+    assert modules == ["__init__", "argument_specs", "common", "deploy", "inference", "pretrain", "run", "slurm"]
+    for module in modules[3:]:
         with open(os.path.join(here, module + ".py"), encoding="utf-8") as handle:
             text = handle.read()
         checked = set(re.findall(r'"(\w+)" in values', text)) | set(re.findall(r'count\(found, values, "(\w+)"', text))
@@ -470,7 +471,7 @@ def test_site_options_are_checked_before_anything_reaches_slurm():
 
 
 def test_every_option_the_collection_sets_is_an_sbatch_option_and_owned_by_a_variable_or_the_collection():
-    from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import COLLECTION_OPTIONS, SBATCH_OPTIONS
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.sbatch_argv import COLLECTION_OPTIONS, SBATCH_OPTIONS
     assert sorted(set(COLLECTION_OPTIONS) - SBATCH_OPTIONS) == []
     for option, owner in COLLECTION_OPTIONS.items():
         assert owner.startswith("the collection (") or owner.split(" ", maxsplit=1)[0].rstrip(",").startswith(

@@ -5,9 +5,9 @@ the sums, which jobs it asks about and when it falls back to the run's own lines
 import json
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import ledger
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import FIELD_SEP
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm")
 

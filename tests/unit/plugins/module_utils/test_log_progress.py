@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress
 
 DEFAULT = log_progress.compile_patterns(log_progress.DEFAULT_PATTERNS)
 

@@ -1,6 +1,6 @@
 import json
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import metrics
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import metrics
 
 
 def loss_records(count, **extra):

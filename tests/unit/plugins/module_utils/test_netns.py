@@ -1,6 +1,6 @@
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import netns
+from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import netns
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "ip")
 

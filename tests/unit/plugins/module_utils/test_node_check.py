@@ -557,7 +557,7 @@ def test_gather_over_an_unreadable_bad_nodes_file_keeps_it_aside_says_so_and_sta
 def test_the_three_writers_of_bad_nodes_merge_into_one_file_read_as_the_watch_reads_it(tmp_path):
     """The node check, the network check and the hang watch add theirs through bad_nodes.record;
     earlier entries stay, a node found again gets its latest reason."""
-    from ansible_collections.llmtrain.slurm.plugins.module_utils import exclusion  # pylint: disable=import-outside-toplevel
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.watch import exclusion  # pylint: disable=import-outside-toplevel
     from ansible_collections.llmtrain.slurm.plugins.module_utils.node import bad_nodes  # pylint: disable=import-outside-toplevel
     path = str(tmp_path / "bad_nodes.json")
     bad_nodes.record(path, {"n1": "no GPU", "n2": "no network interface ib0"}, "41", "2026-12-05T10:00:00Z")

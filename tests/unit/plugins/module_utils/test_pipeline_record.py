@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import pipeline_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import pipeline_record
 STAGES = ["data/prepare.done.json", "train.done.json", "generate.done.json", "deployed.json"]
 VALUES = {"slurm_nodes": 3, "pretrain_steps": 200, "pretrain_model": {"n_layer": 2}, "nccl_env_socket_ifname": "eth0",
           "slurm_secret_env": {"WANDB_API_KEY": "secret"}, "ansible_host": "login1"}

@@ -9,7 +9,7 @@ import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.filter import inference
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
-from ansible_collections.llmtrain.slurm.plugins.module_utils import prompts_file as prompts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inference import prompts_file as prompts
 
 
 TEMPERATURES = "give 0 (the most likely token) or from 0.0001 to 10000."

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import release_root
+from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import release_root
 
 
 def test_the_series_of_debian_package_versions():

@@ -1,9 +1,9 @@
-"""The run's facts for the report (module_utils/run_facts.py): made in one place from what the collect step read
+"""The run's facts for the report (module_utils/rundir/run_facts.py): made in one place from what the collect step read
 of the run directory, each fact defined in FIELDS, every file of the run read as untrusted JSON."""
 
 import json
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import run_facts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_facts
 
 SETTINGS = {"run_name": "tiny", "workspace": "/shared/ws/tiny", "job_name": "llmtrain-tiny",
             "model": {"n_layer": 4}, "script": None, "partition": None, "gpus_per_node": 2, "procs_per_node": 2,

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import run_status
-from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_status
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.log_progress import DEFAULT_PATTERNS, compile_patterns
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_end, run_files
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import QUEUE_FIELDS, parse_dependency, parse_squeue
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import QUEUE_FIELDS, parse_dependency, parse_squeue
 
 PATTERNS = compile_patterns(DEFAULT_PATTERNS)
 

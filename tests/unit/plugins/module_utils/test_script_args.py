@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import script_args
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import script_args
 
 FIXTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers", "*.step_flags.json")))
 

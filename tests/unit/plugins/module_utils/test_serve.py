@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import serve
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inference import serve
 
 ENDPOINT = {"job_id": "42", "node": "gpu-01", "address": "10.1.0.11", "port": 41877, "backend": "transformers",
             "model": "tiny", "api_key": True, "started": "2026-12-05T10:00:00", "ready": "2026-12-05T10:00:20"}

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import node_package
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import exit_codes, serve_gate, serve_job
 
 KEY = "sk-SECRET-KEY-42"

@@ -5,8 +5,8 @@ recorded on the local cluster), and the checks' messages."""
 import os
 
 from ansible_collections.llmtrain.slurm.plugins.filter import preflight
-from ansible_collections.llmtrain.slurm.plugins.module_utils import site_check
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import site_check
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import (
     NO_ACCOUNTING_MARKER, parse_associations, parse_gres, parse_reservations)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm")

@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import slurm_parse
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import slurm_parse
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import fixture
 
 

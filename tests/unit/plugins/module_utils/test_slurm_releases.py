@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import sbatch_argv, slurm_parse
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv, slurm_parse
 
 RELEASES_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm", "releases")
 RELEASES = ("23.02", "23.11", "24.05", "24.11", "25.05", "26.05")

@@ -3,7 +3,7 @@
 import hashlib
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import source_tree
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import source_tree
 
 
 def make_source(root):

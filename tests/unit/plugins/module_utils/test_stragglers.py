@@ -2,8 +2,8 @@ import statistics
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import (node_table, node_times_table,
-                                                                                straggler_line, stragglers)
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.stragglers import (node_table, node_times_table,
+                                                                                      straggler_line, stragglers)
 
 
 def record(step, **work):

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress, trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import job_log
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers")

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import log_progress, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress, trainer_state
 
 DEFAULT = log_progress.compile_patterns(log_progress.DEFAULT_PATTERNS)
 PER_EPOCH = 1000  # optimizer steps per epoch

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import trusted_dirs
 
 NOBODY = 65534
 

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import (
-    check_summary, done_record, exclusion, job_watch, log_progress, metrics, recovery, run_status, trainer_state)
-from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch import check_summary, exclusion, job_watch, recovery
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import done_record, run_status
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress, metrics, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.log_progress import DEFAULT_PATTERNS, compile_patterns
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import hang, job_end, node_check, run_files, untrusted
 
 DEEP = "[" * 50000
@@ -288,7 +289,7 @@ def test_the_hang_watch_reads_past_crafted_lines_and_keeps_watching(tmp_path):
     assert hang.last_step(metrics_file) == 3
     # the node package, run as the job runs it (its own interpreter, the package alone on the path)
     package = tmp_path / "scripts"
-    from ansible_collections.llmtrain.slurm.plugins.module_utils import node_package
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import node_package
     for name, text in node_package.files().items():
         write(package / name, text)
     probe = ("import sys; from llmtrain_node import hang; r = hang.Records(); "

@@ -1,7 +1,7 @@
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, SlurmError
-from ansible_collections.llmtrain.slurm.plugins.module_utils.waiter import Waiter
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import ControllerUnreachable, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.waiter import Waiter
 
 
 class Clock:

@@ -14,8 +14,8 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import Slurm as Client
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP, RECORD_SEP, SQUEUE_FORMAT
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import Slurm as Client
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import FIELD_SEP, RECORD_SEP, SQUEUE_FORMAT
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "slurm")
 SQUEUE = ["/usr/bin/squeue", "--noheader", "--states=all", "--user=alice", "--format=" + SQUEUE_FORMAT]

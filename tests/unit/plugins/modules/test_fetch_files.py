@@ -1,7 +1,7 @@
 import hashlib
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import fetch_refusal
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import fetch_refusal
 from ansible_collections.llmtrain.slurm.plugins.modules import fetch_files
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import run
 

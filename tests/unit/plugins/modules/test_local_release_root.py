@@ -8,7 +8,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import release_root
+from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import release_root
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 from ansible_collections.llmtrain.slurm.plugins.modules import local_release_root
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import run

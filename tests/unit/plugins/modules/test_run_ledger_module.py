@@ -3,7 +3,7 @@ usage.json's and the caller's), on real sacct output; usage.json's figures witho
 
 import json
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import ledger
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
 from ansible_collections.llmtrain.slurm.plugins.modules import run_ledger
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, fixture, run

@@ -4,8 +4,9 @@ detail, and the detail's log tail and traceback from the job's log."""
 import json
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger, slurm_client
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import QUEUE_FORMAT
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import ledger
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import slurm_client
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import QUEUE_FORMAT
 from ansible_collections.llmtrain.slurm.plugins.modules import run_status
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, fixture, job_text, run, scontrol_job, squeue_rows
 

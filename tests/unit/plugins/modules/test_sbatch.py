@@ -8,8 +8,8 @@ import re
 import pytest
 from ansible.module_utils import basic
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import sbatch_argv, waiter
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP, SACCT_FIELDS
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv, waiter
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import FIELD_SEP, SACCT_FIELDS
 from ansible_collections.llmtrain.slurm.plugins.modules import sbatch
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
     SQUEUE, Slurm, fixture, job_text, run, scontrol_job, squeue_rows)

@@ -4,9 +4,9 @@ import json
 import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import gpu
-from ansible_collections.llmtrain.slurm.plugins.module_utils.gpu_check import compare
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_nodes, usable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.gpu_check import compare
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import parse_nodes, usable
 from ansible_collections.llmtrain.slurm.plugins.modules import slurm_gpu_check
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import Slurm, fixture, run
 

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import source_tree
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import source_tree
 from ansible_collections.llmtrain.slurm.plugins.modules import source_sync
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import run
 

@@ -35,8 +35,8 @@ _collection_digests = {}
 
 
 def collection_root():
-    """The collection's directory (this file is plugins/module_utils/pipeline_record.py)."""
-    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    """The collection's directory (this file is plugins/module_utils/rundir/pipeline_record.py)."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def collection_digest(root=None):

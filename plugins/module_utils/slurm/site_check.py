@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
-from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import OPTION_RELEASES
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import parse_version
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.sbatch_argv import OPTION_RELEASES
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import parse_version
 
 # a --constraint this check can evaluate: features joined by & (and, also ,) and | (or);
 # brackets, parentheses, counts (*N) and ! are only checked feature by feature

@@ -19,8 +19,8 @@ import time
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.bad_nodes import BAD_NODES_MAX_BYTES
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import read_text
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import usable_nodes
 
 # scontrol's Reason for a job that `scontrol requeuehold` put back in the queue
 HELD_AFTER_CHECK = "job_requeued_in_held_state"

@@ -10,7 +10,7 @@ import os
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import read_text
 
 RECORD_FIELDS = ("fingerprint", "name", "job_id", "state", "exit_code", "end_time", "stdout_path")
 # what the run's other readers take of a record: which job, and whether it completed

@@ -27,16 +27,17 @@ import re
 import stat
 import time
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record, ledger, trainer_state, trusted_dirs
-from ansible_collections.llmtrain.slurm.plugins.module_utils.exclusion import load_bad_nodes
-from ansible_collections.llmtrain.slurm.plugins.module_utils.job_watch import newest_hang
-from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import last_record
-from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import done_record, ledger, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.exclusion import load_bad_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.job_watch import newest_hang
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.log_progress import last_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.metrics import progress_of, tail_records
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
-from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import end_how, run_starts
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import ACTIVE_STATES, DEPENDENCY_REASONS, parse_dependency
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import read_text
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.recovery import end_how, run_starts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import ACTIVE_STATES, DEPENDENCY_REASONS, parse_dependency
 
 RUN_MARKERS = ("scripts/pretrain.sbatch", run_files.DONE, run_files.STARTS)
 DONE_FILE = run_files.DONE

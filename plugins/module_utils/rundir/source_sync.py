@@ -17,9 +17,9 @@ import json
 import os
 import stat
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import source_tree, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import source_tree, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import relative_name_error
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import relative_name_error
 
 # the manifest lists every deployed path with its checksum: about 100 bytes a file
 MAX_MANIFEST_BYTES = 64 * 1048576

@@ -15,7 +15,7 @@ inputs give the same report (it holds no time of its own). A week of records (60
 is read in seconds and a few hundred MB: of each loss record only the fields the report shows
 are kept, and the per-node maps of a script's own records are summed as they are read.
 
-Facts (every key optional): plugins/module_utils/run_facts.py defines them (FIELDS) and makes them;
+Facts (every key optional): plugins/module_utils/rundir/run_facts.py defines them (FIELDS) and makes them;
 the collect step writes them.
 
 Every value from those files is untrusted text (a training script may write any record, and
@@ -39,7 +39,7 @@ import time
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.hang import SHOWN_NODES
-from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import add_record, node_times_table, totals_table
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.stragglers import add_record, node_times_table, totals_table
 
 # the action's options, and the module's that documents them (plugins/modules/run_report.py)
 ARGUMENT_SPEC = dict(run_dir=dict(type="path", required=True), facts=dict(type="path"))

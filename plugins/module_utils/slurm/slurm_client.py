@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import pwd
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import ledger
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import (
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import ledger
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import (
     ASSOC_FORMAT, FIELD_SEP, NO_ACCOUNTING_MARKER, QUEUE_FIELDS, QUEUE_FORMAT, SACCT_FIELDS, SINFO_STATE_FORMAT, SQUEUE_FORMAT, job_from_scontrol,
     parse_associations, parse_nodes, parse_partitions, parse_records, parse_reservations, parse_sacct, parse_squeue,
     parse_state_counts, parse_version, unknown_job)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable, Slurm, SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import ControllerUnreachable, Slurm, SlurmError
 
 
 def wait_spec(timeout):

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import usable
 
 
 def compare(node, detection, python):

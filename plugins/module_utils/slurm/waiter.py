@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import ControllerUnreachable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import ControllerUnreachable
 
 
 class Waiter:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
-from ansible_collections.llmtrain.slurm.plugins.module_utils.sbatch_argv import fingerprint_of_comment
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.sbatch_argv import fingerprint_of_comment
 
 # Base states and state flags as Slurm names them (slurm.h, job_state_string()).
 # active: the controller still holds resources or will still run the job.

@@ -10,18 +10,18 @@ import json
 import os
 import time
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
-from ansible_collections.llmtrain.slurm.plugins.module_utils.check_summary import network_check_summary, node_check_summary
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.check_summary import network_check_summary, node_check_summary
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import log_summary
-from ansible_collections.llmtrain.slurm.plugins.module_utils.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
-from ansible_collections.llmtrain.slurm.plugins.module_utils.paths import read_text
-from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import progress_of, tail_records, unreadable_message
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.log_progress import DEFAULT_PATTERNS, compile_patterns, last_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import read_text
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.metrics import progress_of, tail_records, unreadable_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import atomic, event_files, run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.hang import SHOWN_NODES
-from ansible_collections.llmtrain.slurm.plugins.module_utils.recovery import recovery, unreadable_starts_message
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_client import SlurmError
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import usable_count
-from ansible_collections.llmtrain.slurm.plugins.module_utils.stragglers import stragglers
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.recovery import recovery, unreadable_starts_message
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_client import SlurmError
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import usable_count
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.stragglers import stragglers
 
 # the options of what a look returns besides the jobs (doc fragment llmtrain.slurm.slurm.watch)
 ARGUMENT_SPEC = dict(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check, run_files, untrusted
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import expand_hostlist
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import expand_hostlist
 
 # the most of one file of the run that is read as JSON (read_files' max_bytes default)
 JSON_MAX_BYTES = 1048576

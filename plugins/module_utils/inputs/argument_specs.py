@@ -17,7 +17,7 @@ except ImportError:  # in a module's payload; the controller, where the input ch
     yaml = None
 
 # The collection's root, three levels above this file: in a checkout and in the installed collection.
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def load(*path):

@@ -11,7 +11,7 @@ import re
 import signal
 import threading
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import MAX_LINE_CHARS, tail_lines
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.record_patterns import DEFAULT_PATTERNS, ESCAPES, NUMBER, UNTIMED_CHARS

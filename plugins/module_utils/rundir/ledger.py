@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils import done_record
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import done_record
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files, untrusted
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import FIELD_SEP, normalize_state, null
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import FIELD_SEP, normalize_state, null
 
 # sacct -X (the allocation, not its steps) --duplicates (each start of a requeued job)
 USAGE_FIELDS = ("JobID", "JobIDRaw", "State", "Start", "ElapsedRaw", "AllocTRES")

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.metrics import tail_records
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.metrics import tail_records
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.run_files import END_FIELDS, HOST_LIST, START_FIELDS
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import COUNT, JOB, LIST, TEXT, fields
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm_parse import node_state_text, parse_nodes, usable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import node_state_text, parse_nodes, usable
 
 # starts.jsonl lines read from its end: the starts of the watched job are its last ones
 STARTS_READ = 16
