@@ -423,11 +423,13 @@ def test_each_roles_checks_live_in_its_own_module():
     import re
     here = os.path.dirname(inputs.__file__)
     modules = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(here, "*.py")))
-    assert modules == ["__init__", "argument_specs", "common", "deploy", "inference", "pretrain", "run", "slurm"]
+    assert modules == ["__init__", "argument_specs", "common", "deploy", "inference", "local_cluster", "pretrain", "run",
+                       "slurm"]
     for module in modules[3:]:
         with open(os.path.join(here, module + ".py"), encoding="utf-8") as handle:
             text = handle.read()
-        checked = set(re.findall(r'"(\w+)" in values', text)) | set(re.findall(r'count\(found, values, "(\w+)"', text))
+        checked = (set(re.findall(r'"(\w+)" in values', text)) | set(re.findall(r'count\(found, values, "(\w+)"', text))
+                   | set(re.findall(r'\bv\["(\w+)"\]', text)) | set(re.findall(r'^    \("(\w+)", r"', text, re.M)))
         assert checked, module
         assert sorted(n for n in checked if not n.startswith(module + "_")) == [], module
     messages = inputs.validate(dict(slurm_nodes=0, run_name="../x", deploy_tokenizer="x", pretrain_steps=0,
