@@ -83,10 +83,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import daemon
+from ansible_collections.llmtrain.slurm.plugins.module_utils.local_cluster import UP_STATES, daemon
 
-# the states in which a node runs jobs (the role's wait_nodes.yml waits for the same)
-UP_STATES = ("idle", "mixed", "allocated", "completing", "reserved", "planned")
 # the most of the stamp file read
 STAMP_MAX = 65536
 # where `ip netns add` names a namespace
