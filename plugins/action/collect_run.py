@@ -18,6 +18,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import ActionModule as FetchFiles
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import make_dirs, private_bits
+from ansible_collections.llmtrain.slurm.plugins.filter.messages import job_failure_message, lost_nodes_message, never_starts_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress, trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_facts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import train as train_job
@@ -25,6 +26,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_f
 from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.script_args import total_of
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.run_report import write_report
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import out_of_service_nodes
 
 display = Display()
 
@@ -129,7 +131,7 @@ class ActionModule(FetchFiles):
 
     TRANSFERS_FILES = False
     _supports_check_mode = True
-    _VALID_ARGS = frozenset(("stage", "job", "job_id", "reuse", "model", "evaluate"))
+    _VALID_ARGS = frozenset(("stage", "job", "job_id", "reuse", "model", "evaluate", "watch"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(FetchFiles, self).run(tmp, task_vars)  # pylint: disable=bad-super-call
@@ -155,11 +157,14 @@ class ActionModule(FetchFiles):
         job = self._task.args.get("job") or {}
         if not isinstance(job, dict):
             raise AnsibleActionFail("job: give the job's record as the watch returned it, not %r" % (job,))
+        watch = self._task.args.get("watch") or {}
+        if not isinstance(watch, dict):
+            raise AnsibleActionFail("watch: give the watching task's result (llmtrain.slurm.sbatch), not %r" % (watch,))
         job_id = self._task.args.get("job_id")
         model = self._task.args.get("model") or {}
         if stage == "export" and not (isinstance(model, dict) and model.get("name") and model.get("model_dir")):
             raise AnsibleActionFail("stage=export needs model: {model_dir, name, checkpoint, job_id} (got %r)" % (model,))
-        values.update(job=job, job_id="" if job_id is None else str(job_id).strip(),
+        values.update(job=job, job_id="" if job_id is None else str(job_id).strip(), watch=watch,
                       reuse=boolean(self._task.args.get("reuse", False), strict=False), model=model,
                       evaluate=boolean(self._task.args.get("evaluate", False), strict=False))
         return values
@@ -286,12 +291,36 @@ class ActionModule(FetchFiles):
                     facts=facts, refused=refused, fetched=collected.get("fetched", []), ledger=ledger.get("ledger"))
         if refused:
             done["warnings"] = [refused[path] for path in sorted(refused)]
-        if check:
-            return done
-        self.write(os.path.join(local, run_files.FACTS),
-                   nice_json(dict(facts, not_fetched=refused, ledger=ledger.get("ledger"))))
-        done.update(self.report(local), changed=True)
+        # once collected and reported, a job watched to a bad end fails the step, saying why and what to do
+        why = self.verdict(v, job_name, checkpoints, task_vars)
+        if not check:
+            self.write(os.path.join(local, run_files.FACTS),
+                       nice_json(dict(facts, not_fetched=refused, ledger=ledger.get("ledger"))))
+            done.update(self.report(local), changed=True)
+        if why:
+            done.update(failed=True, msg=why)
         return done
+
+    def verdict(self, v, job_name, checkpoints, task_vars):
+        """What the watched job's end says (v["watch"], the watching task's result), or None when it
+        ended well: a requeued job waiting for nodes that are out of service, a job whose dependency
+        can never be met, a job that failed."""
+        jobs, log = v["watch"].get("jobs") or [], v["watch"].get("log") or {}
+        # a watch that failed (its own failure is the play's) or that nothing was watched by says nothing
+        if not jobs or v["watch"].get("failed"):
+            return None
+        job = jobs[0]
+        if job.get("waits_for_nodes"):
+            cluster = self.module("llmtrain.slurm.slurm_cluster_info", {}, task_vars)
+            down = out_of_service_nodes(cluster.get("nodes") or [], job.get("partition"))
+            return lost_nodes_message(job, job_name, down, log.get("errors") or [], checkpoints[-1] if checkpoints else "")
+        # the data job the deploy stage did not wait for (pretrain_watch=false in an earlier play) failed
+        if job.get("reason") == "DependencyNeverSatisfied":
+            return never_starts_message(job, job_name, v["run_name"])
+        if not job.get("success") and not job.get("active"):
+            return job_failure_message(job, log, job_name, v["run_local_dir"], v["run_dir"], v["slurm_procs_per_node"],
+                                       v["watch"].get("node_check"), v["watch"].get("network_check"))
+        return None
 
     @staticmethod
     def report(local):

@@ -71,6 +71,15 @@ options:
       - The job's id, where O(job) names none; empty for none.
     type: str
     default: ""
+  watch:
+    description:
+      - The watching task's result (M(llmtrain.slurm.sbatch)'s, with C(jobs), C(log), C(node_check) and
+        C(network_check)). Once the run is collected and its report written, a job it watched to a bad end
+        fails the step, saying why - a requeued job waiting for nodes that are out of service (named, with
+        the newest checkpoint it resumes from), a job whose dependency can never be met, or a job that
+        failed (its state, exit code, the failing rank's traceback and the checks' findings).
+    type: dict
+    default: {}
   reuse:
     description:
       - The run is not watched now, so the facts the watch kept in the run directory are used as they are.

@@ -204,3 +204,62 @@ def test_the_export_and_its_evaluation_become_model_json(tmp_path):
     assert again["model"]["evaluation"] == {} and again["changed"]
     with pytest.raises(AnsibleActionFail, match="stage=export needs model"):
         results(tmp_path, "export")
+
+
+class Watching(Collect):
+    """slurm_cluster_info answers with a drained node."""
+
+    def _execute_module(self, module_name=None, module_args=None, task_vars=None, **kwargs):  # pylint: disable=arguments-differ
+        if module_name == "llmtrain.slurm.slurm_cluster_info":
+            self.calls.append(module_name)
+            return {"changed": False, "nodes": [
+                {"name": "n1", "state": "idle", "state_flags": ["drain"], "partitions": ["debug"], "reason": "lost"},
+                {"name": "n0", "state": "idle", "state_flags": [], "partitions": ["debug"]}]}
+        return super()._execute_module(module_name, module_args, task_vars, **kwargs)
+
+
+def watched(tmp_path, **ended):
+    """Collect a run whose watched job ended so; the result and the module calls."""
+    run_dir = make_run(tmp_path)
+    the_job = dict(job(run_dir), success=False, **ended)
+    watch = {"job_id": "7", "watched": True, "jobs": [the_job], "log": {"errors": ["srun: error: Node failure on n1", "Traceback"]}}
+    action = Watching({"job": the_job, "job_id": "7", "watch": watch}, str(tmp_path))
+    return action.run(task_vars=variables(tmp_path)), action.calls, tmp_path / "runs" / "tiny"
+
+
+def test_a_failed_job_fails_the_step_once_the_run_is_collected_and_reported(tmp_path):
+    result, calls, local = watched(tmp_path, state="FAILED", exit_code="1:0")
+    assert result["failed"] and result["msg"].startswith("Training job 7 (llmtrain-tiny) ended FAILED, exit code 1:0.")
+    assert "checkpoints stay in %s/checkpoints" % (tmp_path / "ws" / "tiny") in result["msg"]
+    assert (local / "report.md").exists() and result["checkpoints"] == ["step_000050.pt", "step_000100.pt"]
+    assert "llmtrain.slurm.slurm_cluster_info" not in calls
+
+
+def test_a_requeued_job_waiting_for_lost_nodes_names_them_and_the_checkpoint_it_resumes_from(tmp_path):
+    result, calls, _local = watched(tmp_path, state="PENDING", active=True, waits_for_nodes=True, restarts=1,
+                                    reason="ReqNodeNotAvail", partition="debug")
+    assert calls[-1] == "llmtrain.slurm.slurm_cluster_info" and result["failed"]
+    lines = result["msg"].split("\n")
+    assert lines[0].startswith("Training job 7 (llmtrain-tiny) lost a node and was requeued by Slurm (restart 1)")
+    assert lines[1].startswith("Out of service in partition debug: n1 (") and "n0" not in lines[1]
+    assert lines[2] == "From the log: srun: error: Node failure on n1"
+    assert "resumes from the newest checkpoint (step_000100.pt)" in lines[3]
+
+
+def test_a_job_whose_dependency_failed_is_said_never_to_start(tmp_path):
+    result, _calls, _local = watched(tmp_path, state="PENDING", active=True, reason="DependencyNeverSatisfied",
+                                     dependency="afterok:5(failed)")
+    assert result["failed"] and result["msg"].startswith(
+        "Training job 7 (llmtrain-tiny) never starts: job 5, which it waits for (afterok:5(failed)), failed")
+
+
+def test_a_job_that_ended_well_or_a_watch_that_failed_says_nothing_more(tmp_path):
+    run_dir = make_run(tmp_path)
+    good = dict(job(run_dir), success=True)
+    result = Watching({"job": good, "job_id": "7", "watch": {"jobs": [good]}}, str(tmp_path)).run(task_vars=variables(tmp_path))
+    assert not result.get("failed"), result
+    # the watch's own failure (the controller lost) is the play's: the step adds none
+    running = dict(job(run_dir), success=False, active=True, state="RUNNING")
+    result = Watching({"job": running, "job_id": "7", "watch": {"failed": True, "jobs": [running]}},
+                      str(tmp_path)).run(task_vars=variables(tmp_path))
+    assert not result.get("failed"), result
