@@ -15,9 +15,7 @@ from __future__ import annotations
 import datetime
 import json
 
-from ansible.errors import AnsibleActionFail
-from ansible.plugins.action import ActionBase
-
+from ansible_collections.llmtrain.slurm.plugins.action.run_dirs import RunAction
 from ansible_collections.llmtrain.slurm.plugins.filter.preflight import cluster_errors, site_errors
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import container, run_facts
@@ -48,17 +46,12 @@ def judge(cluster, v, bad_nodes_file):
     return errors, site["notes"], record
 
 
-class ActionModule(ActionBase):
-
-    _supports_check_mode = True
+class ActionModule(RunAction):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        if self._task.args:
-            raise AnsibleActionFail("llmtrain.slurm.preflight_cluster takes no options (got %s): it reads the run's "
-                                    "variables" % ", ".join(sorted(self._task.args)))
-        v = dict((name, self._templar.template(task_vars[name])) for name in VARIABLES if name in task_vars)
+        v = self.run_values(task_vars, VARIABLES)
         run = base.Run(v)
         runtime = v.get("slurm_container_runtime") or "none"
         args = {"bad_nodes": run.bad_nodes_file, "reservations": bool(v.get("slurm_reservation")),

@@ -53,17 +53,25 @@ def made_key(run, settings):
     return hashlib.sha1(json.dumps([run.dir, bool(run.get("run_source_dir")), settings]).encode()).hexdigest()
 
 
-class ActionModule(ActionBase):
+class RunAction(ActionBase):
+    """An action that takes no options and reads the run's variables from the play (also preflight_cluster)."""
 
     _supports_check_mode = True
+
+    def run_values(self, task_vars, names):
+        """The variables of names that the play has, resolved."""
+        if self._task.args:
+            raise AnsibleActionFail("%s takes no options (got %s): it reads the run's variables"
+                                    % (self._task.action, ", ".join(sorted(self._task.args))))
+        return dict((name, self._templar.template(task_vars[name])) for name in names if name in task_vars)
+
+
+class ActionModule(RunAction):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        if self._task.args:
-            raise AnsibleActionFail("llmtrain.slurm.run_dirs takes no options (got %s): it reads the run's variables"
-                                    % ", ".join(sorted(self._task.args)))
-        values = dict((name, self._templar.template(task_vars[name])) for name in VARIABLES if name in task_vars)
+        values = self.run_values(task_vars, VARIABLES)
         run = base.Run(values)
         try:
             settings = run.check_settings()
