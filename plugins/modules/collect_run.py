@@ -145,7 +145,7 @@ from ansible.module_utils.basic import AnsibleModule
 def main():
     module = AnsibleModule(argument_spec=dict(stage=dict(type="str", default="train", choices=["train", "generate", "export"]),
                                               model=dict(type="dict"), evaluate=dict(type="bool", default=False),
-                                              job=dict(type="dict", default={}), job_id=dict(type="str", default=""),
+                                              job=dict(type="dict", default={}), job_id=dict(type="str", default=""), watch=dict(type="dict", default={}),
                                               reuse=dict(type="bool", default=False)), supports_check_mode=True)
     module.fail_json(msg="llmtrain.slurm.collect_run runs in its action plugin, on the controller: run it as a task's "
                          "action llmtrain.slurm.collect_run in the pretrain role's play")

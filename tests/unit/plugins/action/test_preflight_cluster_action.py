@@ -65,7 +65,7 @@ def test_a_run_that_fits_is_recorded_in_preflight_json(tmp_path):
 
 def test_check_mode_asks_slurm_and_writes_nothing(tmp_path):
     result, calls, run_dir = preflight(tmp_path, check_mode=True)
-    assert not result.get("failed") and [name for name, _ in calls] == ["llmtrain.slurm.slurm_cluster_info"]
+    assert not result.get("failed") and [call[0] for call in calls] == ["llmtrain.slurm.slurm_cluster_info"]
     assert not (run_dir / "preflight.json").exists()
 
 
