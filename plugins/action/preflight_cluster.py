@@ -33,7 +33,8 @@ def judge(cluster, v, bad_nodes_file):
     partition = next((p for p in partitions if p["name"] == name), None)
     bad = cluster.get("bad_nodes") or {}
     excluded = run_facts.hostnames(list(run_facts.hostnames(v.get("slurm_exclude_nodes") or [])) + list(bad))
-    usable = [node for node in usable_nodes(cluster.get("nodes") or [], name) if node["name"] not in excluded]
+    keep_off = set(excluded)  # thousands of nodes against hundreds excluded: one lookup each
+    usable = [node for node in usable_nodes(cluster.get("nodes") or [], name) if node["name"] not in keep_off]
     errors = cluster_errors(cluster, partition, usable, excluded, v.get("slurm_partition"), v.get("slurm_nodes"),
                             v.get("slurm_gpus_per_node"), bad_nodes_file)
     site = site_errors(cluster, name if partition else "", usable, dict((k, v.get(k)) for k in SITE_VARIABLES))
