@@ -18,7 +18,6 @@ from ansible.utils.display import Display
 
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import ActionModule as FetchFiles
 from ansible_collections.llmtrain.slurm.plugins.action.fetch_files import make_dirs, private_bits
-from ansible_collections.llmtrain.slurm.plugins.filter.messages import job_failure_message, lost_nodes_message, never_starts_message
 from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress, trainer_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_facts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import train as train_job
@@ -27,6 +26,8 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.script_arg
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.run_report import write_report
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import out_of_service_nodes
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.messages import (
+    job_failure_message, lost_nodes_message, never_starts_message)
 
 display = Display()
 

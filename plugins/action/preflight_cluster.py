@@ -5,7 +5,7 @@
 One call of llmtrain.slurm.slurm_cluster_info (partitions and nodes, the run's bad nodes, and the
 reservations, associations and container the run names) asks Slurm and allocates nothing. Then,
 here on the controller: the run's partition and its usable nodes (busy ones count, excluded ones do
-not), what keeps the run off them (filter/preflight.py's cluster_errors and site_errors, one message
+not), what keeps the run off them (module_utils/slurm/site_check.py's cluster_errors and site_errors, one message
 each: the task fails with them all), what the jobs will wait for or preflight could not check (the
 task's warnings), and the record for the report, <run>/preflight.json (one call of put_files; none
 in check mode). See plugins/modules/preflight_cluster.py for what it returns."""
@@ -16,9 +16,9 @@ import datetime
 import json
 
 from ansible_collections.llmtrain.slurm.plugins.action.run_dirs import RunAction
-from ansible_collections.llmtrain.slurm.plugins.filter.preflight import cluster_errors, site_errors
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import container, run_facts
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.site_check import cluster_errors, site_errors
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import usable_nodes
 
 VARIABLES = base.RUN_VARIABLES + ("slurm_nodes", "run_gpu_policy")

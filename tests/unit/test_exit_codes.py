@@ -138,9 +138,10 @@ def test_pages_name_only_exit_codes_the_table_holds(path):
 def test_the_messages_and_the_node_check_use_the_table():
     from ansible_collections.llmtrain.slurm.plugins.filter import messages
     from ansible_collections.llmtrain.slurm.plugins.module_utils.node import node_check
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.watch import messages as composed
 
-    assert messages.NODE_CHECK_FAILED_RC == CODES["NODE_CHECK_FAILED"]
-    assert messages.NETWORK_CHECK_FAILED_RC == CODES["NETWORK_CHECK_FAILED"]
+    assert composed.NODE_CHECK_FAILED_RC == CODES["NODE_CHECK_FAILED"]
+    assert composed.NETWORK_CHECK_FAILED_RC == CODES["NETWORK_CHECK_FAILED"]
     assert node_check.BAD_NODES_RC == CODES["BAD_NODES"]
     assert all(messages.exit_code(name) == code for name, code in CODES.items())
     assert messages.FilterModule().filters()["exit_code"] is messages.exit_code

@@ -2,14 +2,16 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a site requires of a job, checked against what Slurm has before anything is submitted:
 the node features of slurm_constraint, the GPU type of slurm_gpu_type, the reservation of
-slurm_reservation, and the account and QoS (where the cluster keeps accounting). Each message
-names the variable, what Slurm has and the fix."""
+slurm_reservation, and the account and QoS (where the cluster keeps accounting); and, below, the
+partition, node count and GPUs the run needs (cluster_errors, site_errors: what preflight_cluster
+judges). Each message names the variable, what Slurm has and the fix."""
 
 from __future__ import annotations
 
 import re
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_facts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.sbatch_argv import OPTION_RELEASES
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import parse_version
 
@@ -169,3 +171,85 @@ def release_errors(sbatch_options, version):
         if why and (sbatch_options or {}).get(key) not in (None, False):
             found.append("slurm_sbatch_options: %s: %s. Leave it out on this cluster." % (key, why))
     return found
+
+
+# What Slurm has against what the run needs (preflight_cluster; the filters of the same names) -----
+
+def _int(value):
+    """As Jinja's int filter: a number, or 0 for what is none."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError):
+            return 0
+
+
+def _gpus(node):
+    """The GPUs Slurm registers for node (gres/gpu), 0 when none."""
+    gres = node.get("gres") if isinstance(node.get("gres"), dict) else {}
+    return _int((gres.get("gpu") or {}).get("total"))
+
+
+def cluster_errors(cluster, partition, usable, excluded, slurm_partition, slurm_nodes, slurm_gpus_per_node,
+                   bad_nodes_file):
+    """What keeps the run off the cluster Slurm has, one message each: the partition is not there
+    or not up, too few usable nodes, too few of them with slurm_gpus_per_node GPUs.
+
+    cluster: as slurm_cluster_info returns it (partitions, bad_nodes); partition: the run's, of
+    its partitions (none when it has no such partition); usable: the partition's usable nodes
+    less the excluded ones; excluded: the names of the nodes the run keeps off."""
+    errors = []
+    if not partition:
+        errors.append("slurm_partition=%s does not exist: Slurm has %s." % (
+            slurm_partition or "(default)", ", ".join(p["name"] for p in cluster.get("partitions") or [])))
+        return errors
+    usable = list(usable or [])
+    nodes = _int(slurm_nodes)
+    if partition.get("state") != "up":
+        errors.append("slurm_partition=%s is %s: ask the administrators, or pick another partition." % (
+            partition["name"], str(partition.get("state")).upper()))
+    if len(usable) < nodes:
+        text = "slurm_nodes=%s but partition %s has %d usable node(s) (%s" % (
+            slurm_nodes, partition["name"], len(usable), ", ".join(node["name"] for node in usable) or "none")
+        if excluded:
+            reasons = "; ".join("%s: %s" % (name, run_facts.excluded_reason(name, cluster.get("bad_nodes"))) for name in excluded)
+            text += (") besides the excluded ones (%s): repair them and remove them from %s or slurm_exclude_nodes, "
+                     "or lower slurm_nodes." % (reasons, bad_nodes_file))
+        else:
+            text += "): lower slurm_nodes or pick a larger partition."
+        errors.append(text)
+    gpus = _int(slurm_gpus_per_node)
+    gpu_nodes = len([node for node in usable if _gpus(node) >= gpus])
+    if gpus and gpu_nodes < nodes:
+        errors.append("slurm_gpus_per_node=%s but only %d usable node(s) of %s register that many GPUs (gres/gpu): "
+                      "lower slurm_gpus_per_node, use 0 for CPU nodes (gloo), or fix Gres= in slurm.conf."
+                      % (slurm_gpus_per_node, gpu_nodes, partition["name"]))
+    return errors
+
+
+def site_errors(cluster, partition, usable, values):
+    """What the site requires of a job (values: slurm_constraint, slurm_gpu_type, slurm_reservation,
+    slurm_account, slurm_qos, slurm_nodes, slurm_gpus_per_node) against what Slurm has (cluster: as
+    slurm_cluster_info returns it, with reservations, associations and the run's container where
+    asked for) ->
+    {errors, notes}; partition: the run's partition's name; usable: its usable nodes less the
+    excluded ones."""
+    values = dict(values or {})
+    usable = list(usable or [])
+    nodes = _int(values.get("slurm_nodes"))
+    errors = constraint_errors(values.get("slurm_constraint"), usable, nodes, partition)
+    errors += release_errors(values.get("slurm_sbatch_options"), cluster.get("version"))
+    errors += gpu_type_errors(values.get("slurm_gpu_type"), _int(values.get("slurm_gpus_per_node")),
+                              usable, nodes, partition)
+    more, notes = reservation_errors(values.get("slurm_reservation"), cluster.get("reservations"), usable,
+                                     nodes, partition, cluster.get("user"), values.get("slurm_account"))
+    errors += more
+    more, also = association_errors(values.get("slurm_account"), values.get("slurm_qos"),
+                                    cluster.get("associations"), partition, cluster.get("user"),
+                                    cluster.get("associations_note"))
+    # the run's container, as slurm_cluster_info found it on this node (with container=...)
+    found = cluster.get("container") or {}
+    return {"errors": errors + more + list(found.get("errors") or []),
+            "notes": notes + also + list(found.get("notes") or [])}
