@@ -11,7 +11,7 @@ short_description: Bring the local test cluster up as the local_cluster role's v
 description:
   - The local_cluster role in one task. It reads the role's C(local_cluster_*) variables from the play (their table is
     the role's argument specs, docs/roles/local_cluster.md) and takes no options.
-  - With C(local_cluster_state=present), a cluster that is up as these variables make it (M(llmtrain.slurm.local_cluster_up):
+  - With C(local_cluster_state=present), a cluster that is up as these variables make it (M(llmtrain.slurm.local_cluster_up) -
     the record of its last bring-up, its daemons, namespaces, the C(/etc/slurm) link, every node up) ends the task at once,
     unchanged.
   - Otherwise every C(local_cluster_*) variable must be one of the role's and well-formed, and the task run as root; each
