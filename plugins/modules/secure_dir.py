@@ -128,6 +128,13 @@ uid:
   description: The user the checks were made for.
   returned: always
   type: int
+entries:
+  description:
+    - With O(create=false), what O(path) holds - null when it does not exist, false when it is no directory, else the
+      names in it, sorted, at most the first 1,000 (such as the directory a venv would be made in).
+  returned: when O(create=false)
+  type: raw
+  sample: [bin, include, lib, pyvenv.cfg]
 """
 
 import os
@@ -138,6 +145,15 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import relative_name_error
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.put import parse_mode, write_files
+
+ENTRIES_MAX = 1000
+
+
+def entries(path):
+    """The names in path (the first ENTRIES_MAX, sorted), None when it does not exist, False when it is no directory."""
+    if not os.path.isdir(path):
+        return False if os.path.lexists(path) else None
+    return sorted(os.listdir(path))[:ENTRIES_MAX]
 
 
 def file_name_error(name, subdirs):
@@ -192,7 +208,7 @@ def main():
     if problems:
         module.fail_json(msg="\n".join(problems), problems=problems, **result)
     if not p["create"]:
-        module.exit_json(**result)
+        module.exit_json(entries=entries(path), **result)
     if module.check_mode:
         result["written"], result["unchanged"], _problem = write_files(path, p["files"], files_mode, check_mode=True)
         result.update(changed=bool(missing or result["written"]), created=missing)

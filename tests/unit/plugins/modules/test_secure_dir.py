@@ -125,3 +125,17 @@ def test_files_go_only_into_the_directories_it_checks(tmp_path, capsys):
     assert result["failed"] is True and "files needs create=true" in result["msg"]
     result = run(secure_dir.main, dict(path=str(tmp_path / "run"), files={"a": ""}, files_mode="rw-"), capsys)
     assert result["failed"] is True and "files_mode='rw-'" in result["msg"] and not (tmp_path / "run").exists()
+
+
+def test_only_checking_it_says_what_the_directory_holds(tmp_path, capsys):
+    """What deploy's check of the venv's directory reads: missing, or its names."""
+    def entries(path):
+        result = run(secure_dir.main, dict(path=str(path), create=False, variable="slurm_python"), capsys)
+        assert "failed" not in result
+        return result["entries"]
+    assert entries(tmp_path / "venv") is None
+    (tmp_path / "file").write_text("")
+    assert secure_dir.entries(str(tmp_path / "file")) is False
+    for name in ("pyvenv.cfg", "bin", "lib"):
+        (tmp_path / "venv" / name).mkdir(parents=True)
+    assert entries(tmp_path / "venv") == ["bin", "lib", "pyvenv.cfg"]
