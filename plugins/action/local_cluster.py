@@ -361,7 +361,7 @@ class ActionModule(ActionBase):
         before, self.changed = self.changed, False
         self.call("llmtrain.slurm.put_files", {"dest": d + "/etc", "mode": "0600", "files": {"slurmdbd.conf": slurmdbd_conf(v)}})
         dbd_changed, self.changed = self.changed, before or self.changed
-        for _ in range(60):
+        for _second in range(60):
             if self.read(["mariadb-admin", "--no-defaults", "--socket=" + socket, "-uroot", "ping"], ok=True).get("rc") == 0:
                 break
             time.sleep(1)
@@ -405,7 +405,7 @@ class ActionModule(ActionBase):
             jobs = self.read(["squeue", "--noheader", "--format", "%i"], ok=True, env=self.any_env)
             if jobs.get("rc") == 0 and jobs["stdout"].split():
                 self.command(["scancel"] + jobs["stdout"].split(), env=self.any_env)
-                for _ in range(30):
+                for _second in range(30):
                     left = self.read(["squeue", "--noheader", "--format", "%i"], ok=True, env=self.any_env)
                     if left.get("rc") != 0 or not left["stdout"].split():
                         break
