@@ -52,6 +52,10 @@ def test_env_is_the_users_alone_and_secrets_are_never_readable_by_others(workspa
     assert os.stat(env_dir).st_mode & 0o777 == 0o700
     assert os.stat(os.path.join(env_dir, "secrets.env")).st_mode & 0o777 == 0o600
     assert "s3cr3t-value" not in result.output
+    # a secret no longer asked for is no longer sourced by the jobs
+    result = stage("nccl_env.yml", workspace)
+    assert result.rc == 0, result.output[-3000:]
+    assert not os.path.exists(os.path.join(env_dir, "secrets.env"))
 
 
 @pytest.mark.parametrize("playbook, name, value", [
