@@ -2,22 +2,11 @@
 the role's own defaults: what slurmctld, slurmd and slurmdbd read, and the client commands of a release. The
 integration tests bring the cluster up from these files (tests/integration/test_local_cluster.py)."""
 
-import os
 import subprocess
-
-import yaml
 
 from ansible_collections.llmtrain.slurm.plugins.action.local_cluster import client_command, config_files, env_sh, slurmdbd_conf
 from ansible_collections.llmtrain.slurm.plugins.filter.local_cluster import local_cluster_nodes
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
-
-
-def defaults(**changed):
-    with open(os.path.join(ROOT, "roles/local_cluster/defaults/main.yml"), encoding="utf-8") as handle:
-        values = yaml.safe_load(handle)
-    values.update(changed)
-    return values
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.filter.test_local_cluster import defaults
 
 
 def conf(v, name, cpus=2):
