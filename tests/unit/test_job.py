@@ -397,3 +397,12 @@ def test_a_step_a_stray_sigterm_ended_before_its_ranks_could_stop_requeues_the_j
     else:
         assert status == 143 and "scontrol requeue 42" not in fake.calls(), text
         assert fake.lines()[-1]["how"] == "failed"
+
+
+def test_a_task_of_a_job_array_requeues_itself_alone(fake):
+    """The array's last task has the array's job id: `scontrol requeue <that id>` requeues every task
+    (fixtures/slurm/arrays/requeue-*.txt), `<array>_<index>` that task alone."""
+    fake.env.update(SLURM_JOB_ID="40", SLURM_ARRAY_JOB_ID="40", SLURM_ARRAY_TASK_ID="2", LLMTRAIN_RUN_DIR=str(fake.run_dir))
+    status, out = fake.run(fake.step('printf \'{"signal": "SIGUSR2", "step": 5}\' > "$LLMTRAIN_RUN_DIR/PREEMPTED"'))
+    assert status == 0 and "requeue 1 of 2" in out, out
+    assert "scontrol requeue 40_2" in fake.calls() and "scontrol requeue 40" not in fake.calls()

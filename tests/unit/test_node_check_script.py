@@ -125,3 +125,20 @@ def test_a_stop_notice_during_the_check_does_not_make_the_nodes_look_dead(tmp_pa
     assert rc == 0, output
     assert "did not answer" not in output and "User defined signal" not in output, output
     assert [n["node"] for n in summary["nodes"]] == NODES
+
+
+@pytest.mark.parametrize("array, held", [({}, "requeuehold 42"), ({"SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "7"},
+                                                                      "requeuehold 42_7")])
+def test_a_check_that_found_bad_nodes_requeues_this_job_alone_held(tmp_path, array, held):
+    """As a task of a job array, by <array>_<index>: the array's last task has the array's job id, and
+    requeuing that would requeue every task (fixtures/slurm/arrays/requeue-*.txt)."""
+    (tmp_path / "scontrol").write_text('#!/bin/sh\necho "$*" >> "$FAKE_CALLS"\n')
+    (tmp_path / "scontrol").chmod(0o755)
+    files = ROOT / "roles" / "run" / "files"
+    env = dict(os.environ, PATH="%s:%s" % (tmp_path, os.environ["PATH"]), FAKE_CALLS=str(tmp_path / "calls"),
+               SLURM_JOB_ID="42", **array)
+    proc = subprocess.run(["bash", "-c", '. "$1"; . "$2"; requeue_without_bad_nodes "node check" exclude 0 2; echo "rc $?"',
+                           "sh", str(files / "exit_codes.sh"), str(files / "bad_nodes.sh")], env=env, stdout=subprocess.PIPE,
+                          universal_newlines=True, check=True)
+    assert (tmp_path / "calls").read_text().splitlines() == [held]
+    assert "requeue 1 of 2 without the bad node(s)" in proc.stdout and proc.stdout.split()[-2] == "rc"

@@ -51,7 +51,7 @@ import subprocess
 import sys
 import time
 
-from . import bad_nodes, event_files
+from . import bad_nodes, event_files, slurm_job
 from .exit_codes import code
 from .node_check import read_json, write_json
 from .untrusted import METRICS_RECORD_MAX_BYTES, digits, record as json_record, whole
@@ -431,7 +431,7 @@ def summarize(records, nodes, suspects, silent_s, limit_s, step, out_dir):
 def act(args, summary):
     """The policy; returns the watcher's exit status (it returns only where the job goes on)."""
     suspects, restart = summary["suspects"], summary["restart"]
-    job = os.environ.get("SLURM_JOB_ID", "")
+    job = slurm_job.own_id()  # this job alone, also as a task of an array
     if args.policy == "warn":
         say("pretrain_hang_policy=warn: the job goes on")
         return 0

@@ -49,7 +49,7 @@ import sys
 import threading
 import time
 
-from . import job_end, job_log, notify, run_files
+from . import job_end, job_log, notify, run_files, slurm_job
 from .exit_codes import code, name_of
 from .untrusted import HANG_SUMMARY_MAX_BYTES, METRICS_RECORD_MAX_BYTES, Unreadable, loads, printable, read, whole
 
@@ -467,7 +467,8 @@ class Job:
             self.how = "requeued"
             say("%s; %s" % (why, which))
             self.notify("requeue", wait=True, why="%s%s; %s" % (cause, why, which))
-            subprocess.run(["scontrol", "requeue", self.job_id], env=self.child_env, check=False)
+            # this job alone, also as a task of an array
+            subprocess.run(["scontrol", "requeue", slurm_job.own_id(self.env)], env=self.child_env, check=False)
             raise End(0, "requeued")
         say("%s and run_requeue_max=%d requeues are used up; the checkpoints in %s are intact: run the playbook "
             "again to continue" % (why, requeue_max, self.file("checkpoints")), err=True)

@@ -10,11 +10,11 @@ import inspect
 from ansible_collections.llmtrain.slurm.plugins.module_utils import node
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import (
     atomic, bad_nodes, event_files, exit_codes, gpu, gpu_health, hang, job, job_end, job_log, link_speed, nccl,
-    network_check, node_check, notify, record_patterns, run_files, serve_gate, serve_job, untrusted)
+    network_check, node_check, notify, record_patterns, run_files, serve_gate, serve_job, slurm_job, untrusted)
 
 NAME = "llmtrain_node"
 MODULES = (node, atomic, bad_nodes, event_files, exit_codes, gpu, gpu_health, hang, job, job_end, job_log, link_speed,
-           nccl, network_check, node_check, notify, record_patterns, run_files, serve_gate, serve_job, untrusted)
+           nccl, network_check, node_check, notify, record_patterns, run_files, serve_gate, serve_job, slurm_job, untrusted)
 
 
 def files(prefix=""):

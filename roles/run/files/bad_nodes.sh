@@ -11,12 +11,17 @@
 # (another policy, requeues used up, or scontrol failed), saying why.
 requeue_without_bad_nodes() {
     local check=$1 policy=$2 restart=$3 requeue_max=$4
+    # this job alone: a task of an array by <array>_<index> (its SLURM_JOB_ID may be the array's, node/slurm_job.py)
+    local job=${SLURM_JOB_ID}
+    if [ -n "${SLURM_ARRAY_JOB_ID:-}" ] && [ -n "${SLURM_ARRAY_TASK_ID:-}" ]; then
+        job="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+    fi
     if [ "${policy}" = exclude ] && [ "${restart}" -lt "${requeue_max}" ]; then
         echo "llmtrain: ${check}: requeue $((restart + 1)) of ${requeue_max} without the bad node(s), held until the watcher excludes them"
-        if scontrol requeuehold "${SLURM_JOB_ID}"; then
+        if scontrol requeuehold "${job}"; then
             return "${EXIT_REQUEUED_HELD}"
         fi
-        echo "llmtrain: ${check}: scontrol requeuehold ${SLURM_JOB_ID} failed" >&2
+        echo "llmtrain: ${check}: scontrol requeuehold ${job} failed" >&2
     elif [ "${policy}" = exclude ]; then
         echo "llmtrain: ${check}: bad node(s) and run_requeue_max=${requeue_max} requeues are used up" >&2
     fi
