@@ -31,7 +31,6 @@ VENV_RECORD = ".llmtrain-venv.json"
 # starts it keeps of the training job (its totals count every one)
 JOB_IDS_MAX = 512
 STARTS_KEPT = 50
-SOURCES = {"sacct": "sacct (allocated TRES x elapsed)", "usage.json": "the run's start and end lines (usage.json)"}
 
 
 def argv(sacct, job_ids):
@@ -143,8 +142,3 @@ def ledger(rows, kinds, usage=None, complete=True):
             del totals["seconds"]
             result["others"].append(dict(totals, kind=kind, job_id=job_id, starts=len(mine)))
     return result
-
-
-def source_text(source):
-    """Where a ledger's training figures come from, in words."""
-    return SOURCES.get(source, source)
