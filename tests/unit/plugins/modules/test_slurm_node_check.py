@@ -25,7 +25,7 @@ def test_the_placed_scripts_run_on_a_node_without_the_collection(tmp_path):
     assert sorted(os.listdir(workdir / "llmtrain_node")) == [
         "__init__.py", "atomic.py", "bad_nodes.py", "event_files.py", "exit_codes.py", "gpu.py", "gpu_health.py",
         "hang.py", "job.py", "job_end.py", "job_log.py", "link_speed.py", "nccl.py", "network_check.py",
-        "node_check.py", "notify.py", "record_patterns.py", "run_files.py", "serve_gate.py", "serve_job.py", "untrusted.py"]
+        "node_check.py", "notify.py", "record_patterns.py", "run_files.py", "serve_gate.py", "serve_job.py", "slurm_job.py", "untrusted.py"]
     # the step runs them: the user's alone to change
     assert stat.S_IMODE(os.stat(workdir).st_mode) == 0o700
     assert stat.S_IMODE(os.stat(workdir / "llmtrain_node").st_mode) == 0o700
