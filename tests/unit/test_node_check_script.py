@@ -127,8 +127,10 @@ def test_a_stop_notice_during_the_check_does_not_make_the_nodes_look_dead(tmp_pa
     assert [n["node"] for n in summary["nodes"]] == NODES
 
 
-@pytest.mark.parametrize("array, held", [({}, "requeuehold 42"), ({"SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "7"},
-                                                                      "requeuehold 42_7")])
+@pytest.mark.parametrize("array, held", [
+    ({}, "requeuehold 42"),
+    ({"SLURM_ARRAY_JOB_ID": "42", "SLURM_ARRAY_TASK_ID": "7"}, "requeuehold 42_7"),
+])
 def test_a_check_that_found_bad_nodes_requeues_this_job_alone_held(tmp_path, array, held):
     """As a task of a job array, by <array>_<index>: the array's last task has the array's job id, and
     requeuing that would requeue every task (fixtures/slurm/arrays/requeue-*.txt)."""
