@@ -32,6 +32,8 @@ HEADER = "# Made by llmtrain.slurm's local_cluster; a change here is undone by i
 CLIENT_COMMANDS = ("sbatch", "srun", "salloc", "squeue", "scontrol", "scancel", "sinfo", "sacct", "sacctmgr", "sattach",
                    "sstat", "sprio", "sshare", "sdiag", "sreport", "strigger")
 SYSTEM_CONF = "/etc/slurm/slurm.conf"
+# the block of /etc/hosts that names the nodes of the cluster in a directory
+HOSTS_MARKER = "# {mark} llmtrain.slurm local_cluster %s"
 # a release's root is made for a venv made from a Python of its own directory
 SYSTEM_PREFIXES = ("/", "/usr", "/usr/local")
 
@@ -136,9 +138,11 @@ class ActionModule(ActionBase):
         self.v = v = dict((name, self._templar.template(task_vars[name])) for name in names)
         d = v["local_cluster_dir"]
         self.changed, self.warnings = False, []
-        self.nodes = local_cluster_nodes(v["local_cluster_nodes"], v["local_cluster_node_prefix"], v["local_cluster_subnet_prefix"],
-                                         v["local_cluster_netns_prefix"], d)
-        self.netns_nodes = [{"namespace": n["namespace"], "veth": n["veth"], "address": n["ip"] + "/24"} for n in self.nodes]
+        node_args = (v["local_cluster_nodes"], v["local_cluster_node_prefix"], v["local_cluster_subnet_prefix"],
+                     v["local_cluster_netns_prefix"], d)
+        self.nodes = local_cluster_nodes(*node_args)
+        self.netns = {"bridge": v["local_cluster_bridge"], "address": "%s.1/24" % v["local_cluster_subnet_prefix"],
+                      "prune_prefix": v["local_cluster_netns_prefix"], "nodes": local_cluster_nodes(*node_args, netns=True)}
         self.conf = d + "/etc/slurm.conf"
         self.root = d + "/root"
         path = [d + "/bin"] + [p for p in os.environ.get("PATH", "").split(":") if p != d + "/bin"]
@@ -232,19 +236,17 @@ class ActionModule(ActionBase):
             self.call("ansible.legacy.file", {"path": d + "/spool", "state": "absent"})
         # until every node is up again: a bring-up that fails halfway leaves no record of a cluster that is up
         self.quietly("ansible.legacy.file", {"path": d + "/up.json", "state": "absent"})
-        self.machine(facts)
-        self.remounted = False
-        if v["local_cluster_release"] != "system":
-            self.remounted = self.release_root(v["local_cluster_python"] or python)
-        restart = self.config_changed or self.remounted
+        config_changed = self.machine(facts)
+        remounted = v["local_cluster_release"] != "system" and self.release_root(v["local_cluster_python"] or python)
         pidfiles = [f["path"] for f in self.call("ansible.legacy.find", {
             "paths": [d + "/run", d + "/acct/run"], "patterns": ["slurmd-*.pid", "mariadbd.pid", "slurmdbd.pid"]})["files"]]
+        configured = set(n["pidfile"] for n in self.nodes)
         for pidfile in pidfiles:  # the slurmds of nodes no longer configured
-            if "/run/slurmd-" in pidfile and pidfile not in [n["pidfile"] for n in self.nodes]:
+            if "/run/slurmd-" in pidfile and pidfile not in configured:
                 self.daemon("slurmd " + os.path.basename(pidfile)[7:-4], pidfile, "slurmd", state="stopped")
         if v["local_cluster_accounting"] or any("/acct/run/" in p for p in pidfiles):
-            self.accounting()
-        self.start(restart)
+            self.accounting(config_changed, remounted)
+        self.start(config_changed or remounted)
         self.call("llmtrain.slurm.local_cluster_wait", {
             "nodes": [n["name"] for n in self.nodes], "partition": v["local_cluster_partition"],
             "timeout": v["local_cluster_node_timeout"], "log_dir": d + "/log", "environment": self.client_env})
@@ -252,7 +254,8 @@ class ActionModule(ActionBase):
         self.quietly("llmtrain.slurm.put_files", {"dest": d, "files": {"up.json": json.dumps({"stamp": self.stamp}) + "\n"}})
 
     def machine(self, facts):
-        """Packages, directories, munge's key, the configuration, names, the /etc/slurm link, namespaces, munged."""
+        """Packages, directories, munge's key, the configuration, names, the /etc/slurm link, namespaces, munged
+        -> whether the configuration changed (the daemons then start again)."""
         v, d = self.v, self.v["local_cluster_dir"]
         if v["local_cluster_install_packages"]:
             packages = list(v["local_cluster_packages"]) + (list(v["local_cluster_accounting_packages"]) if v["local_cluster_accounting"] else []) \
@@ -280,23 +283,20 @@ class ActionModule(ActionBase):
             self.call("llmtrain.slurm.put_files", {"dest": d + "/gres", "files": dict(
                 ("%s/gpu%d" % (n["name"], i), "") for n in self.nodes for i in range(gpus))})
         cpus = v["local_cluster_cpus_per_node"] if v["local_cluster_cpus_per_node"] is not None else facts[1]
-        before, self.changed = self.changed, False
-        self.call("llmtrain.slurm.put_files", {"dest": d + "/etc", "files": config_files(v, self.nodes, facts[0], cpus)})
-        self.config_changed, self.changed = self.changed, before or self.changed
+        config = self.call("llmtrain.slurm.put_files", {"dest": d + "/etc", "files": config_files(v, self.nodes, facts[0], cpus)})
         self.call("ansible.legacy.blockinfile", {
-            "path": "/etc/hosts", "marker": "# {mark} llmtrain.slurm local_cluster %s" % d, "unsafe_writes": True,
+            "path": "/etc/hosts", "marker": HOSTS_MARKER % d, "unsafe_writes": True,
             "block": "".join("%s %s\n" % (n["ip"], n["name"]) for n in self.nodes)})
         if v["local_cluster_link_system_config"]:
             self.link_system_config()
-        net = self.call("llmtrain.slurm.local_netns", {
-            "bridge": v["local_cluster_bridge"], "address": "%s.1/24" % v["local_cluster_subnet_prefix"],
-            "prune_prefix": v["local_cluster_netns_prefix"], "nodes": self.netns_nodes})
+        net = self.call("llmtrain.slurm.local_netns", self.netns)
         if net["bridge_created"]:  # so that absent removes it, and no other
             self.call("llmtrain.slurm.put_files", {"dest": d, "files": {"bridge-made-by-the-role": v["local_cluster_bridge"] + "\n"}})
         m = d + "/munge/munge"
         self.daemon("munged", d + "/munge/munged.pid", user="munge", log_file=d + "/munge/munged.log", command=[
             "munged", "--socket=%s.socket" % m, "--key-file=%s.key" % m, "--pid-file=%sd.pid" % m,
             "--log-file=%sd.log" % m, "--seed-file=%sd.seed" % m])
+        return bool(config.get("changed"))
 
     def link_system_config(self):
         """/etc/slurm/slurm.conf points at the cluster (plain sinfo, srun, sbatch then work), the link that was
@@ -339,9 +339,10 @@ class ActionModule(ActionBase):
             (name, client_command(name, v, self.root, view["marker"])) for name in CLIENT_COMMANDS)})
         return bool(view["remounted"])
 
-    def accounting(self):
+    def accounting(self, config_changed, remounted):
         """MariaDB and slurmdbd under local_cluster_dir/acct, the cluster, accounts and QoS in the database;
-        without local_cluster_accounting, the daemons an earlier run started stop."""
+        without local_cluster_accounting, the daemons an earlier run started stop. slurmdbd starts again when
+        its configuration changed or its root was mounted again."""
         v, d = self.v, self.v["local_cluster_dir"]
         if not v["local_cluster_accounting"]:
             for name in ("slurmdbd", "mariadbd"):
@@ -358,9 +359,7 @@ class ActionModule(ActionBase):
             "start-stop-daemon", "--start", "--background", "--pidfile=" + pidfile, "--output=%s/log/mariadbd.log" % d,
             "--exec", "/usr/sbin/mariadbd", "--", "--no-defaults", "--datadir=%s/acct/mysql" % d, "--socket=" + socket,
             "--pid-file=" + pidfile, "--skip-networking", "--user=root", "--innodb-buffer-pool-size=64M"])
-        before, self.changed = self.changed, False
-        self.call("llmtrain.slurm.put_files", {"dest": d + "/etc", "mode": "0600", "files": {"slurmdbd.conf": slurmdbd_conf(v)}})
-        dbd_changed, self.changed = self.changed, before or self.changed
+        dbd_conf = self.call("llmtrain.slurm.put_files", {"dest": d + "/etc", "mode": "0600", "files": {"slurmdbd.conf": slurmdbd_conf(v)}})
         for _second in range(60):
             if self.read(["mariadb-admin", "--no-defaults", "--socket=" + socket, "-uroot", "ping"], ok=True).get("rc") == 0:
                 break
@@ -371,10 +370,10 @@ class ActionModule(ActionBase):
         self.daemon("slurmdbd", d + "/acct/run/slurmdbd.pid", log_file=d + "/log/slurmdbd.log",
                     command=["env", "SLURM_CONF=" + self.conf, "MYSQL_UNIX_PORT=" + socket, "slurmdbd"],
                     root=self.root if v["local_cluster_release"] != "system" else None,
-                    state="restarted" if dbd_changed or self.remounted else "started")
+                    state="restarted" if dbd_conf.get("changed") or remounted else "started")
         self.call("llmtrain.slurm.local_cluster_accounts", {"cluster": v["local_cluster_cluster_name"],
                                                             "accounts": v["local_cluster_accounts"], "environment": self.client_env})
-        if self.config_changed:
+        if config_changed:
             # a controller whose state holds another cluster id (made while it ran without accounting) refuses
             # to start from 23.02 on: the id in its state goes, and it takes the database's
             self.call("ansible.legacy.file", {"path": d + "/ctld/clustername", "state": "absent"})
@@ -399,7 +398,7 @@ class ActionModule(ActionBase):
     def absent(self):
         """Every job cancelled, every daemon stopped (the slurmds first), the root unmounted, the client
         commands, namespaces, names and links the role made gone; a bridge or link of the machine's own stays."""
-        v, d = self.v, self.v["local_cluster_dir"]
+        d = self.v["local_cluster_dir"]
         self.quietly("ansible.legacy.file", {"path": d + "/up.json", "state": "absent"})
         if self.call("ansible.legacy.stat", {"path": d + "/run/slurmctld.pid"})["stat"]["exists"]:
             jobs = self.read(["squeue", "--noheader", "--format", "%i"], ok=True, env=self.any_env)
@@ -421,11 +420,9 @@ class ActionModule(ActionBase):
         for path in (d + "/bin", d + "/env.sh", d + "/client-env.json"):
             self.call("ansible.legacy.file", {"path": path, "state": "absent"})
         made = self.call("ansible.legacy.stat", {"path": d + "/bridge-made-by-the-role"})["stat"]["exists"]
-        self.call("llmtrain.slurm.local_netns", {
-            "bridge": v["local_cluster_bridge"], "address": "%s.1/24" % v["local_cluster_subnet_prefix"],
-            "prune_prefix": v["local_cluster_netns_prefix"], "nodes": self.netns_nodes, "bridge_made": made, "state": "absent"})
-        self.call("ansible.legacy.blockinfile", {"path": "/etc/hosts", "marker": "# {mark} llmtrain.slurm local_cluster %s" % d,
-                                                 "state": "absent", "unsafe_writes": True})
+        self.call("llmtrain.slurm.local_netns", dict(self.netns, bridge_made=made, state="absent"))
+        self.call("ansible.legacy.blockinfile", {"path": "/etc/hosts", "marker": HOSTS_MARKER % d, "state": "absent",
+                                                 "unsafe_writes": True})
         now = self.call("ansible.legacy.stat", {"path": SYSTEM_CONF})["stat"]
         if now.get("islnk") and now.get("lnk_source") == self.conf:
             self.call("ansible.legacy.file", {"path": SYSTEM_CONF, "state": "absent"})
