@@ -33,7 +33,7 @@ export PYTHONPATH={faults}:{files}
 export LLMTRAIN_PYTHON={python}
 export GLOO_SOCKET_IFNAME=eth0
 export TRAINER_FAULT_STEP_PAUSE_S={pause}
-export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+export MASTER_PORT=$((16000 + SLURM_JOB_ID % 8000))
 cd {dir}
 srun --kill-on-bad-exit=1 sh -c 'trap "" USR2; exec "${{LLMTRAIN_PYTHON}}" -u -m torch.distributed.run \\
     --nnodes ${{SLURM_NNODES}} --nproc_per_node 1 --node_rank ${{SLURM_PROCID}} \\

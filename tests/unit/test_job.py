@@ -406,3 +406,23 @@ def test_a_task_of_a_job_array_requeues_itself_alone(fake):
     status, out = fake.run(fake.step('printf \'{"signal": "SIGUSR2", "step": 5}\' > "$LLMTRAIN_RUN_DIR/PREEMPTED"'))
     assert status == 0 and "requeue 1 of 2" in out, out
     assert "scontrol requeue 40_2" in fake.calls() and "scontrol requeue 40" not in fake.calls()
+
+
+def test_the_auto_rendezvous_and_network_check_ports_stay_below_the_ephemeral_ports_and_apart():
+    """slurm_master_port: auto and the network check's port, as the job script and network_check.sh
+    compute them: below 32768, where Linux's default ip_local_port_range begins (a port an outgoing
+    connection holds cannot be listened on), and no job's network port is any job's auto port."""
+    script = Train(dict(golden.variables("ours"))).script()
+    master = next(line for line in script.splitlines() if line.startswith("export MASTER_PORT="))
+    check = os.path.join(os.path.dirname(__file__), "..", "..", "roles", "run", "files", "network_check.sh")
+    with open(check) as handle:
+        network = next(line for line in handle if line.startswith("export LLMTRAIN_NETWORK_PORT="))
+    ids = list(range(1, 8002)) + [12768, 2 ** 26 - 1]
+    out = subprocess.run(["bash", "-c", 'for SLURM_JOB_ID in "$@"; do %s; %s; echo "$MASTER_PORT $LLMTRAIN_NETWORK_PORT"; done'
+                          % (master, network.strip()), "ports"] + [str(i) for i in ids],
+                         capture_output=True, text=True, check=True).stdout.split("\n")[:-1]
+    pairs = [tuple(int(port) for port in line.split()) for line in out]
+    masters, networks = set(p[0] for p in pairs), set(p[1] for p in pairs)
+    assert len(pairs) == len(ids) and len(masters) == 8000
+    assert 1024 <= min(masters) and max(masters | networks) < 32768
+    assert not masters & networks

@@ -236,7 +236,10 @@ class Train(Job):
             "# CPU threads of each training process: the node's CPUs (slurm_cpus_per_task) over its processes,",
             "# unless slurm_env_setup, the environment or the env files (sourced on each node) set them.",
             self.threads_line(run.threads),
-            "export MASTER_PORT=%s" % ("$((20000 + SLURM_JOB_ID % 20000))" if str(port) == "auto" else int(port)),
+            # auto: 16000-23999, below Linux's ephemeral ports (32768 and up, the kernel's default
+            # ip_local_port_range), which any outgoing connection on the node may hold; the network
+            # check's port is 8000 above it (network_check.sh), so no two jobs' ports meet
+            "export MASTER_PORT=%s" % ("$((16000 + SLURM_JOB_ID % 8000))" if str(port) == "auto" else int(port)),
             "",
             "# The job, in Python on this node (llmtrain_node.job): its start and end lines, the node check and",
             "# network check steps, MASTER_ADDR, then the training step below in the seed's shape (one task per",

@@ -47,7 +47,9 @@ out_dir="${LLMTRAIN_RUN_DIR}/network_check"
 mkdir -p "${out_dir}" || exit "${EXIT_FAILED}"
 out="${out_dir}/${SLURM_JOB_NAME}.json"
 rm -f "${out}"
-export LLMTRAIN_NETWORK_PORT=$(( MASTER_PORT < 45536 ? MASTER_PORT + 20000 : MASTER_PORT - 20000 ))
+# 8000 from the rendezvous port: an auto one (16000-23999) gives 24000-31999, below the ephemeral
+# ports (32768 and up) that outgoing connections take, and apart from every job's auto MASTER_PORT
+export LLMTRAIN_NETWORK_PORT=$(( MASTER_PORT < 24768 ? MASTER_PORT + 8000 : MASTER_PORT - 8000 ))
 args=(--out "${out}" --gpus "${gpus}" --min-fraction "${min_fraction}" --job "${SLURM_JOB_ID}" --restart "${restart}"
       --timeout "${meet_s}")
 [ "${policy}" = exclude ] && args+=(--bad-nodes-file "${LLMTRAIN_RUN_DIR}/bad_nodes.json")
