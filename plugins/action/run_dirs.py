@@ -6,7 +6,8 @@ The job puts scripts/ first on PYTHONPATH and sources env/ on every start and re
 write there runs code as the user, with the secrets loaded: llmtrain.slurm.secure_dir refuses a run
 directory that others control or could replace, then writes, in the same call and only where they
 differ, the node and network checks (roles/run/files), the llmtrain_node package they run (the
-collection's module_utils.node) and their settings (scripts/node_check.conf, jobs/base.py).
+collection's module_utils.node), their settings (scripts/node_check.conf, jobs/base.py) and the
+reference trainer (roles/deploy/files/trainer, scripts/trainer/).
 
 Every stage runs it before it writes or submits anything. The first of an ansible-playbook run does
 the work and records it in the host's facts; the others, with the same run directory and settings,
@@ -27,6 +28,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base
 MODULE = "llmtrain.slurm.secure_dir"
 # the fact that says which run directory and settings this ansible-playbook run has made
 FACT = "_run_dirs_done"
+FREE_FACT = "_run_dirs_free_bytes"
 # src/: your training code, run from there when run_source_dir is set; env/: the secrets are
 # sourced from it, so it is the user's alone
 SUBDIRS = ("env", "scripts", "scripts/trainer", "scripts/llmtrain_node", "data", "checkpoints", "logs")
@@ -34,16 +36,23 @@ PRIVATE = ("env",)
 # the scripts that start the checks, the first steps of every job of the run
 CHECK_SOURCES = ("node_check.sh", "network_check.sh", "bad_nodes.sh", "exit_codes.sh")
 FILES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "roles", "run", "files")
+TRAINER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "roles", "deploy", "files", "trainer")
 VARIABLES = base.RUN_VARIABLES + ("slurm_node_check_timeout", "run_bad_node_policy", "run_requeue_max",
                                   "run_gpu_policy", "run_gpu_diag")
 
 
 def check_sources():
-    """{'scripts/<name>': its text} of the checks' scripts."""
+    """{'scripts/<name>': its text} of the checks' scripts, and {'scripts/trainer/<name>': its text} of the
+    reference trainer (roles/deploy/files/trainer), which every job of the reference trainer runs and the
+    samples, export and batch jobs of any run."""
     out = {}
     for name in CHECK_SOURCES:
         with open(os.path.join(FILES_DIR, name), encoding="utf-8") as handle:
             out["scripts/" + name] = handle.read()
+    for name in sorted(os.listdir(TRAINER_DIR)):
+        if name.endswith(".py"):
+            with open(os.path.join(TRAINER_DIR, name), encoding="utf-8") as handle:
+                out["scripts/trainer/" + name] = handle.read()
     return out
 
 
@@ -89,5 +98,6 @@ class ActionModule(RunAction):
             module_name=MODULE, task_vars=task_vars,
             module_args=dict(path=run.dir, subdirs=subdirs, private=list(PRIVATE), files=files)), path=run.dir)
         if not result.get("failed"):
-            result["ansible_facts"] = {FACT: key}
+            # the room left where the run writes, for the pretrain stage's check (roles/pretrain/tasks/validate.yml)
+            result["ansible_facts"] = {FACT: key, FREE_FACT: result.get("free_bytes")}
         return result

@@ -36,6 +36,14 @@ options:
       - The mode of every file, as an octal string.
     type: str
     default: "0644"
+  private:
+    description:
+      - Names of O(files) written with mode C(0600) whatever O(mode) says, such as a file of secrets
+        written in the same call as the files beside it.
+    type: list
+    elements: str
+    default: []
+    version_added: 0.2.0
   prune:
     description:
       - A pattern of names, shell-style such as C(*.env). The regular files directly in O(dest)
@@ -127,6 +135,7 @@ def main():
             mode=dict(type="str", default="0644"),
             prune=dict(type="str"),
             keep=dict(type="list", elements="str", default=[]),
+            private=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -144,9 +153,15 @@ def main():
     if p["prune"] is not None and (not p["prune"] or "/" in p["prune"]):
         module.fail_json(msg="prune=%r: give a pattern of names directly in dest, such as '*.env'" % p["prune"])
 
-    written, unchanged, problem = write_files(p["dest"], p["files"], mode, module.check_mode)
-    if problem:
-        module.fail_json(msg=problem, written=written, unchanged=unchanged)
+    private = set(p["private"])
+    written, unchanged = [], []
+    for files, its_mode in ((dict((k, v) for k, v in p["files"].items() if k not in private), mode),
+                            (dict((k, v) for k, v in p["files"].items() if k in private), 0o600)):
+        done, same, problem = write_files(p["dest"], files, its_mode, module.check_mode) if files else ([], [], None)
+        written += done
+        unchanged += same
+        if problem:
+            module.fail_json(msg=problem, written=written, unchanged=unchanged)
     removed = []
     if p["prune"]:
         try:

@@ -21,7 +21,9 @@ description:
     (C(scripts/node_check.sh), C(network_check.sh), C(bad_nodes.sh), C(exit_codes.sh)), the
     C(llmtrain_node) package they run (the collection's C(module_utils.node)) and their settings,
     C(scripts/node_check.conf) (C(slurm_python), C(slurm_node_check_timeout), C(run_bad_node_policy),
-    C(run_requeue_max), C(run_gpu_policy), C(run_gpu_diag) and the run's container, each value quoted).
+    C(run_requeue_max), C(run_gpu_policy), C(run_gpu_diag) and the run's container, each value quoted),
+    and the reference trainer (C(scripts/trainer/)), whose modules the training of the reference trainer
+    and every run's samples, export and batch jobs run.
   - The first task of an ansible-playbook run does the work and records it in the host's facts; later
     ones with the same run directory and settings call no module. A separate ansible-playbook run checks
     it all again.

@@ -128,6 +128,13 @@ uid:
   description: The user the checks were made for.
   returned: always
   type: int
+free_bytes:
+  description:
+    - The bytes free to the user on the filesystem of O(path) (of its nearest existing parent where it does not
+      exist yet, as in check mode), as C(df) counts them; null when it cannot be measured.
+  returned: unless the checks fail
+  type: int
+  sample: 53687091200
 entries:
   description:
     - With O(create=false), what O(path) holds - null when it does not exist, false when it is no directory, else the
@@ -154,6 +161,17 @@ def entries(path):
     if not os.path.isdir(path):
         return False if os.path.lexists(path) else None
     return sorted(os.listdir(path))[:ENTRIES_MAX]
+
+
+def free_bytes(path):
+    """The bytes free to the user where path is (its nearest existing parent), None where it cannot be told."""
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        found = os.statvfs(path)
+    except OSError:
+        return None
+    return found.f_bavail * found.f_frsize
 
 
 def file_name_error(name, subdirs):
@@ -207,6 +225,7 @@ def main():
     result = dict(changed=False, created=[], narrowed=[], written=[], unchanged=[], uid=uid)
     if problems:
         module.fail_json(msg="\n".join(problems), problems=problems, **result)
+    result["free_bytes"] = free_bytes(path)
     if not p["create"]:
         module.exit_json(entries=entries(path), **result)
     if module.check_mode:

@@ -2,7 +2,7 @@
 inventory to a checkpoint, a report and samples; a rerun changes nothing and submits
 nothing, and a controller without the run's files gets them all back; --check submits
 nothing; per-node settings give per-node env files; a failing job fails the play with its
-log tail and leaves its logs in runs/."""
+log tail and leaves its logs in runs/, and Slurm cancels the samples job queued behind it."""
 
 import json
 import os
@@ -13,7 +13,7 @@ import struct
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from cluster import INVENTORY, NODES, RUNS, WORKSPACE, job_ids, node, run_playbook, slurm
+from cluster import INVENTORY, NODES, RUNS, WORKSPACE, job_ids, node, run_playbook, slurm, wait_for
 
 RUN = "local-demo"
 
@@ -46,6 +46,11 @@ def test_pipeline_trains_reports_and_generates(pipeline):
     # the training job's own check of the three nodes it got, before training
     assert [row[0] for row in rows] == NODES, check
     assert all(row[1] == "0/0/0/0/0" and row[-1] == "ok" for row in rows), check
+    # the samples job was queued behind the training (submitted before the training ended) and is that job's
+    train, sampled = (json.load(open(os.path.join(run_dir, name)))["job_id"] for name in ("train.done.json", "generate.done.json"))
+    times = dict((job, dict(re.findall(r"\b(SubmitTime|StartTime|EndTime)=(\S+)", slurm("scontrol", "show", "job", job))))
+                 for job in (train, sampled))
+    assert times[sampled]["SubmitTime"] < times[train]["EndTime"] <= times[sampled]["StartTime"], times
     samples = open(os.path.join(local, "samples.txt")).read()
     completions = re.split(r"^=== prompt \d+: .*$", samples, flags=re.M)[1:]
     assert len(completions) == 3 and all(len(c.strip()) > 50 for c in completions)
@@ -146,9 +151,14 @@ def test_failing_job_fails_the_play_with_its_log_tail_and_keeps_its_logs(pipelin
     shutil.rmtree(os.path.join(WORKSPACE, name), ignore_errors=True)
     os.makedirs(os.path.join(WORKSPACE, name))
     os.symlink(str(private), os.path.join(WORKSPACE, name, "metrics.jsonl"))
-    failed = run_playbook("pretrain.yml", "--tags", "nccl_env,deploy,pretrain", "-e", "run_name=" + name,
+    failed = run_playbook("pretrain.yml", "--tags", "nccl_env,deploy,pretrain,inference", "-e", "run_name=" + name,
                           "-e", json.dumps({"pretrain_extra_args": ["--no-such-flag"]}), check=False)
     assert failed.rc != 0
+    # the samples job was queued behind the training (its afterok can never be met now): Slurm cancels it
+    samples = json.load(open(os.path.join(WORKSPACE, name, "generate.done.json")))["job_id"]
+    shown = wait_for(lambda: re.search(r"JobState=CANCELLED Reason=DependencyNeverSatisfied",
+                                       slurm("scontrol", "show", "job", samples)), 60, "the samples job cancelled")
+    assert shown and "Samples job" not in failed.output
     assert re.search(r"Training job \d+ \(llmtrain-failing-run\) ended FAILED, exit code [1-9]", failed.output), \
         failed.output[-4000:]
     assert "--no-such-flag" in failed.output  # the trainer's own complaint, from the log tail

@@ -2,10 +2,15 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The samples job, on one node: the reference trainer's trainer.generate from the newest checkpoint
 (<run>/samples.json), or your inference_script for a run of your own training script (its standard
-output: <run>/samples.txt). Queued behind a training job nobody watches (inference_after_training),
-it samples the newest checkpoint once the training completed."""
+output: <run>/samples.txt). Made for the run's training job (training_job), it is queued behind that
+job while it is active (the pipeline queues it once the training is submitted, watched or not) and
+samples the newest checkpoint once the training completed; Slurm cancels it when the training ends
+otherwise (--kill-on-invalid-dep). A job id of its own in its script, a new training samples again
+and a rerun of the same one does not."""
 
 from __future__ import annotations
+
+import re
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import Job, exit_code, js, q, words
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
@@ -20,17 +25,28 @@ class Generate(Job):
     # checkpoint: the reference trainer's newest checkpoint in <run>/checkpoints by name ('' queued behind
     # the training: trainer.generate takes the newest there once it runs);
     # checkpoints: your script's entries of <run>/checkpoints, {name: mtime}, which its script lists so
-    # that new ones sample again
-    facts = ("checkpoint", "checkpoints")
+    # that new ones sample again;
+    # training_job: the run's training job whose checkpoints it samples (its newest, once the job
+    # completed), instead of either: the pipeline knows it, inference.yml alone does not
+    facts = ("checkpoint", "checkpoints", "training_job")
+
+    @property
+    def training_job(self):
+        job = str(self.fact.get("training_job") or "")
+        if job and not re.match(r"[0-9]+(_[0-9]+)?\Z", job):
+            raise ValueError("training_job=%r is no Slurm job id" % job)
+        return job
 
     @property
     def checkpoint(self):
-        return str(self.fact["checkpoint"])
+        return "" if self.training_job else str(self.fact["checkpoint"])
 
     @property
     def checkpoints(self):
         """Your script's checkpoints as its script lists them: [(name, whole seconds of mtime)], by name."""
-        return sorted((str(name), int(float(mtime))) for name, mtime in dict(self.fact["checkpoints"]).items())
+        if self.training_job:
+            return []
+        return sorted((str(name), int(float(mtime))) for name, mtime in dict(self.fact["checkpoints"] or {}).items())
 
     @property
     def done_file(self):
@@ -43,12 +59,15 @@ class Generate(Job):
 
     def options(self):
         run = self.run
-        return self.slurm_options({"nodes": 1, "ntasks": 1, "cpus-per-task": run.int("slurm_cpus_per_task"),
-                                   "mem": run["inference_mem"], "time": run["inference_time_limit"]}, self.gpus)
+        own = {"nodes": 1, "ntasks": 1, "cpus-per-task": run.int("slurm_cpus_per_task"),
+               "mem": run["inference_mem"], "time": run["inference_time_limit"]}
+        if self.training_job:
+            # behind a training that fails or is stopped it would wait for good: Slurm cancels it then
+            own["kill-on-invalid-dep"] = "yes"
+        return self.slurm_options(own, self.gpus)
 
     def submit(self):
-        # after_records: queued behind the training job left running unwatched (inference_after_training),
-        # while its record does not say it completed
+        # after_records: queued behind the training job while its record does not say it completed
         return dict(env={"PYTHONUNBUFFERED": "1"}, after_records=[self.run.path(run_files.DONE)],
                     exclude=self.run.exclude, bad_nodes_file=self.run.bad_nodes_file)
 
@@ -56,12 +75,16 @@ class Generate(Job):
         run = self.run
         if run.script:
             lines = ["# Samples of run %s from your script %s (source sha1 %s)."
-                     % (js(run.name), js(run["inference_script"]), js(run["run_source"]["digest"])),
-                     "# Its checkpoints when submitted (new ones sample again):"]
-            lines += ["#   %s %d" % (js(name), mtime) for name, mtime in self.checkpoints]
+                     % (js(run.name), js(run["inference_script"]), js(run["run_source"]["digest"]))]
+            if not self.training_job:
+                lines.append("# Its checkpoints when submitted (new ones sample again):")
+                lines += ["#   %s %d" % (js(name), mtime) for name, mtime in self.checkpoints]
         else:
             which = "checkpoint " + js(self.checkpoint) if self.checkpoint else "the newest checkpoint"
             lines = ["# Samples from %s of run %s." % (which, js(run.name))]
+        if self.training_job:
+            lines.append("# The checkpoints of training job %s: queued behind it while it is active, it samples once it "
+                         "completed (a new training job samples again)." % self.training_job)
         lines += run.env_setup
         threads = run.int("slurm_cpus_per_task")
         lines += ["# CPU threads of its one process: the job's CPUs (slurm_cpus_per_task), unless set already",

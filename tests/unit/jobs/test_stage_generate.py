@@ -27,12 +27,27 @@ def test_the_generate_job_script_is_the_kept_one(case):
     golden.check(STAGE, case, golden.kept(golden.job(Generate, case, FACTS[case])))
 
 
-def test_the_job_queued_behind_the_training_samples_the_newest_checkpoint_then():
-    job = golden.job(Generate, "ours", {"checkpoint": ""})
+def test_the_training_jobs_samples_wait_behind_it_and_sample_its_newest_checkpoint_then():
+    job = golden.job(Generate, "ours", {"training_job": "1234"})
     golden.check(STAGE, CHAINED, golden.kept(job))
     assert "# Samples from the newest checkpoint of run " in job.script()
+    assert "# The checkpoints of training job 1234: queued behind it" in job.script()
     assert "--checkpoint '/shared/llm work/golden-ours/checkpoints/' " in job.script()
     assert job.module_args()["after_records"] == ["/shared/llm work/golden-ours/train.done.json"]
+    # behind a training that fails or is stopped, Slurm cancels it rather than keep it pending for good
+    assert job.options()["kill-on-invalid-dep"] == "yes"
+    assert "kill-on-invalid-dep" not in golden.job(Generate, "ours", FACTS["ours"]).options()
+    # a new training job samples again; the same one is the same job (a rerun re-attaches or finds it done)
+    assert golden.job(Generate, "ours", {"training_job": "1235"}).script() != job.script()
+    assert golden.job(Generate, "ours", {"training_job": "1234", "checkpoint": "step_000050.pt"}).script() == job.script()
+    own = golden.job(Generate, "own-script", {"training_job": "7_3", "checkpoints": OWN_CHECKPOINTS})
+    assert "checkpoint-50" not in own.script() and "training job 7_3" in own.script()
+
+
+@pytest.mark.parametrize("job_id", ["12a", "-1", "1 2", "\u0662"])
+def test_a_training_job_that_is_no_job_id_is_refused(job_id):
+    with pytest.raises(ValueError, match="training_job=.* is no Slurm job id"):
+        golden.job(Generate, "ours", {"training_job": job_id}).script()
 
 
 def test_no_golden_file_is_left_without_its_case():
@@ -63,7 +78,7 @@ def test_your_scripts_job_lists_the_checkpoints_by_name_so_that_a_new_one_sample
 
 
 def test_a_fact_it_does_not_take_is_refused_naming_what_it_takes():
-    with pytest.raises(ValueError, match="takes no fact model_dir .*takes: checkpoint, checkpoints"):
+    with pytest.raises(ValueError, match="takes no fact model_dir .*takes: checkpoint, checkpoints, training_job"):
         Generate(golden.variables("ours"), {"checkpoint": "step_000050.pt", "model_dir": "/x"})
 
 

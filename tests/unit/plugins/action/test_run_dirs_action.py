@@ -8,6 +8,7 @@ import subprocess
 import pytest
 from ansible.errors import AnsibleActionFail
 
+from ansible_collections.llmtrain.slurm.plugins.action import run_dirs as run_dirs_action
 from ansible_collections.llmtrain.slurm.plugins.action.run_dirs import FACT, ActionModule
 from ansible_collections.llmtrain.slurm.plugins.modules import secure_dir
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.action.test_collect_run_action import Templar
@@ -60,6 +61,15 @@ def test_the_first_task_makes_and_fills_the_run_directory_and_the_next_ones_call
     assert oct(os.stat(os.path.join(run_dir, "env")).st_mode & 0o777) == "0o700"
     for name in ("node_check.sh", "network_check.sh", "bad_nodes.sh", "exit_codes.sh", "llmtrain_node/node_check.py"):
         assert os.path.isfile(os.path.join(run_dir, "scripts", name)), name
+    # the reference trainer, as the collection has it: what the jobs run (python -m trainer.generate, ...)
+    trainer = os.path.join(os.path.dirname(run_dirs_action.__file__), "..", "..", "roles", "deploy", "files", "trainer")
+    shipped = sorted(name for name in os.listdir(trainer) if name.endswith(".py"))
+    assert "generate.py" in shipped and "batch.py" in shipped
+    assert sorted(os.listdir(os.path.join(run_dir, "scripts", "trainer"))) == shipped
+    with open(os.path.join(trainer, "export.py")) as ours, open(os.path.join(run_dir, "scripts", "trainer", "export.py")) as theirs:
+        assert ours.read() == theirs.read()
+    # room left where the run is, for the pretrain stage's check of its inputs
+    assert isinstance(result["ansible_facts"]["_run_dirs_free_bytes"], int)
     assert conf_values(run_dir) == ["/opt/my venv/bin/python", "120", "requeue", "2", "warn", "1", "0", ""]
     # later stages of the same ansible-playbook run: the fact says it is done
     task_vars.update(result["ansible_facts"])

@@ -97,3 +97,17 @@ def test_prune_does_not_follow_a_linked_dest_and_refuses_a_path_as_pattern(tmp_p
     assert (real / "old.env").exists()
     result = run(put_files.main, dict(dest=str(real), files={"a.env": "x"}, prune="../*.env"), capsys)
     assert result["failed"] is True and "prune='../*.env'" in result["msg"] and not (real / "a.env").exists()
+
+
+def test_private_files_are_written_for_their_owner_alone_in_the_same_call(tmp_path, capsys):
+    dest = tmp_path / "env"
+    files = {"cluster.env": "export A=1\n", "secrets.env": "export KEY=s3cret\n"}
+    first = run(put_files.main, dict(dest=str(dest), files=files, private=["secrets.env"], prune="*.env"), capsys)
+    assert sorted(first["written"]) == ["cluster.env", "secrets.env"]
+    assert mode_of(dest / "cluster.env") == 0o644 and mode_of(dest / "secrets.env") == 0o600
+    again = run(put_files.main, dict(dest=str(dest), files=files, private=["secrets.env"], prune="*.env"), capsys)
+    assert again["changed"] is False
+    # a secret no longer asked for goes
+    gone = run(put_files.main, dict(dest=str(dest), files={"cluster.env": files["cluster.env"]}, private=["secrets.env"],
+                                    prune="*.env"), capsys)
+    assert gone["removed"] == ["secrets.env"] and sorted(os.listdir(dest)) == ["cluster.env"]

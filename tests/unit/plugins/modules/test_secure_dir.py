@@ -139,3 +139,12 @@ def test_only_checking_it_says_what_the_directory_holds(tmp_path, capsys):
     for name in ("pyvenv.cfg", "bin", "lib"):
         (tmp_path / "venv" / name).mkdir(parents=True)
     assert entries(tmp_path / "venv") == ["bin", "lib", "pyvenv.cfg"]
+
+
+def test_it_says_how_much_room_is_left_where_the_directory_is_or_will_be(tmp_path, capsys):
+    found = os.statvfs(str(tmp_path))
+    for check_mode in (True, False):
+        result = run(secure_dir.main, dict(path=str(tmp_path / "run"), subdirs=["env"]), capsys, check_mode=check_mode)
+        # what df counts for the user (blocks free to non-root users), give or take what was written meanwhile
+        assert abs(result["free_bytes"] - found.f_bavail * found.f_frsize) < 64 * 1024 * 1024
+    assert abs(secure_dir.free_bytes(str(tmp_path / "a" / "b")) - secure_dir.free_bytes(str(tmp_path))) < 64 * 1024 * 1024
