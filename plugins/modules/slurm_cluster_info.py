@@ -56,6 +56,15 @@ options:
         unless C(-w) is among its args. C(ch-run) missing here is a note, not an error."
     type: dict
     version_added: 0.1.0
+  judge:
+    description:
+      - "The run's variables (C(slurm_partition), C(slurm_nodes), C(slurm_gpus_per_node), C(slurm_exclude_nodes),
+        what the site requires of a job, C(run_gpu_policy)) to judge what was found by, in the same call, as the
+        action of M(llmtrain.slurm.preflight_cluster) does: RV(judged)."
+      - "With C(record_dir) among them, and nothing keeping the run off the cluster, C(<record_dir>/preflight.json)
+        is written for the report (not in check mode)."
+    type: dict
+    version_added: 0.3.0
 notes:
   - Supports check mode (it changes nothing).
 """
@@ -178,13 +187,25 @@ container:
   sample: {"errors": ["slurm_container_runtime=pyxis, but srun on this node has no --container-image option ..."],
            "notes": []}
   version_added: 0.1.0
+judged:
+  description:
+    - With O(judge), C(errors) (what keeps the run off the cluster, each naming the variable and the fix), C(notes)
+      (what its jobs will wait for, what could not be checked), C(record) (what C(preflight.json) holds but its time)
+      and C(written) (whether C(preflight.json) was written anew).
+  returned: with O(judge)
+  type: dict
 ansible_facts:
   description: The same data as C(slurm_cluster), with keys C(version), C(partitions), C(nodes).
   returned: always
   type: dict
 """
 
+import datetime
+import json
+
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import container
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.put import write_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import site_check
 from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.exclusion import load_bad_nodes
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
 
@@ -213,12 +234,32 @@ def look(slurm):
         result["bad_nodes"], unusable = load_bad_nodes(p["bad_nodes"])
         if unusable:
             slurm.module.warn(unusable)
+    if p["judge"] is not None:
+        result["judged"], problem = judged(result, p["judge"], p["bad_nodes"], slurm.module.check_mode)
+        if problem:
+            slurm.module.fail_json(msg="preflight.json could not be written: %s" % problem)
+        result["changed"] = result["judged"]["written"]
     return result
+
+
+def judged(found, judge, bad_nodes, check_mode):
+    """What was found judged by the run's variables, and preflight.json written where the run fits
+    (with record_dir, not in check mode) -> (judged, why it could not be written)."""
+    errors, notes, record = site_check.judge(found, judge, bad_nodes)
+    out = dict(errors=errors, notes=notes, record=record, written=False)
+    if not judge.get("record_dir") or errors or check_mode:
+        return out, None
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = json.dumps(dict(record, time=when), indent=4, sort_keys=True) + "\n"
+    written, _same, problem = write_files(judge["record_dir"], {"preflight.json": text}, 0o644)
+    out["written"] = bool(written)
+    return out, problem
 
 
 def main():
     SlurmModule(dict(bad_nodes=dict(type="path"), reservations=dict(type="bool", default=False),
-                     associations=dict(type="bool", default=False), container=dict(type="dict")),
+                     associations=dict(type="bool", default=False), container=dict(type="dict"),
+                     judge=dict(type="dict")),
                 errors=(ValueError,), supports_check_mode=True).run(look)
 
 

@@ -13,12 +13,15 @@ import re
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_facts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.sbatch_argv import OPTION_RELEASES
-from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import parse_version
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import parse_version, usable_nodes
 
 # a --constraint this check can evaluate: features joined by & (and, also ,) and | (or);
 # brackets, parentheses, counts (*N) and ! are only checked feature by feature
 SIMPLE_CONSTRAINT = re.compile(r"^[A-Za-z0-9_.\-:]+(?:[&|,][A-Za-z0-9_.\-:]+)*$")
 FEATURE = re.compile(r"[A-Za-z0-9_.\-:]+")
+# the run's variables site_errors reads
+SITE_VARIABLES = ("slurm_nodes", "slurm_gpus_per_node", "slurm_constraint", "slurm_gpu_type", "slurm_reservation",
+                  "slurm_account", "slurm_qos", "slurm_sbatch_options")
 
 
 def _listing(counts, limit=8):
@@ -253,3 +256,24 @@ def site_errors(cluster, partition, usable, values):
     found = cluster.get("container") or {}
     return {"errors": errors + more + list(found.get("errors") or []),
             "notes": notes + also + list(found.get("notes") or [])}
+
+
+def judge(cluster, v, bad_nodes_file):
+    """cluster: as slurm_cluster_info finds it; v: the run's variables (JUDGED) -> (errors, notes, record)."""
+    partitions = cluster.get("partitions") or []
+    name = v.get("slurm_partition") or next((p["name"] for p in partitions if p.get("default")), "")
+    partition = next((p for p in partitions if p["name"] == name), None)
+    bad = cluster.get("bad_nodes") or {}
+    excluded = run_facts.hostnames(list(run_facts.hostnames(v.get("slurm_exclude_nodes") or [])) + list(bad))
+    keep_off = set(excluded)  # thousands of nodes against hundreds excluded: one lookup each
+    usable = [node for node in usable_nodes(cluster.get("nodes") or [], name) if node["name"] not in keep_off]
+    errors = cluster_errors(cluster, partition, usable, excluded, v.get("slurm_partition"), v.get("slurm_nodes"),
+                            v.get("slurm_gpus_per_node"), bad_nodes_file)
+    site = site_errors(cluster, name if partition else "", usable, dict((k, v.get(k)) for k in SITE_VARIABLES))
+    if partition:
+        errors += site["errors"]
+    record = {"slurm_partition": partition["name"] if partition else None, "slurm_version": cluster.get("version"),
+              "gpu_policy": v.get("run_gpu_policy"), "usable_nodes": [node["name"] for node in usable],
+              "busy_nodes": [node["name"] for node in usable if node.get("state") != "idle"],
+              "excluded_nodes": dict((node, run_facts.excluded_reason(node, bad)) for node in excluded)}
+    return errors, site["notes"], record

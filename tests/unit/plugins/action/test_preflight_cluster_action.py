@@ -1,7 +1,7 @@
-"""The preflight_cluster action: one call of slurm_cluster_info (its answer given here as the module
-returns it), the run's partition and usable nodes judged on the controller, the task failing with
-every message at once, what the jobs wait for as warnings, and preflight.json written by the real
-put_files module (never in check mode)."""
+"""The preflight_cluster action: one call of slurm_cluster_info (what it finds given here, judged and
+preflight.json written by the module's own code), the run's partition and usable nodes, the task
+failing with every message at once, what the jobs wait for as warnings, and preflight.json
+written in the same call (never in check mode)."""
 
 import json
 import os
@@ -10,9 +10,9 @@ import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.llmtrain.slurm.plugins.action.preflight_cluster import ActionModule
-from ansible_collections.llmtrain.slurm.plugins.modules import put_files
+from ansible_collections.llmtrain.slurm.plugins.modules import slurm_cluster_info
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.action.test_collect_run_action import Templar
-from ansible_collections.llmtrain.slurm.tests.unit.plugins.action.test_fetch_files_action import Connection, Loader, Task, run_module
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.action.test_fetch_files_action import Connection, Loader, Task
 
 
 def node(name, state="idle", flags=(), gpus=0, partitions=("debug",)):
@@ -40,10 +40,12 @@ def preflight(tmp_path, cluster=None, check_mode=False, args=None, **more):
 
     def execute_module(module_name=None, module_args=None, task_vars=None, **kwargs):
         calls.append((module_name, module_args))
-        if module_name == "llmtrain.slurm.slurm_cluster_info":
-            return json.loads(json.dumps(cluster or CLUSTER))
-        assert module_name == "llmtrain.slurm.put_files"
-        return run_module(put_files.main, dict(module_args, _ansible_check_mode=check_mode))
+        assert module_name == "llmtrain.slurm.slurm_cluster_info"
+        found = json.loads(json.dumps(cluster or CLUSTER))
+        found["judged"], problem = slurm_cluster_info.judged(found, json.loads(json.dumps(module_args["judge"])),
+                                                             module_args["bad_nodes"], check_mode)
+        assert problem is None
+        return found
 
     plugin._execute_module = execute_module
     return plugin.run(task_vars=task_vars), calls, tmp_path / "ws" / "tiny"
@@ -52,8 +54,13 @@ def preflight(tmp_path, cluster=None, check_mode=False, args=None, **more):
 def test_a_run_that_fits_is_recorded_in_preflight_json(tmp_path):
     result, calls, run_dir = preflight(tmp_path)
     assert not result.get("failed") and not result["changed"], result
-    assert calls[0] == ("llmtrain.slurm.slurm_cluster_info", {"bad_nodes": str(run_dir / "bad_nodes.json"),
-                                                              "reservations": False, "associations": False})
+    assert calls[0] == ("llmtrain.slurm.slurm_cluster_info", {
+        "bad_nodes": str(run_dir / "bad_nodes.json"), "reservations": False, "associations": False,
+        "judge": {"slurm_nodes": 2, "slurm_gpus_per_node": 0, "slurm_constraint": None, "slurm_gpu_type": None,
+                  "slurm_reservation": None, "slurm_account": None, "slurm_qos": None, "slurm_sbatch_options": None,
+                  "slurm_partition": None, "slurm_exclude_nodes": [], "run_gpu_policy": "strict",
+                  "record_dir": str(run_dir)}})
+    assert len(calls) == 1  # preflight.json is written by the same call
     # the drained node is not usable; the one the node check found bad is excluded, with why
     assert result["partition"] == "debug" and result["usable_nodes"] == ["n0", "n1"]
     record = json.loads((run_dir / "preflight.json").read_text())

@@ -125,3 +125,31 @@ def test_associations_where_the_cluster_keeps_no_accounting_or_has_no_sacctmgr(m
     s.done()
     assert result["associations"] is None
     assert "failed to open persistent connection to host:localhost:7031: Connection refused" in result["associations_note"]
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_what_it_finds_is_judged_by_the_run_and_recorded_in_the_same_call(monkeypatch, capsys, tmp_path, check_mode):
+    """The preflight role's one call: bad nodes read, the partition judged by the run's variables, and
+    preflight.json written where the run fits (not in check mode)."""
+    path = tmp_path / "bad_nodes.json"
+    path.write_text(json.dumps(BAD_NODES))
+    judge = dict(slurm_partition=None, slurm_nodes=2, slurm_gpus_per_node=0, slurm_exclude_nodes=[],
+                 run_gpu_policy="strict", record_dir=str(tmp_path))
+    s = Slurm(monkeypatch, CLUSTER)
+    result = run(slurm_cluster_info.main, dict(bad_nodes=str(path), judge=judge), capsys, check_mode=check_mode)
+    s.done()
+    judged = result["judged"]
+    assert judged["errors"] == [] and judged["record"]["usable_nodes"] == ["slurm-worker-0", "slurm-worker-2"]
+    assert judged["record"]["excluded_nodes"] == {"slurm-worker-1": "no network interface ib0 on slurm-worker-1 (it "
+                                                  "has eth0, lo) (node check of job 42, 2026-11-30T10:00:00Z)"}
+    assert judged["written"] is not check_mode and (tmp_path / "preflight.json").exists() is not check_mode
+    if not check_mode:
+        record = json.loads((tmp_path / "preflight.json").read_text())
+        assert dict(record, time=None) == dict(judged["record"], time=None) and record["time"].endswith("Z")
+    # one node more than the partition has left: refused, naming the variable, and nothing recorded
+    (tmp_path / "preflight.json").unlink(missing_ok=True)
+    s = Slurm(monkeypatch, CLUSTER)
+    result = run(slurm_cluster_info.main, dict(bad_nodes=str(path), judge=dict(judge, slurm_nodes=3)), capsys)
+    s.done()
+    assert result["judged"]["errors"][0].startswith("slurm_nodes=3 but partition debug has 2 usable node(s)")
+    assert not (tmp_path / "preflight.json").exists()
