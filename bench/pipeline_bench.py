@@ -194,8 +194,9 @@ def run_chained(steps):
                 before_first_job=min(starts) - started if starts else None)
 
 
-# the banner of the task that submits and watches the training job
-WATCH_TASK = "TASK [llmtrain.slurm.pretrain : Train - submit the training job"
+# the banner of the task that watches the training job (the one before it submits it, to queue the
+# samples job behind it)
+WATCH_TASK = "TASK [llmtrain.slurm.pretrain : Train - submit the training job or re-attach to the run's active one, then watch"
 
 
 def watch_latency(lines):
@@ -418,7 +419,7 @@ def render(args, pipeline, manual, noops, scale, chained):
         kind, fmt(stats([m["ran"].get(name) for m in manual]), digits=0),
         fmt(stats([m["returned"].get(name) for m in manual]))) for kind, name in kinds)
     gaps = [("prepare job's end -> training job's start", kinds[0][1], kinds[1][1]),
-            ("training job's end -> generation job's start (watch, collect, report, inference's tasks)",
+            ("training job's end -> generation job's start (queued behind the training)",
              kinds[1][1], kinds[2][1])]
 
     def verdict(ok, what):
