@@ -130,8 +130,8 @@ uid:
   type: int
 free_bytes:
   description:
-    - The bytes free to the user on the filesystem of O(path) (of its nearest existing parent where it does not
-      exist yet, as in check mode), as C(df) counts them; null when it cannot be measured.
+    - The bytes free to the user on the filesystem of O(path) once O(files) are written (of its nearest existing
+      parent where it does not exist yet, as in check mode), as C(df) counts them; null when it cannot be measured.
   returned: unless the checks fail
   type: int
   sample: 53687091200
@@ -225,13 +225,12 @@ def main():
     result = dict(changed=False, created=[], narrowed=[], written=[], unchanged=[], uid=uid)
     if problems:
         module.fail_json(msg="\n".join(problems), problems=problems, **result)
-    result["free_bytes"] = free_bytes(path)
     if not p["create"]:
-        module.exit_json(entries=entries(path), **result)
+        module.exit_json(entries=entries(path), free_bytes=free_bytes(path), **result)
     if module.check_mode:
         result["written"], result["unchanged"], _problem = write_files(path, p["files"], files_mode, check_mode=True)
         result.update(changed=bool(missing or result["written"]), created=missing)
-        module.exit_json(**result)
+        module.exit_json(free_bytes=free_bytes(path), **result)
     private = [os.path.join(own, name) for name in p["private"]]
     made, problems = trusted_dirs.make(missing, uid, p["variable"], private)
     result["created"] = made
@@ -245,7 +244,8 @@ def main():
     result["changed"] = bool(made or result["narrowed"] or result["written"])
     if problem:
         module.fail_json(msg=problem, **result)
-    module.exit_json(**result)
+    # what is left once the files are in place
+    module.exit_json(free_bytes=free_bytes(path), **result)
 
 
 if __name__ == "__main__":

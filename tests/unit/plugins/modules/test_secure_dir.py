@@ -148,3 +148,11 @@ def test_it_says_how_much_room_is_left_where_the_directory_is_or_will_be(tmp_pat
         # what df counts for the user (blocks free to non-root users), give or take what was written meanwhile
         assert abs(result["free_bytes"] - found.f_bavail * found.f_frsize) < 64 * 1024 * 1024
     assert abs(secure_dir.free_bytes(str(tmp_path / "a" / "b")) - secure_dir.free_bytes(str(tmp_path))) < 64 * 1024 * 1024
+
+
+def test_the_room_is_measured_once_the_files_are_written(tmp_path, capsys, monkeypatch):
+    """The pretrain stage compares it with what its checkpoints need: what the run directory's own files
+    take (the checks, the node package, the trainer) is not left to them."""
+    monkeypatch.setattr(secure_dir, "free_bytes", lambda path: int(os.path.exists(os.path.join(path, "scripts", "a.sh"))))
+    result = run(secure_dir.main, dict(path=str(tmp_path / "run"), subdirs=["scripts"], files={"scripts/a.sh": "x\n"}), capsys)
+    assert result["written"] == ["scripts/a.sh"] and result["free_bytes"] == 1

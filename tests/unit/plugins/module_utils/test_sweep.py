@@ -1,0 +1,82 @@
+"""A sweep's members from the sweep variable (module_utils/inputs/sweep.py): every combination of a
+grid and the members of a list, each named from its values (never its position, so that a value
+added keeps the names there were), nested keys and a script's flags merged into the inventory's
+values, and every mistake said before anything is made, naming the key or the member and the fix."""
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import argument_specs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.run import RUN_NAME
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.sweep import members
+
+# every variable the roles declare, as the play would give them
+KNOWN = sorted(set(name for entries in argument_specs.specs().values() for options in entries.values() for name in options))
+BASE = {"pretrain_model": {"n_layer": 6, "n_head": 6, "n_embd": 384}, "pretrain_script_args": ["--epochs", "3", "--lr", "0.1"]}
+
+
+def names(sweep, base=None):
+    found, errors = members(sweep, KNOWN, base or BASE)
+    assert errors == []
+    return [member["name"] for member in found]
+
+
+def test_a_grid_is_every_combination_named_from_its_values():
+    found, errors = members({"name": "ladder", "grid": {"pretrain_learning_rate": [3e-4, 6e-4],
+                                                        "pretrain_model.n_layer": [4, 8]}}, KNOWN, BASE)
+    assert errors == []
+    assert [m["name"] for m in found] == ["ladder-learning_rate0.0003-n_layer4", "ladder-learning_rate0.0003-n_layer8",
+                                          "ladder-learning_rate0.0006-n_layer4", "ladder-learning_rate0.0006-n_layer8"]
+    # the model's other keys are the inventory's
+    assert found[1]["settings"] == {"pretrain_learning_rate": 3e-4,
+                                    "pretrain_model": {"n_layer": 8, "n_head": 6, "n_embd": 384}}
+    assert found[1]["values"] == {"pretrain_learning_rate": 3e-4, "pretrain_model.n_layer": 8}
+    assert all(RUN_NAME.fullmatch(m["name"]) for m in found)
+    assert BASE["pretrain_model"]["n_layer"] == 6  # the inventory's value is not changed
+
+
+def test_adding_a_value_keeps_the_names_there_were():
+    two = names({"name": "lr", "grid": {"pretrain_learning_rate": [3e-4, 6e-4]}})
+    three = names({"name": "lr", "grid": {"pretrain_learning_rate": [1e-4, 3e-4, 6e-4]}})
+    assert set(two) < set(three) and len(three) == 3
+
+
+def test_a_list_adds_members_and_a_scripts_flag_replaces_the_inventorys():
+    found, errors = members({"name": "own", "list": [{"pretrain_script_args.--lr": 0.01},
+                                                     {"pretrain_script_args.--epochs": 5}]}, KNOWN, BASE)
+    assert errors == []
+    assert found[0]["settings"]["pretrain_script_args"] == ["--epochs", "3", "--lr=0.01"]
+    assert found[1]["settings"]["pretrain_script_args"] == ["--lr", "0.1", "--epochs=5"]
+    assert [m["name"] for m in found] == ["own-lr0.01", "own-epochs5"]
+
+
+def test_values_that_make_no_run_name_or_too_long_a_one_are_named_by_a_digest_of_their_own():
+    found = names({"name": "odd", "list": [{"slurm_partition": "a/b"}, {"slurm_partition": "a_b"},
+                                           {"slurm_env_setup": ["module load cuda/12.4 " * 5]}]})
+    assert found[1] == "odd-partitiona_b"
+    assert [len(n) for n in (found[0], found[2])] == [len("odd-") + 10] * 2 and found[0] != found[2]
+    assert all(RUN_NAME.fullmatch(n) and len(n) <= 64 for n in found)
+    # a member's name depends on its own values alone
+    assert names({"name": "odd", "list": [{"slurm_partition": "a/b"}]}) == found[:1]
+
+
+@pytest.mark.parametrize("sweep, message", [
+    ("lr", "sweep must be a dict with a name and a grid or a list"),
+    ({"name": "x", "grid": {"pretrain_learning_rat": [1e-3]}},
+     "sweep: pretrain_learning_rat is not a variable of llmtrain.slurm: did you mean pretrain_learning_rate?"),
+    ({"name": "x", "grid": {"run_name": ["a", "b"]}}, "sweep: run_name cannot be swept"),
+    ({"name": "x", "grid": {"pretrain_learning_rate": []}}, "sweep.grid.pretrain_learning_rate must be a non-empty list"),
+    ({"name": "x"}, "sweep has no member: give a grid"),
+    ({"name": "x", "list": [{}]}, "sweep.list[0] must be a dict of the member's settings"),
+    ({"name": "-x", "list": [{"pretrain_steps": 1}]}, "sweep.name='-x' must be 1-53 letters"),
+    ({"name": "x", "grids": {}}, "sweep has grids, which it does not take"),
+    ({"name": "x", "grid": {"pretrain_learning_rate": [1e-3]}, "list": [{"pretrain_learning_rate": 1e-3}]},
+     "sweep.list[0] is the same member as sweep.grid: give each member once"),
+    ({"name": "x", "list": [{"pretrain_steps.n": 1}]}, "sweep.list[0]: pretrain_steps.n: pretrain_steps is not a dict"),
+    ({"name": "x", "list": [{"pretrain_script_args.lr": 1}]},
+     "sweep.list[0]: pretrain_script_args.lr: below pretrain_script_args give your script's flag as it takes it"),
+    ({"name": "x", "list": [{"slurm_partition": "1"}, {"slurm_partition": 1}]},
+     "sweep.list[0] and sweep.list[1] would both be run x-partition1"),
+])
+def test_a_mistake_is_said_naming_the_key_or_the_member_and_the_fix(sweep, message):
+    found, errors = members(sweep, KNOWN, dict(BASE, pretrain_steps=100))
+    assert found == [] and any(error.startswith(message) for error in errors), errors
