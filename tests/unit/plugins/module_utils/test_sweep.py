@@ -1,4 +1,4 @@
-"""A sweep's members from the sweep variable (module_utils/inputs/sweep.py): every combination of a
+"""A sweep's members from the sweep variable (module_utils/sweep/members.py): every combination of a
 grid and the members of a list, each named from its values (never its position, so that a value
 added keeps the names there were), nested keys and a script's flags merged into the inventory's
 values, and every mistake said before anything is made, naming the key or the member and the fix."""
@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import argument_specs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.run import RUN_NAME
-from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.sweep import members
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep.members import members
 
 # every variable the roles declare, as the play would give them
 KNOWN = sorted(set(name for entries in argument_specs.specs().values() for options in entries.values() for name in options))
