@@ -10,10 +10,8 @@ and a rerun of the same one does not."""
 
 from __future__ import annotations
 
-import re
-
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.base import Job, exit_code, js, q, words
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files, untrusted
 
 
 class Generate(Job):
@@ -33,7 +31,7 @@ class Generate(Job):
     @property
     def training_job(self):
         job = str(self.fact.get("training_job") or "")
-        if job and not re.match(r"[0-9]+(_[0-9]+)?\Z", job):
+        if job and not untrusted.JOB_ID.match(job):
             raise ValueError("training_job=%r is no Slurm job id" % job)
         return job
 

@@ -15,6 +15,7 @@ import itertools
 import json
 import re
 
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import argument_specs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.run import RUN_NAME
 
 # the variables whose values are a script's arguments: a key below them is one of its flags
@@ -24,7 +25,6 @@ NOT_SWEPT = ("run_name", "sweep")
 # a member's name: the sweep's, a dash, then its values (at most 64 characters in all, as run_name)
 NAME_MAX = 64
 LABEL = re.compile(r"[^A-Za-z0-9._-]")
-PREFIXES = ("pretrain_", "inference_", "deploy_", "nccl_env_", "slurm_", "run_", "preflight_")
 
 
 def _json(value):
@@ -35,10 +35,8 @@ def _label(key, value):
     """A key and its value in a member's name (pretrain_learning_rate, 0.0003 -> learning_rate0.0003),
     None where either holds a character a run name cannot."""
     last = key.split(".")[-1].lstrip("-")
-    for prefix in PREFIXES:
-        if last.startswith(prefix) and last != prefix:
-            last = last[len(prefix):]
-            break
+    if any(last.startswith(role + "_") for role in argument_specs.specs()):
+        last = last[len(argument_specs.role_of(last)) + 1:] or last
     label = last + (value if isinstance(value, str) else _json(value))
     return None if LABEL.search(label) else label
 
