@@ -27,6 +27,8 @@ description:
     cannot be read (once each, from C(progress_warnings)).
   - A watch without a limit (C(retries) of a billion or more, as the pretrain role's
     C(pretrain_watch_timeout=0)) counts its polls instead of its retries left.
+  - "A sweep's watch (M(llmtrain.slurm.sweep)) prints its one line per retry (RV(llmtrain.slurm.sweep#module:sweep)'s
+    C(line)) - the members in each state and the lowest loss so far."
   - A task watches a job when its result carries C(job_id) or C(jobs) and C(state), as the
     results of M(llmtrain.slurm.slurm_job_info) and M(llmtrain.slurm.sbatch) do; the
     progress fields come from C(progress) (O(llmtrain.slurm.slurm_job_info#module:metrics_file)).
@@ -76,7 +78,10 @@ def _number(value):
 
 
 def progress_line(host, result):
-    """The line for one retry, or None when the result does not describe a Slurm job."""
+    """The line for one retry, or None when the result does not describe a Slurm job (or a sweep's)."""
+    sweep = result.get("sweep")
+    if isinstance(sweep, dict) and isinstance(sweep.get("line"), str):
+        return _with_retry("[%s] %s" % (host, sweep["line"]), result)
     job = result
     if isinstance(result.get("jobs"), list) and result["jobs"]:
         job = result["jobs"][-1]
@@ -97,7 +102,11 @@ def progress_line(host, result):
         parts.append("%s tokens/s" % _number(round(progress["tokens_per_s"])))
     if progress.get("eta_s") is not None:
         parts.append("ETA %s" % _duration(progress["eta_s"]))
-    line = "[%s] %s" % (host, head) + (": " + ", ".join(parts) if parts else "")
+    return _with_retry("[%s] %s" % (host, head) + (": " + ", ".join(parts) if parts else ""), result)
+
+
+def _with_retry(line, result):
+    """line, with the poll or retry it was printed at, printable."""
     retries, attempts = result.get("retries"), result.get("attempts")
     if retries and attempts:
         line += " (poll %d)" % attempts if retries - 1 >= ENDLESS_RETRIES else " (retry %d/%d)" % (attempts, retries - 1)

@@ -25,7 +25,7 @@ from ansible_collections.llmtrain.slurm.plugins.filter.variables import computed
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = sorted(os.path.basename(os.path.dirname(path)) for path in glob.glob(os.path.join(ROOT, "roles", "*", "meta")))
 # the prefixes of the variables a user sets; a name with one of them is a run variable
-PUBLIC = re.compile(r"^(slurm|nccl_env|preflight|deploy|pretrain|inference|local_cluster|run|status)_[a-z0-9_]+$")
+PUBLIC = re.compile(r"^(slurm|nccl_env|preflight|deploy|pretrain|inference|local_cluster|run|status|sweep)_[a-z0-9_]+$")
 # keys whose string value is a bare Jinja expression, not a template
 BARE = {"when", "until", "changed_when", "failed_when", "that"}
 JINJA = Environment(extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])
@@ -150,9 +150,12 @@ def test_no_variable_is_declared_by_two_roles():
 
 def test_each_role_declares_only_names_with_its_own_prefix():
     """A variable's name says which role owns it (ansible-lint's var-naming[no-role-prefix], with no skip):
-    slurm_* are the slurm role's, run_* the run role's, pretrain_* the pretrain role's, and so on."""
+    slurm_* are the slurm role's, run_* the run role's, pretrain_* the pretrain role's, and so on. A
+    role's own name may be its required input (the sweep role's sweep): it has no default, so the
+    role defines it nowhere."""
     stray = sorted("%s (roles/%s)" % (name, role) for role, options in SPECS.items() for name in options
-                   if not name.startswith(role + "_"))
+                   if not name.startswith(role + "_") and not (name == role and options[name].get("required")
+                                                               and "default" not in options[name]))
     assert not stray, "declared by a role whose prefix they do not carry: rename them or move them"
 
 
@@ -355,7 +358,9 @@ def names_set_in_python(path):
         if isinstance(node, ast.keyword) and node.arg:
             names.add(node.arg)
         elif isinstance(node, ast.Dict):
-            names.update(key.value for key in node.keys if isinstance(key, ast.Constant) and isinstance(key.value, str))
+            # a sweep's key below a variable (pretrain_model.n_layer) sets that variable
+            names.update(key.value.split(".")[0] for key in node.keys if isinstance(key, ast.Constant)
+                         and isinstance(key.value, str))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if node.value.lstrip().startswith("all:"):  # its %s placeholders filled in
                 names |= inventory_names(yaml.safe_load(re.sub(r"%[sdr]", "x", node.value))["all"])

@@ -98,6 +98,11 @@ class Run(object):
         return "/".join((self.dir,) + tuple(str(part) for part in parts))
 
     @property
+    def data_dir(self):
+        """The run's prepared data: its own data/, or a sweep member's the sweep's (jobs/sweep.py)."""
+        return self.get("_sweep_data_dir") or self.path("data")
+
+    @property
     def scripts(self):
         return self.path("scripts")
 

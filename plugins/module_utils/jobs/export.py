@@ -90,7 +90,7 @@ class Export(Job):
             ]
         if self.evaluate:
             result = run.path("eval", self.model_name + ".json")
-            text_args = ["--text", self.eval_text] if self.eval_text else ["--data", run.path("data")]
+            text_args = ["--text", self.eval_text] if self.eval_text else ["--data", run.data_dir]
             steps = run.container(run.scripts)
             srun_python = steps["step"] + steps["task"] + [run["slurm_python"]]
             lines += [

@@ -84,7 +84,7 @@ class Train(Job):
         run = self.run
         if run.script:
             return [run.code_script] + list(run["pretrain_script_args"])
-        argv = ["-m", "trainer.train", "--data", run.path("data"), "--out", run.dir,
+        argv = ["-m", "trainer.train", "--data", run.data_dir, "--out", run.dir,
                 "--steps", str(run["pretrain_steps"]), "--batch-size", str(run["pretrain_batch_size"]),
                 "--learning-rate", str(run["pretrain_learning_rate"]),
                 "--checkpoint-interval", str(run["pretrain_checkpoint_interval"]),

@@ -287,7 +287,8 @@ class Job:
             say("cannot add the end line to %s: %s" % (self.file(run_files.STARTS), err), err=True)
         if how == "finished":
             try:
-                why = job_end.mark(self.config["done_file"], self.job_id)
+                # in a sweep's array the record names the task (<array>_<index>), as the sweep module wrote it
+                why = job_end.mark(self.config["done_file"], slurm_job.own_id(self.env))
             except OSError as err:
                 why = "cannot write %s: %s" % (self.config["done_file"], err)
             if why:

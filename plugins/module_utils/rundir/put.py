@@ -26,10 +26,11 @@ def encode(text):
     return ("" if text is None else str(text)).encode("utf-8", "surrogateescape")
 
 
-def write_files(dest, files, mode, check_mode=False):
+def write_files(dest, files, mode, check_mode=False, fsync=True):
     """Write each name -> text of files (names relative to dest, already checked) that is not
     already in dest with that content and mode: to a temporary file beside it, fsynced, then
-    renamed into place, so that a reader sees the old file or the new one, never half of one.
+    renamed into place, so that a reader sees the old file or the new one, never half of one
+    (fsync=False: not synced first, for files made again on every run).
     A missing subdirectory is made (mode 0755 under the umask). Check mode writes nothing.
     -> (written, unchanged, problem): the names, in order; problem is None, or why the first
     file that could not be written was not (those after it are neither written nor listed)."""
@@ -43,7 +44,7 @@ def write_files(dest, files, mode, check_mode=False):
         if not check_mode:
             try:
                 os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-                replace_file(path, data, mode, prefix="." + os.path.basename(path) + ".", fsync=True)
+                replace_file(path, data, mode, prefix="." + os.path.basename(path) + ".", fsync=fsync)
             except OSError as err:
                 return written, unchanged, "cannot write %s: %s" % (path, err.strerror or err)
         written.append(name)

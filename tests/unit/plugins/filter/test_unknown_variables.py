@@ -29,7 +29,7 @@ def test_the_filter_is_registered():
 
 def test_the_prefixes_are_the_roles_names():
     assert sorted(variables.prefixes()) == ["deploy_", "inference_", "local_cluster_", "nccl_env_", "preflight_",
-                                            "pretrain_", "run_", "slurm_", "status_"]
+                                            "pretrain_", "run_", "slurm_", "status_", "sweep_"]
 
 
 def test_a_misspelt_name_is_refused_naming_the_closest():

@@ -1,10 +1,14 @@
 """A sweep's members from the sweep variable (module_utils/sweep/members.py): every combination of a
 grid and the members of a list, each named from its values (never its position, so that a value
 added keeps the names there were), nested keys and a script's flags merged into the inventory's
-values, and every mistake said before anything is made, naming the key or the member and the fix."""
+values, and every mistake said before anything is made, naming the key or the member and the fix;
+each member's settings checked as the run's variables (the action), and the members compared
+(report.py)."""
 
 import pytest
 
+from ansible_collections.llmtrain.slurm.plugins.action.sweep import member_errors
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import report
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import argument_specs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.run import RUN_NAME
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep.members import members
@@ -80,3 +84,39 @@ def test_values_that_make_no_run_name_or_too_long_a_one_are_named_by_a_digest_of
 def test_a_mistake_is_said_naming_the_key_or_the_member_and_the_fix(sweep, message):
     found, errors = members(sweep, KNOWN, dict(BASE, pretrain_steps=100))
     assert found == [] and any(error.startswith(message) for error in errors), errors
+
+
+# --- the comparison (module_utils/sweep/report.py) and the members' checks (the action) -------------
+
+def member(name, state, values, step=None, loss=None):
+    return dict(name=name, state=state, values=values, progress=None if step is None else dict(step=step, loss=loss))
+
+
+def test_the_table_shows_each_members_values_state_step_and_loss_and_names_the_best_finished_one():
+    found = [member("lr-a", "done", {"pretrain_learning_rate": 3e-4}, 40, 3.25),
+             member("lr-b", "done", {"pretrain_learning_rate": 1e-3}, 40, 2.5),
+             member("lr-c", "running", {"pretrain_learning_rate": 3e-3}, 20, 2.1),
+             member("lr-d", "failed", {"pretrain_learning_rate": 1e-2}, 5, float("nan")),
+             member("lr-e", "pending", {"pretrain_learning_rate": 3e-2})]
+    text = report.markdown("lr", found)
+    assert "Best finished member: **lr-b** (loss 2.5)." in text
+    assert "| lr-d | 0.01 | failed | 5 |  |" in text and "| lr-e | 0.03 | pending |  |  |" in text
+    # the lowest loss so far may be a running member's; a NaN is never lowest
+    assert report.counts_line("lr", found) == (
+        "sweep lr: 5 members, 2 done, 1 running, 1 pending, 1 failed; lowest loss 2.1 (lr-c, step 20)")
+
+
+def test_a_value_from_the_workspace_is_shown_printable():
+    text = report.markdown("s", [member("s-x", "done", {"pretrain_script_args.--tag": "a\x1b[31mb"}, 1, 1.0)])
+    assert "\x1b" not in text
+
+
+def test_each_members_settings_are_checked_as_the_runs_variables_naming_the_member():
+    values = dict(pretrain_model={"n_layer": 2, "n_head": 2, "n_embd": 64, "block_size": 64}, slurm_nodes=1)
+    found, errors = members({"name": "s", "list": [{"pretrain_model.n_head": 3}, {"slurm_nodes": "two"},
+                                                   {"pretrain_learning_rate": 1e-3}]}, KNOWN, values)
+    assert errors == []
+    said = member_errors(found, values)
+    assert len(said) == 2, said
+    assert said[0].startswith("sweep member s-n_head3: pretrain_model: n_embd=64 must be a multiple of n_head=3")
+    assert said[1].startswith("sweep member s-nodestwo: ") and "slurm_nodes" in said[1] and "int" in said[1]

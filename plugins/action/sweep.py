@@ -1,0 +1,110 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The action of llmtrain.slurm.sweep: the members from the `sweep` variable (module_utils/sweep/
+members.py; every mistake said before anything is made), each member's training job made by the
+training job's class with the member's settings (jobs/sweep.py), and one call of the module on the
+login node, which makes the members' run directories and submits the arrays (or, state=status,
+only looks). Then, on the controller, <run_results_dir>/<sweep>/members.json and sweep.md
+(module_utils/sweep/report.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import argument_specs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.sweep import Sweep
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.train import Train
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import report
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep.members import members
+
+MODULE = "llmtrain.slurm.sweep"
+# what a member's run directory and job are made from besides its training job's variables: its
+# node check settings (scripts/node_check.conf)
+CHECK_VARIABLES = ("slurm_node_check_timeout", "run_bad_node_policy", "run_requeue_max", "run_gpu_policy", "run_gpu_diag")
+
+
+def known_variables():
+    """Every variable the roles declare."""
+    return sorted(set(name for entries in argument_specs.specs().values() for options in entries.values()
+                      for name in options))
+
+
+def member_errors(found, values):
+    """What is wrong with each member's settings, as the run's variables: their types and choices by
+    the argument specs, then the input checks (inputs/) of the run's values with the member's, each
+    message naming the member. values: the run's variables (the run role's _run_values)."""
+    spec_of = dict((name, spec) for entries in argument_specs.specs().values() for name, spec in entries.get("main", {}).items())
+    before = set(inputs.validate(values))
+    errors = []
+    for member in found:
+        settings = json.loads(json.dumps(member["settings"]))  # plain values: the messages show them so
+        spec = dict((name, dict((key, value) for key, value in spec_of[name].items() if key in ("type", "elements", "choices")))
+                    for name in settings if name in spec_of)
+        checked = ArgumentSpecValidator(spec).validate(dict((name, settings[name]) for name in spec))
+        wrong = [str(message) for message in checked.error_messages]
+        if not wrong:
+            wrong = [message for message in inputs.validate(dict(values, **settings)) if message not in before]
+        errors += ["sweep member %s: %s" % (member["name"], message) for message in wrong]
+    return errors
+
+
+class ActionModule(ActionBase):
+
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = dict(self._task.args)
+        state = args.pop("state", "present")
+        if args or state not in ("present", "watch", "status"):
+            raise AnsibleActionFail("llmtrain.slurm.sweep takes state (present, watch or status) alone; it reads the "
+                                    "sweep variable and the run's variables")
+        values = self.values(task_vars, base.RUN_VARIABLES + tuple(Train.variables) + CHECK_VARIABLES)
+        sweep = self._templar.template(task_vars.get("sweep"))
+        grid = sweep.get("grid") if isinstance(sweep, dict) else None
+        listed = sweep.get("list") if isinstance(sweep, dict) else None
+        keys = list(grid) if isinstance(grid, dict) else []
+        keys += [key for entry in (listed if isinstance(listed, list) else []) if isinstance(entry, dict) for key in entry]
+        swept = set(str(key).split(".", maxsplit=1)[0] for key in keys)
+        given = dict(values, **self.values(task_vars, sorted(swept - set(values))))
+        found, errors = members(sweep, known_variables(), given)
+        if not errors and state == "present":  # the watch and the status look at members checked so
+            errors = member_errors(found, self._templar.template(task_vars.get("_run_values") or {}))
+        if errors:
+            raise AnsibleActionFail("the sweep variable: " + "\n".join(errors))
+        values["run_name"] = sweep["name"]
+        try:
+            # the members' files are written by present alone: a poll makes and sends no scripts
+            made = Sweep(values, found, task_vars.get("sweep_parallel", 0)).module_args(files=state == "present")
+        except (KeyError, TypeError, ValueError) as err:
+            raise AnsibleActionFail("the sweep's jobs cannot be made: %s" % (err.args[0] if err.args else err)) from None
+        made.update(state=state, retries=int(self._templar.template(task_vars.get("sweep_retries", 0))))
+        result.update(self._execute_module(module_name=MODULE, module_args=made, task_vars=task_vars))
+        if result.get("failed") or self._task.check_mode:
+            return result
+        # what the action knows of each member, beside what the module found
+        known = dict((member["name"], member["values"]) for member in found)
+        dirs = dict((entry["name"], entry["run_dir"]) for entry in made["members"])
+        for entry in result.get("members", []):
+            entry.update(values=known.get(entry["name"]), run_dir=dirs.get(entry["name"]))
+        result["sweep"] = dict(name=sweep["name"], line=report.counts_line(sweep["name"], result.get("members", [])))
+        local = os.path.join(self._templar.template(task_vars["run_results_dir"]), sweep["name"])
+        os.makedirs(local, exist_ok=True)
+        replace_file(os.path.join(local, "members.json"),
+                     (json.dumps(result.get("members", []), indent=1, sort_keys=True) + "\n").encode("utf-8"))
+        replace_file(os.path.join(local, "sweep.md"), report.markdown(sweep["name"], result.get("members", [])).encode("utf-8"))
+        result["local_dir"] = local
+        return result
+
+    def values(self, task_vars, names):
+        """The variables of names that the play has, resolved."""
+        return dict((name, self._templar.template(task_vars[name])) for name in names if name in task_vars)

@@ -1,0 +1,474 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sweep
+short_description: A sweep's members as full runs, their training submitted as Slurm job arrays, one per shape
+description:
+  - "Run through its action on the controller (the task's action C(llmtrain.slurm.sweep)), which makes the members
+    from the C(sweep) variable and each member's training job (C(plugins/module_utils/jobs/sweep.py)); this module
+    does the work on the login node, in one call however many members."
+  - "O(state=present): each member's run directory is checked and made as C(run_dirs) makes a run's (refusing one
+    that others control or could replace) and gets the sweep's scripts, code and env files as hard links to the
+    sweep's (one file, its mode; a copy across file systems) and its own job script and node check settings. Then the members that are
+    neither done (their C(train.done.json) says the job completed) nor active (a task of an array of the sweep's
+    record that Slurm still has queued or running) are submitted: those of one shape (the same sbatch options) as
+    one job array, C(--array=INDICES%PARALLEL), behind the sweep's data job while that is pending. The record
+    (C(sweep.json) in the sweep's run directory) keeps every array and the member each of its tasks runs."
+  - "O(state=watch): as O(state=status), and a member that failed is submitted again (in an array of its own
+    shape) while it has been tried at most O(retries) times; why each try ended (Slurm's state and exit code) is
+    kept in the record and returned."
+  - "O(state=status): nothing is made or submitted; each member's state (C(done), C(running), C(pending),
+    C(failed): submitted and no longer active without completing, C(new): never submitted) and its progress
+    from the tail of its C(metrics.jsonl) (read backwards, bounded)."
+version_added: 0.3.0
+author:
+  - llmtrain.slurm maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - llmtrain.slurm.slurm
+options:
+  name:
+    description: The arrays' job name (C(llmtrain-sweep-<sweep>)).
+    type: str
+    required: true
+  sweep:
+    description: The sweep's name.
+    type: str
+    required: true
+  base_dir:
+    description: The sweep's run directory, made by the run's stages (scripts, code, env files, data).
+    type: path
+    required: true
+  members:
+    description:
+      - "Each member: C(name), C(run_dir), C(done_file), C(shape) (the index in O(shapes) of its training job's
+        sbatch options) and C(files) (relative name -> text: its job script and node check settings; only
+        O(state=present) writes them)."
+    type: list
+    elements: dict
+    required: true
+  shapes:
+    description: The sbatch options of the members' training jobs, each once (members of one shape are one array).
+    type: list
+    elements: dict
+    required: true
+  parallel:
+    description: The most tasks of an array running at once (0 for as many as Slurm starts).
+    type: int
+    default: 0
+  exclude:
+    description: Nodes no task runs on (C(slurm_exclude_nodes)).
+    type: list
+    elements: str
+    default: []
+  after_records:
+    description: Done records of jobs the arrays wait for while they say the job has not completed (the sweep's data job).
+    type: list
+    elements: path
+    default: []
+  retries:
+    description: With O(state=watch), how many times a failed member is submitted again (after its first try).
+    type: int
+    default: 0
+  state:
+    description:
+      - C(present) makes the members' run directories and submits every member neither done nor active.
+      - C(watch) makes nothing; it submits again each failed member that has tries left (O(retries)).
+      - C(status) only looks.
+    type: str
+    choices: [present, watch, status]
+    default: present
+"""
+
+EXAMPLES = r"""
+- name: Submit the sweep's members (the action makes the members from the sweep variable)
+  llmtrain.slurm.sweep:
+    state: present
+"""
+
+RETURN = r"""
+members:
+  description: Each member's C(name), C(state), C(job_id) (its array task, C(<array>_<index>)), C(tries) (the tasks
+    that trained it), C(ended) (why each failed try ended) and C(progress) (the step, loss, ... of its metrics' tail
+    that it has; null before its first record). The action adds the member's C(values) and C(run_dir).
+  returned: always
+  type: list
+  elements: dict
+sweep:
+  description: The sweep's C(name) and its C(line) (the members in each state and the lowest loss so far), which the
+    callback llmtrain.slurm.job_progress prints per poll; made by the action on the controller.
+  returned: success, not in check mode
+  type: dict
+local_dir:
+  description: Where the action wrote C(members.json) and C(sweep.md) on the controller (C(<run_results_dir>/<sweep>)).
+  returned: success, not in check mode
+  type: str
+counts:
+  description: How many members are in each state.
+  returned: always
+  type: dict
+retried:
+  description: The failed members this call submitted again.
+  returned: always
+  type: list
+  elements: str
+submitted:
+  description: The job ids of the arrays this call submitted, and the members of each.
+  returned: always
+  type: list
+  elements: dict
+"""
+
+import errno
+import json
+import os
+import re
+import stat
+
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import sweep as sweep_job
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.train import NAME_PREFIX
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import metrics
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import done_record, put, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import read_text
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import ACTIVE_STATES
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node.run_files import METRICS
+
+# a member's run directory, as run_dirs makes a run's (env: the secrets are sourced from it)
+SUBDIRS = ("env", "scripts", "checkpoints", "logs")
+STATES = ("done", "running", "pending", "failed", "new")
+# a member's own files and their modes: its job script, kept to read and submit by hand, and its node check settings
+FILE_MODES = {"scripts/pretrain.sbatch": 0o755, "scripts/node_check.conf": 0o644}
+# the record of the arrays: read bounded (it grows by a line per member per submission)
+RECORD_MAX_BYTES = 16 * 1024 * 1024
+# an array task as squeue names it: 340_1, or pending tasks not yet apart 340_[2-5,7%2]
+TASK = re.compile(r"^([0-9]+)_([0-9]+)$")
+TASKS = re.compile(r"^([0-9]+)_\[([0-9,\-]+)(?:%[0-9]+)?\]$")
+
+
+def tasks_of(job_id):
+    """(array job id, [indices]) of an squeue job id of an array, else (None, [])."""
+    one = TASK.match(job_id or "")
+    if one:
+        return one.group(1), [int(one.group(2))]
+    many = TASKS.match(job_id or "")
+    if not many:
+        return None, []
+    out = []
+    for part in many.group(2).split(","):
+        low, _dash, high = part.partition("-")
+        if low:
+            out += list(range(int(low), int(high or low) + 1))
+    return many.group(1), out
+
+
+def shared_files(base_dir):
+    """[(relative name, its lstat)] of what each member gets from the sweep's run directory: its
+    scripts (not the sweep's own job scripts or check settings), your code and its env files, regular
+    files only (links and compiled caches are left)."""
+    out = []
+    for top in sweep_job.SHARED:
+        root = os.path.join(base_dir, top)
+        for directory, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not os.path.islink(os.path.join(directory, d)))
+            for name in sorted(files):
+                if directory == os.path.join(base_dir, "scripts") and (name.endswith(".sbatch") or name == "node_check.conf"):
+                    continue
+                path = os.path.join(directory, name)
+                info = os.lstat(path)
+                if stat.S_ISREG(info.st_mode):
+                    out.append((os.path.relpath(path, base_dir), info))
+    return out
+
+
+def link_shared(base_dir, run_dir, shared):
+    """Each shared file in the member's run directory as a hard link to the sweep's (one inode, its
+    mode: the member's copy costs no room and no read), replaced atomically where it is another
+    file; a copy where the two are on different file systems. -> the names written."""
+    written, made = [], set()
+    for name, info in shared:
+        path = os.path.join(run_dir, name)
+        try:
+            mine = os.lstat(path)
+        except FileNotFoundError:
+            mine = None
+        if mine is not None and (mine.st_dev, mine.st_ino) == (info.st_dev, info.st_ino):
+            continue
+        if os.path.dirname(path) not in made:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            made.add(os.path.dirname(path))
+        source = os.path.join(base_dir, name)
+        try:
+            if mine is None:
+                os.link(source, path)  # a new member's: made whole at once
+            else:
+                temp = os.path.join(os.path.dirname(path), ".%s.link" % os.path.basename(path))
+                if os.path.lexists(temp):
+                    os.unlink(temp)
+                try:
+                    os.link(source, temp)
+                    os.replace(temp, path)
+                finally:
+                    if os.path.lexists(temp):
+                        os.unlink(temp)
+        except OSError as err:
+            if err.errno != errno.EXDEV:
+                raise
+            with open(source, "rb") as handle:
+                replace_file(path, handle.read(), stat.S_IMODE(info.st_mode), prefix="." + os.path.basename(path) + ".")
+        written.append(name)
+    return written
+
+
+def make_member(module, member, base_dir, shared, uid):
+    """The member's run directory checked and made, its files written; -> the names written."""
+    subdirs = list(SUBDIRS) + sorted(set(name.split("/")[0] for name, _info in shared) - set(SUBDIRS))
+    problems, own, missing = trusted_dirs.check(member["run_dir"], uid, "slurm_workspace", subdirs)
+    if not problems:
+        _made, problems = trusted_dirs.make(missing, uid, "slurm_workspace", [os.path.join(own, "env")])
+    if problems:
+        module.fail_json(msg="sweep member %s: %s" % (member["name"], "\n".join(problems)))
+    try:
+        written = link_shared(base_dir, member["run_dir"], shared)
+        # in a run directory made now, its own files are new: written whole before anything reads them
+        for name, text in sorted(member["files"].items()) if own in missing else ():
+            fd = os.open(os.path.join(own, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(put.encode(text))
+            os.chmod(os.path.join(own, name), FILE_MODES.get(name, 0o644))
+            written.append(name)
+    except OSError as err:
+        module.fail_json(msg="sweep member %s: cannot put its files in %s: %s" % (member["name"], member["run_dir"], err))
+    # made again from the sweep on every run of the playbook: not synced to disk one by one (a sync per
+    # file is most of the time a sweep of a thousand members takes)
+    for mode in sorted(set(FILE_MODES.values())) if own not in missing else ():
+        files = dict((name, text) for name, text in member["files"].items() if FILE_MODES.get(name, 0o644) == mode)
+        done, _same, problem = put.write_files(member["run_dir"], files, mode, fsync=False)
+        written += done
+        if problem:
+            module.fail_json(msg="sweep member %s: %s" % (member["name"], problem))
+    return written
+
+
+def read_record(path):
+    text, _why = read_text(path, RECORD_MAX_BYTES)
+    record = untrusted.record(text, RECORD_MAX_BYTES) if text is not None else None
+    arrays = (record or {}).get("arrays")
+    return [a for a in arrays if isinstance(a, dict) and untrusted.digits(a.get("job_id"))
+            and isinstance(a.get("tasks"), dict)] if isinstance(arrays, list) else []
+
+
+def tasks_of_member(arrays):
+    """{member name: [(array job id, index)]}: the tasks that ran or run it, oldest first."""
+    out = {}
+    for entry in arrays:
+        for index, name in sorted(entry["tasks"].items(), key=lambda item: int(item[0]) if item[0].isdigit() else -1):
+            out.setdefault(name, []).append((entry["job_id"], str(index)))
+    return out
+
+
+def states(client, members, arrays):
+    """{member name: (state, job id)} of every member."""
+    by_task = dict(((a["job_id"], str(index)), name) for a in arrays for index, name in a["tasks"].items())
+    submitted = set(by_task.values())
+    active = {}
+    for job in client.jobs_of_user():
+        array, indices = tasks_of(job["job_id"])
+        if array is None or job["state"] not in ACTIVE_STATES:
+            continue
+        for index in indices:
+            name = by_task.get((array, str(index)))
+            if name:
+                active[name] = ("running" if job["state"] != "PENDING" else "pending", "%s_%d" % (array, index))
+    out = {}
+    for member in members:
+        record = done_record.job_of(member["done_file"])
+        if record.get("state") == "COMPLETED":
+            out[member["name"]] = ("done", record.get("job_id"))
+        elif member["name"] in active:
+            out[member["name"]] = active[member["name"]]
+        else:
+            out[member["name"]] = ("failed" if member["name"] in submitted else "new", None)
+    return out
+
+
+def ended(client, arrays, found, run_dirs):
+    """Why each failed member's last task ended (Slurm's state and exit code), kept in the record's
+    array entry (its `ended`: index -> why) the first time it is seen; -> whether the record changed."""
+    changed = False
+    last = dict((name, tasks[-1]) for name, tasks in tasks_of_member(arrays).items())
+    for name, (state, _job) in found.items():
+        if state != "failed" or name not in last:
+            continue
+        array, index = last[name]
+        entry = next(a for a in arrays if a["job_id"] == array)
+        if index in entry.setdefault("ended", {}):
+            continue
+        job = client.show_job("%s_%s" % (array, index))
+        why = "%s_%s %s" % (array, index, job.get("state") or "UNKNOWN")
+        if job.get("exit_code") is not None:
+            why += ", exit code %s" % job["exit_code"]
+        if job.get("reason"):
+            why += " (%s)" % job["reason"]
+        if untrusted.digits(job.get("job_id")):
+            why += ", its log %s/logs/%s%s-%s.out" % (run_dirs[name], NAME_PREFIX, name, job["job_id"])
+        entry["ended"][index] = why
+        changed = True
+    return changed
+
+
+MAX_ARRAY_SIZE = re.compile(r"^MaxArraySize\s*=\s*([0-9]+)\s*$", re.M)
+
+
+def max_array_size(client):
+    """Slurm's MaxArraySize (an array's task indices are below it), or None where it says none."""
+    _rc, out, _err = client.run([client.bin("scontrol"), "show", "config"])
+    found = MAX_ARRAY_SIZE.search(out)
+    return int(found.group(1)) if found else None
+
+
+def write_record(module, path, p, arrays):
+    try:
+        put.write_files(os.path.dirname(path), {os.path.basename(path): json.dumps(
+            dict(sweep=p["sweep"], arrays=arrays), sort_keys=True) + "\n"}, 0o644)
+    except OSError as err:
+        module.fail_json(msg="cannot write the sweep's record %s: %s" % (path, err))
+
+
+def progress(run_dir):
+    """The member's progress from the tail of its metrics file, the fields it has (None before its
+    first record)."""
+    try:
+        records, _unreadable = metrics.tail_records(os.path.join(run_dir, METRICS))
+    except OSError:
+        return None
+    found = metrics.progress_of(records)
+    return None if found is None else dict((key, value) for key, value in found.items() if value is not None)
+
+
+def submit(module, client, p, group, record_path, arrays):
+    """One array for the members of group ([(index, member)]); -> its entry of the record."""
+    options = sweep_job.array_options(p["shapes"][group[0][1]["shape"]], [index for index, _m in group], p["parallel"])
+    after = [job for job in (done_record.pending_job(path) for path in p["after_records"]) if job]
+    active = set(job["job_id"] for job in client.jobs_of_user() if job["state"] in ACTIVE_STATES) if after else set()
+    if [job for job in after if job not in active]:
+        module.fail_json(msg="the sweep's data job %s ended without completing: see its log in %s/data/ and %s/logs/, "
+                             "then run playbooks/sweep.yml again" % (", ".join(after), p["base_dir"], p["base_dir"]))
+    exclude = [node for item in p["exclude"] for node in str(item).split(",") if node.strip()]
+    if exclude:
+        options["exclude"] = ",".join(exclude)
+    if after:
+        options["dependency"] = "afterok:" + ":".join(after)
+    try:
+        argv = sbatch_argv.option_argv(dict((k, v) for k, v in options.items() if v is not None and v is not False))
+    except ValueError as err:
+        module.fail_json(msg="invalid options: %s" % err)
+    content = sweep_job.array_script(p["sweep"], [(index, m["name"], m["run_dir"]) for index, m in group])
+    fp = sbatch_argv.fingerprint(p["name"], content, options, {}, p["base_dir"])
+    put.write_files(p["base_dir"], {"scripts/sweep.sbatch": sbatch_argv.kept_script(content, p["name"], p["base_dir"], argv)},
+                    0o755)
+    command = sbatch_argv.submit_argv(client.bin("sbatch"), p["name"], sbatch_argv.identity_comment(fp), p["base_dir"],
+                                      argv, [], None)
+    umask = trusted_dirs.strict_umask()
+    rc, out, err = module.run_command(command, data=content, binary_data=True,
+                                      environ_update=dict(SLURM_UMASK="%04o" % umask))
+    if rc != 0:
+        module.fail_json(msg="sbatch rejected the sweep's array: %s" % (err or out).strip(), cmd=command)
+    try:
+        job_id = sbatch_argv.parse_parsable(out)
+    except ValueError as error:
+        module.fail_json(msg=str(error), cmd=command)
+    entry = dict(job_id=job_id, tasks=dict((str(index), m["name"]) for index, m in group))
+    arrays.append(entry)
+    write_record(module, record_path, p, arrays)
+    return dict(entry, cmd=command)
+
+
+def run(slurm):
+    module, client, p = slurm.module, slurm.client, slurm.params
+    for member in p["members"]:
+        missing = [key for key in ("name", "run_dir", "done_file", "shape") if key not in member]
+        if missing or not 0 <= int(member.get("shape") or 0) < len(p["shapes"]):
+            module.fail_json(msg="members: %s lacks %s or names no shape" % (member.get("name"), ", ".join(missing)))
+        member.setdefault("files", {})
+    record_path = os.path.join(p["base_dir"], sweep_job.RECORD)
+    arrays = read_record(record_path)
+    result = dict(changed=False, submitted=[], retried=[])
+    if p["state"] == "present" and not module.check_mode:
+        shared = shared_files(p["base_dir"])
+        uid = os.geteuid()
+        for member in p["members"]:
+            if make_member(module, member, p["base_dir"], shared, uid):
+                result["changed"] = True
+    found = states(client, p["members"], arrays)
+    if ended(client, arrays, found, dict((m["name"], m["run_dir"]) for m in p["members"])) and not module.check_mode:
+        write_record(module, record_path, p, arrays)
+    tries = tasks_of_member(arrays)
+    if p["state"] != "status":
+        # present: every member not done nor active; watch: a failed one while it has tries left
+        # (sweep_retries: its first and as many again)
+        wanted = ("new", "failed") if p["state"] == "present" else ("failed",)
+        groups = {}
+        for index, member in enumerate(p["members"]):
+            state = found[member["name"]][0]
+            if state in wanted and (p["state"] == "present" or len(tries.get(member["name"], [])) <= p["retries"]):
+                groups.setdefault(int(member["shape"]), []).append((index, member))
+                if state == "failed":
+                    result["retried"].append(member["name"])
+        highest = max([index for group in groups.values() for index, _m in group] or [-1])
+        if highest >= 0:
+            limit = max_array_size(client)
+            if limit is not None and highest >= limit:
+                module.fail_json(msg="sweep %s has %d members: its array tasks are numbered up to %d, and this cluster's "
+                                     "MaxArraySize is %d (scontrol show config): split it into sweeps of at most %d "
+                                     "members, or ask for a larger MaxArraySize. Nothing was submitted."
+                                     % (p["sweep"], len(p["members"]), highest, limit, limit))
+        for key in sorted(groups):
+            if module.check_mode:
+                result["submitted"].append(dict(job_id=None, tasks=dict((str(i), m["name"]) for i, m in groups[key])))
+                continue
+            result["submitted"].append(submit(module, client, p, groups[key], record_path, arrays))
+            result["changed"] = True
+        for entry in result["submitted"]:
+            if entry["job_id"]:
+                found.update((name, ("pending", "%s_%s" % (entry["job_id"], index))) for index, name in entry["tasks"].items())
+        tries = tasks_of_member(arrays)
+    why = dict(((a["job_id"], index), text) for a in arrays for index, text in (a.get("ended") or {}).items())
+    members = []
+    for member in p["members"]:
+        state, job_id = found[member["name"]]
+        members.append(dict(name=member["name"], state=state,
+                            job_id=job_id, tries=len(tries.get(member["name"], [])),
+                            ended=[why[task] for task in tries.get(member["name"], []) if task in why],
+                            progress=progress(member["run_dir"])))
+    result.update(members=members, counts=dict((s, sum(1 for m in members if m["state"] == s)) for s in STATES),
+                  arrays=[a["job_id"] for a in arrays])
+    # the arguments as -vvv shows them, without the members' list and scripts (a sweep of a thousand
+    # members sends megabytes, and every poll would send them back)
+    result["invocation"] = dict(module_args=dict((key, value) for key, value in p.items() if key not in ("members", "shapes")),
+                                members=len(p["members"]), shapes=len(p["shapes"]))
+    return result
+
+
+def main():
+    slurm = SlurmModule(
+        dict(name=dict(type="str", required=True), sweep=dict(type="str", required=True),
+             base_dir=dict(type="path", required=True), members=dict(type="list", elements="dict", required=True),
+             shapes=dict(type="list", elements="dict", required=True),
+             parallel=dict(type="int", default=0), exclude=dict(type="list", elements="str", default=[]),
+             after_records=dict(type="list", elements="path", default=[]),
+             retries=dict(type="int", default=0),
+             state=dict(type="str", default="present", choices=["present", "watch", "status"])),
+        supports_check_mode=True)
+    slurm.run(run)
+
+
+if __name__ == "__main__":
+    main()

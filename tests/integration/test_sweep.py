@@ -1,0 +1,114 @@
+"""A sweep on the local cluster (playbooks/sweep.yml), from a login shell with umask 002: every
+member a full run of its own, their training one Slurm job array, compared in runs/<sweep>/; a
+rerun submits nothing, a value added trains only the new member; a member's task cancelled
+mid-run is submitted again and resumes from its checkpoint, and a member that fails is tried
+again, then reported failed with why each try ended."""
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+
+from cluster import RUNS, WORKSPACE, BackgroundPlaybook, run_playbook, slurm, wait_for, writable_by_others
+
+SWEEP = "ladder"
+# short members on one node each, two at a time
+BASE = {"slurm_nodes": 1, "pretrain_steps": 40, "pretrain_checkpoint_interval": 20, "sweep_parallel": 2,
+        "sweep_poll_interval": 2}
+
+
+def values(grid, name=SWEEP, **extra):
+    return json.dumps(dict(BASE, sweep={"name": name, "grid": grid}, **extra))
+
+
+def clean(name):
+    for top in (WORKSPACE, RUNS):
+        for entry in os.listdir(top) if os.path.isdir(top) else []:
+            if entry == name or entry.startswith(name + "-"):
+                shutil.rmtree(os.path.join(top, entry), ignore_errors=True)
+
+
+def record(name):
+    with open(os.path.join(WORKSPACE, name, "sweep.json")) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture(scope="module")
+def ladder(local_cluster):
+    clean(SWEEP)
+    return run_playbook("sweep.yml", "-e", values({"pretrain_model.n_layer": [1, 2]}), umask=0o002)
+
+
+def test_a_sweep_trains_each_member_as_a_run_of_its_own_in_one_array(ladder):
+    arrays = record(SWEEP)["arrays"]
+    assert len(arrays) == 1 and sorted(arrays[0]["tasks"].values()) == ["ladder-n_layer1", "ladder-n_layer2"], arrays
+    array = arrays[0]["job_id"]
+    for index, member in arrays[0]["tasks"].items():
+        run_dir = os.path.join(WORKSPACE, member)
+        # its own done record, naming its task of the array
+        done = json.load(open(os.path.join(run_dir, "train.done.json")))
+        assert done["state"] == "COMPLETED" and done["job_id"] == "%s_%s" % (array, index), done
+        records = [json.loads(line) for line in open(os.path.join(run_dir, "metrics.jsonl"))]
+        assert records[-1]["event"] == "done" and records[-1]["step"] == 40
+        # its own job script (kept to read and to submit by hand), trained on the sweep's data
+        script = open(os.path.join(run_dir, "scripts", "pretrain.sbatch")).read()
+        assert "--n-layer %s " % member[-1] in script and "--data %s/%s/data " % (WORKSPACE, SWEEP) in script
+        # its log in its own directory, as its own job's would be: the node check ran there
+        logs = os.listdir(os.path.join(run_dir, "logs"))
+        assert len(logs) == 1 and re.match(r"llmtrain-%s-\d+\.out$" % member, logs[0]), logs
+        assert os.listdir(os.path.join(run_dir, "node_check")) == ["llmtrain-%s.json" % member]
+        assert writable_by_others(run_dir) == []
+    members = json.load(open(os.path.join(RUNS, SWEEP, "members.json")))
+    assert [(m["name"], m["state"], m["progress"]["step"]) for m in members] == [
+        ("ladder-n_layer1", "done", 40), ("ladder-n_layer2", "done", 40)]
+    table = open(os.path.join(RUNS, SWEEP, "sweep.md")).read()
+    assert "| member | pretrain_model.n_layer | state | step | loss |" in table
+    assert re.search(r"^\| ladder-n_layer2 \| 2 \| done \| 40 \| \d", table, re.M), table
+    assert "Best finished member: **ladder-n_layer" in table
+    assert re.search(r"sweep ladder: 2 members, .*running", ladder.output), ladder.output[-3000:]
+
+
+def test_a_rerun_submits_nothing_and_a_value_added_trains_only_the_new_member(ladder):
+    again = run_playbook("sweep.yml", "-e", values({"pretrain_model.n_layer": [1, 2]}), umask=0o002)
+    assert len(record(SWEEP)["arrays"]) == 1
+    assert "sweep ladder: 2 members, 2 done" in again.output
+    run_playbook("sweep.yml", "-e", values({"pretrain_model.n_layer": [1, 2, 3]}), umask=0o002)
+    arrays = record(SWEEP)["arrays"]
+    assert len(arrays) == 2 and list(arrays[1]["tasks"].values()) == ["ladder-n_layer3"], arrays
+    members = json.load(open(os.path.join(RUNS, SWEEP, "members.json")))
+    assert [m["state"] for m in members] == ["done"] * 3
+
+
+def test_a_cancelled_member_resumes_from_its_checkpoint_and_a_failing_one_is_tried_again(local_cluster):
+    """sweep_retries 1: the watch submits each failed member once more."""
+    name = "retries"
+    clean(name)
+    sweep = {"name": name, "list": [{"pretrain_steps": 300, "pretrain_checkpoint_interval": 50},
+                                    {"pretrain_extra_args": ["--no-such-flag"]}]}
+    play = BackgroundPlaybook(dict(BASE, sweep=sweep, sweep_retries=1), playbook="sweep.yml")
+    long_run = os.path.join(WORKSPACE, name + "-checkpoint_interval50-steps300")
+
+    def checkpointed():
+        path = os.path.join(long_run, "metrics.jsonl")
+        lines = open(path).read().splitlines() if os.path.exists(path) else []
+        return any('"event": "checkpoint"' in line for line in lines)
+    wait_for(checkpointed, 300, "the long member's first checkpoint", play)
+    task = json.load(open(os.path.join(long_run, "train.done.json")))["job_id"]
+    slurm("scancel", task)
+    result = play.wait(600)
+    assert result.rc != 0, result.output[-3000:]
+    # the cancelled member was submitted again by the watch, resumed from its checkpoint and finished
+    starts = [json.loads(line) for line in open(os.path.join(long_run, "starts.jsonl"))]
+    begun = [(s["event"], s["job_id"], s["step"]) for s in starts if s.get("event") in ("start", "resume")]
+    assert len(begun) == 2 and begun[0][0] == "start" and begun[0][2] == 0, starts
+    assert begun[1][0] == "resume" and begun[1][1] != begun[0][1] and begun[1][2] >= 50, starts
+    done = json.load(open(os.path.join(long_run, "train.done.json")))
+    assert done["state"] == "COMPLETED" and done["job_id"] != task
+    # the failing member: tried twice, each try's end kept, and the play fails naming it and why
+    members = dict((m["name"], m) for m in json.load(open(os.path.join(RUNS, name, "members.json"))))
+    failing = [m for m in members.values() if m["state"] == "failed"]
+    assert len(failing) == 1 and failing[0]["tries"] == 2 and len(failing[0]["ended"]) == 2, members
+    assert all("FAILED" in why and "/logs/llmtrain-" in why for why in failing[0]["ended"]), failing
+    assert "1 member(s) of sweep retries failed: %s (" % failing[0]["name"] in result.output

@@ -1,0 +1,175 @@
+"""The sweep module with a faked run_command (fake_slurm): the members' run directories made from
+the sweep's (its scripts, code and env files, their modes kept; links and caches left), one
+array per shape for the members neither done nor active, nothing for those, a failed member tried
+again while it has tries left, and why each try ended kept in the record."""
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.llmtrain.slurm.plugins.modules import sweep
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import sweep as sweep_job
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv
+from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
+    SQUEUE, Slurm, job_text, run, scontrol_job, squeue_rows)
+
+CONFIG = (["/usr/bin/scontrol", "show", "config"], (0, "MaxArrayAge = 0\nMaxArraySize            = 1001\n", ""))
+OPTIONS = {"nodes": 1, "partition": "debug", "output": "logs/%x-%j.out", "requeue": True}
+
+
+@pytest.mark.parametrize("job_id, expected", [
+    ("340_1", ("340", [1])), ("340_[2-5,7%2]", ("340", [2, 3, 4, 5, 7])), ("340_[0]", ("340", [0])),
+    ("340", (None, [])), ("x_1", (None, [])), ("340_[1-2]junk", (None, []))])
+def test_array_tasks_as_squeue_names_them(job_id, expected):
+    assert sweep.tasks_of(job_id) == expected
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    os.umask(0o022)
+    base = tmp_path / "ws" / "lr"
+    for rel, text, mode in (("scripts/node_check.sh", "check", 0o644), ("scripts/trainer/train.py", "train", 0o644),
+                            ("scripts/llmtrain_node/job.py", "job", 0o644), ("scripts/prepare.sbatch", "own", 0o755),
+                            ("scripts/node_check.conf", "conf", 0o644), ("env/cluster.env", "X=1", 0o644),
+                            ("env/secrets.env", "TOKEN=s", 0o600), ("scripts/__pycache__/x.pyc", "c", 0o644)):
+        path = base / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(mode)
+    (base / "scripts" / "link.py").symlink_to("/etc/passwd")
+    os.chmod(str(base / "env"), 0o700)
+    return base
+
+
+def members(base, *names, shape=0):
+    return [dict(name=name, run_dir=str(base.parent / name), done_file=str(base.parent / name / "train.done.json"),
+                 shape=shape, files={"scripts/pretrain.sbatch": "#!/bin/bash\necho %s\n" % name,
+                                     "scripts/node_check.conf": "conf of %s\n" % name})
+            for name in names]
+
+
+def args(base, found, **extra):
+    return dict(dict(name="llmtrain-sweep-lr", sweep="lr", base_dir=str(base), members=found, parallel=2,
+                     shapes=[OPTIONS, dict(OPTIONS, nodes=2)]), **extra)
+
+
+def array_argv(base, found, indices, **more):
+    content = sweep_job.array_script("lr", [(i, found[i]["name"], found[i]["run_dir"]) for i in indices])
+    options = dict(sweep_job.array_options(OPTIONS, indices, 2), **more)
+    fp = sbatch_argv.fingerprint("llmtrain-sweep-lr", content, options, {}, str(base))
+    return ["/usr/bin/sbatch", "--parsable", "--job-name=llmtrain-sweep-lr", "--comment=llmtrain:" + fp,
+            "--chdir=" + str(base)] + sbatch_argv.option_argv(options), content
+
+
+def test_new_members_get_the_sweeps_files_and_one_array(monkeypatch, capsys, sweep_dir):
+    found = members(sweep_dir, "lr-a", "lr-b")
+    argv, content = array_argv(sweep_dir, found, [0, 1])
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", "")), CONFIG, (argv, (0, "90\n", ""))])
+    result = run(sweep.main, args(sweep_dir, found), capsys)
+    s.done()
+    assert result["changed"] and [a["job_id"] for a in result["submitted"]] == ["90"]
+    assert s.kwargs[2]["data"] == content
+    assert [(m["state"], m["job_id"]) for m in result["members"]] == [("pending", "90_0"), ("pending", "90_1")]
+    member = sweep_dir.parent / "lr-b"
+    assert (member / "scripts" / "trainer" / "train.py").read_text() == "train"
+    # the sweep's own file, linked: no room taken, nothing read
+    assert os.stat(str(member / "scripts" / "trainer" / "train.py")).st_ino == os.stat(
+        str(sweep_dir / "scripts" / "trainer" / "train.py")).st_ino
+    assert (member / "scripts" / "pretrain.sbatch").read_text() == "#!/bin/bash\necho lr-b\n"
+    assert (member / "scripts" / "node_check.conf").read_text() == "conf of lr-b\n"
+    # the sweep's own job scripts, caches and links are not a member's
+    assert not (member / "scripts" / "prepare.sbatch").exists() and not (member / "scripts" / "__pycache__").exists()
+    assert not os.path.lexists(str(member / "scripts" / "link.py"))
+    assert oct(os.stat(str(member / "env" / "secrets.env")).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(str(member / "env")).st_mode & 0o777) == "0o700"
+    # the record keeps the array (each task writes its member's done record as it starts)
+    assert json.load(open(str(sweep_dir / "sweep.json")))["arrays"] == [{"job_id": "90", "tasks": {"0": "lr-a", "1": "lr-b"}}]
+    # made again (status: nothing to submit), nothing is written
+    s = Slurm(monkeypatch, [(SQUEUE, (0, squeue_rows(["90_[0-1%2]", "PENDING", "llmtrain-sweep-lr", "(null)"]), ""))])
+    again = run(sweep.main, args(sweep_dir, found), capsys)
+    s.done()
+    assert not again["changed"] and again["submitted"] == []
+
+
+def test_members_done_or_active_are_not_submitted(monkeypatch, capsys, sweep_dir):
+    found = members(sweep_dir, "lr-a", "lr-b", "lr-c")
+    (sweep_dir / "sweep.json").write_text(json.dumps({"arrays": [{"job_id": "90", "tasks": {"0": "lr-a", "1": "lr-b", "2": "lr-c"}}]}))
+    os.makedirs(found[0]["run_dir"])
+    with open(found[0]["done_file"], "w") as handle:
+        json.dump({"job_id": "90_0", "state": "COMPLETED", "fingerprint": "f"}, handle)
+    queue = squeue_rows(["90_1", "RUNNING", "llmtrain-sweep-lr", "(null)"], ["90_[2%2]", "PENDING", "llmtrain-sweep-lr", "(null)"])
+    s = Slurm(monkeypatch, [(SQUEUE, (0, queue, ""))])
+    result = run(sweep.main, args(sweep_dir, found), capsys)
+    s.done()
+    assert result["submitted"] == [] and result["counts"] == dict(done=1, running=1, pending=1, failed=0, new=0)
+    assert [m["job_id"] for m in result["members"]] == ["90_0", "90_1", "90_2"]
+
+
+def test_other_shapes_are_arrays_of_their_own(monkeypatch, capsys, sweep_dir):
+    found = members(sweep_dir, "lr-a") + members(sweep_dir, "lr-b", shape=1)
+    one, _content = array_argv(sweep_dir, found, [0])
+    two, _content = array_argv(sweep_dir, found, [1], nodes=2)
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", "")), CONFIG, (one, (0, "91\n", "")), (two, (0, "92\n", ""))])
+    result = run(sweep.main, args(sweep_dir, found), capsys)
+    s.done()
+    assert [(a["job_id"], a["tasks"]) for a in result["submitted"]] == [("91", {"0": "lr-a"}), ("92", {"1": "lr-b"})]
+
+
+def test_a_failed_member_is_tried_again_while_it_has_tries_left_and_why_each_ended_is_kept(monkeypatch, capsys, sweep_dir):
+    found = members(sweep_dir, "lr-a", "lr-b")
+    (sweep_dir / "sweep.json").write_text(json.dumps({"arrays": [{"job_id": "90", "tasks": {"0": "lr-a", "1": "lr-b"}}]}))
+    for member in found:
+        os.makedirs(member["run_dir"])
+    argv, _content = array_argv(sweep_dir, found, [1])
+    s = Slurm(monkeypatch, [(SQUEUE, (0, squeue_rows(["90_0", "RUNNING", "llmtrain-sweep-lr", "(null)"]), "")),
+                            (scontrol_job("90_1"), (0, job_text("failed", 95), "")), CONFIG,
+                            (argv, (0, "96\n", ""))])
+    result = run(sweep.main, args(sweep_dir, found, state="watch", retries=1), capsys)
+    s.done()
+    assert result["retried"] == ["lr-b"] and result["members"][1]["state"] == "pending"
+    assert result["members"][1]["ended"][0].startswith("90_1 FAILED, exit code")
+    assert result["members"][1]["ended"][0].endswith("/lr-b/logs/llmtrain-lr-b-95.out")
+    # its second try failed too: no third, both ends said
+    s = Slurm(monkeypatch, [(SQUEUE, (0, squeue_rows(["90_0", "RUNNING", "llmtrain-sweep-lr", "(null)"]), "")),
+                            (scontrol_job("96_1"), (0, job_text("failed", 97), ""))])
+    result = run(sweep.main, args(sweep_dir, found, state="watch", retries=1), capsys)
+    s.done()
+    assert result["retried"] == [] and result["members"][1]["state"] == "failed" and result["members"][1]["tries"] == 2
+    assert len(result["members"][1]["ended"]) == 2
+    assert [sorted(a["ended"]) for a in json.load(open(str(sweep_dir / "sweep.json")))["arrays"]] == [["1"], ["1"]]
+
+
+def test_status_makes_and_submits_nothing(monkeypatch, capsys, sweep_dir):
+    found = members(sweep_dir, "lr-a")
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", ""))])
+    result = run(sweep.main, args(sweep_dir, found, state="status"), capsys)
+    s.done()
+    assert not result["changed"] and result["members"][0]["state"] == "new"
+    assert not os.path.exists(found[0]["run_dir"])
+
+
+def test_a_pending_data_job_is_waited_for_and_a_failed_one_refused(monkeypatch, capsys, sweep_dir, tmp_path):
+    found = members(sweep_dir, "lr-a")
+    record = tmp_path / "prepare.done.json"
+    record.write_text(json.dumps({"job_id": "80", "state": "PENDING", "fingerprint": "f"}))
+    argv, _content = array_argv(sweep_dir, found, [0], dependency="afterok:80")
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", "")), CONFIG,
+                            (SQUEUE, (0, squeue_rows(["80", "RUNNING", "llmtrain-prepare-lr", "(null)"]), "")),
+                            (argv, (0, "91\n", ""))])
+    result = run(sweep.main, args(sweep_dir, found, after_records=[str(record)]), capsys)
+    s.done()
+    assert result["submitted"][0]["job_id"] == "91"
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", "")), CONFIG, (SQUEUE, (0, "", ""))])
+    found = members(sweep_dir, "lr-z")
+    result = run(sweep.main, args(sweep_dir, found, after_records=[str(record)]), capsys)
+    assert result["failed"] and "the sweep's data job 80 ended without completing" in result["msg"]
+
+
+def test_a_sweep_beyond_the_clusters_max_array_size_is_refused_before_any_submission(monkeypatch, capsys, sweep_dir):
+    found = members(sweep_dir, *("lr-%d" % index for index in range(5)))
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", "")), (CONFIG[0], (0, "MaxArraySize = 4\n", ""))])
+    result = run(sweep.main, args(sweep_dir, found), capsys)
+    s.done()
+    assert result["failed"] and "MaxArraySize is 4" in result["msg"] and "split it into sweeps of at most 4" in result["msg"]
+    assert not os.path.exists(str(sweep_dir / "sweep.json"))
