@@ -37,6 +37,7 @@ SHARED = {
     "test_minimal_inventory.py": "the minimal inventory's run",
     "test_pipeline.py": "the local inventory's run",
     "test_after_training.py": "the local inventory's run",
+    "test_sweep.py": "the ladder sweep",
     "test_reliability.py::test_preemption_requeue_checkpoints_and_resumes_at_the_same_step": "the reference run",
     "test_reliability.py::test_fsdp_preempted_with_sigusr2_resumes_from_its_sharded_checkpoint_and_matches_ddp":
         "the reference run",
@@ -47,7 +48,7 @@ SHARED = {
 # first (test_pipeline.py's scope holds test_after_training.py's too) (the rest after them, as collected), so that no stream is left alone with a long test
 # at the end while the other has finished.
 LONGEST_FIRST = ["test_minimal_inventory.py", "test_pipeline.py", "test_reliability.py", "test_own_script.py",
-                 "test_shared_cluster.py", "test_operate.py", "test_tokenizer.py", "test_gpu_check.py", "test_deploy_venv.py", "test_fabric.py",
+                 "test_shared_cluster.py", "test_operate.py", "test_tokenizer.py", "test_gpu_check.py", "test_sweep.py", "test_deploy_venv.py", "test_fabric.py",
                  "test_local_cluster.py"]
 
 
