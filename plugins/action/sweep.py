@@ -5,7 +5,8 @@ members.py; every mistake said before anything is made), each member's training 
 training job's class with the member's settings (jobs/sweep.py), and one call of the module on the
 login node, which makes the members' run directories and submits the arrays (or, state=status,
 only looks). Then, on the controller, <run_results_dir>/<sweep>/members.json and sweep.md
-(module_utils/sweep/report.py)."""
+(module_utils/sweep/report.py); with curves, also sweep.png and the scaling law fitted over the
+members' sizes (module_utils/sweep/fit.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
@@ -64,10 +66,10 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         args = dict(self._task.args)
-        state = args.pop("state", "present")
+        state, curves = args.pop("state", "present"), boolean(args.pop("curves", False), strict=False)
         if args or state not in ("present", "watch", "status"):
-            raise AnsibleActionFail("llmtrain.slurm.sweep takes state (present, watch or status) alone; it reads the "
-                                    "sweep variable and the run's variables")
+            raise AnsibleActionFail("llmtrain.slurm.sweep takes state (present, watch or status) and curves alone; it "
+                                    "reads the sweep variable and the run's variables")
         values = self.values(task_vars, base.RUN_VARIABLES + tuple(Train.variables) + CHECK_VARIABLES)
         sweep = self._templar.template(task_vars.get("sweep"))
         grid = sweep.get("grid") if isinstance(sweep, dict) else None
@@ -87,7 +89,7 @@ class ActionModule(ActionBase):
             made = Sweep(values, found, task_vars.get("sweep_parallel", 0)).module_args(files=state == "present")
         except (KeyError, TypeError, ValueError) as err:
             raise AnsibleActionFail("the sweep's jobs cannot be made: %s" % (err.args[0] if err.args else err)) from None
-        made.update(state=state, retries=int(self._templar.template(task_vars.get("sweep_retries", 0))))
+        made.update(state=state, curves=curves, retries=int(self._templar.template(task_vars.get("sweep_retries", 0))))
         result.update(self._execute_module(module_name=MODULE, module_args=made, task_vars=task_vars))
         if result.get("failed") or self._task.check_mode:
             return result
@@ -96,12 +98,24 @@ class ActionModule(ActionBase):
         dirs = dict((entry["name"], entry["run_dir"]) for entry in made["members"])
         for entry in result.get("members", []):
             entry.update(values=known.get(entry["name"]), run_dir=dirs.get(entry["name"]))
-        result["sweep"] = dict(name=sweep["name"], line=report.counts_line(sweep["name"], result.get("members", [])))
+        found_members = result.get("members", [])
+        result["sweep"] = dict(name=sweep["name"], line=report.counts_line(sweep["name"], found_members))
         local = os.path.join(self._templar.template(task_vars["run_results_dir"]), sweep["name"])
         os.makedirs(local, exist_ok=True)
-        replace_file(os.path.join(local, "members.json"),
-                     (json.dumps(result.get("members", []), indent=1, sort_keys=True) + "\n").encode("utf-8"))
-        replace_file(os.path.join(local, "sweep.md"), report.markdown(sweep["name"], result.get("members", [])).encode("utf-8"))
+        found_laws = {}
+        if curves:
+            report.with_compute(found_members)
+            found_laws = report.laws(found_members, self._templar.template(task_vars.get("sweep_predict_params")))
+            try:
+                report.plot(sweep["name"], found_members, found_laws, os.path.join(local, "sweep.png"))
+            except ImportError:
+                result.setdefault("warnings", []).append("no sweep.png: matplotlib is not installed for the controller's Python")
+            result["laws"] = found_laws
+        # the curves are the plot's: members.json keeps the rest
+        kept = [dict((key, value) for key, value in member.items() if key != "curve") for member in found_members]
+        replace_file(os.path.join(local, "members.json"), (json.dumps(kept, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+        replace_file(os.path.join(local, "sweep.md"), report.markdown(sweep["name"], found_members, found_laws).encode("utf-8"))
+        result["members"] = kept
         result["local_dir"] = local
         return result
 

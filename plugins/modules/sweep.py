@@ -74,6 +74,12 @@ options:
     description: With O(state=watch), how many times a failed member is submitted again (after its first try).
     type: int
     default: 0
+  curves:
+    description:
+      - Also each member's history for the comparison (C(params), C(tokens), C(final_loss), C(best_loss),
+        C(val_loss), C(curve), C(unreadable), C(truncated)), its metrics file read from its start (at most 64 MiB).
+    type: bool
+    default: false
   state:
     description:
       - C(present) makes the members' run directories and submits every member neither done nor active.
@@ -94,7 +100,8 @@ RETURN = r"""
 members:
   description: Each member's C(name), C(state), C(job_id) (its array task, C(<array>_<index>)), C(tries) (the tasks
     that trained it), C(ended) (why each failed try ended) and C(progress) (the step, loss, ... of its metrics' tail
-    that it has; null before its first record). The action adds the member's C(values) and C(run_dir).
+    that it has; null before its first record); with O(curves) its history. The action adds the member's C(values)
+    and C(run_dir).
   returned: always
   type: list
   elements: dict
@@ -125,6 +132,7 @@ submitted:
 
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -144,6 +152,12 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node.run_files impo
 # a member's run directory, as run_dirs makes a run's (env: the secrets are sourced from it)
 SUBDIRS = ("env", "scripts", "checkpoints", "logs")
 STATES = ("done", "running", "pending", "failed", "new")
+# the comparison reads a member's metrics file from its start up to this, and returns its loss curve
+# in at most this many points
+HISTORY_MAX_BYTES = 64 * 1024 * 1024
+CURVE_POINTS = 200
+HISTORY_FIELDS = dict(step=untrusted.COUNT, loss=untrusted.REAL, val_loss=untrusted.REAL, params=untrusted.COUNT,
+                      tokens_seen=untrusted.COUNT)
 # a member's own files and their modes: its job script, kept to read and submit by hand, and its node check settings
 FILE_MODES = {"scripts/pretrain.sbatch": 0o755, "scripts/node_check.conf": 0o644}
 # the record of the arrays: read bounded (it grows by a line per member per submission)
@@ -391,6 +405,50 @@ def submit(module, client, p, group, record_path, arrays):
     return dict(entry, cmd=command)
 
 
+def history(run_dir):
+    """What the comparison takes of a member's metrics file, read once from its start, at most
+    HISTORY_MAX_BYTES: its parameters (its first record's), the tokens it saw, its last and best loss,
+    its last validation loss, and its loss curve downsampled to at most CURVE_POINTS points; and how
+    many lines could not be read (said, never dropped silently)."""
+    out = dict(params=None, tokens=None, final_loss=None, best_loss=None, val_loss=None, curve=[], unreadable=0,
+               truncated=False)
+    curve = []
+    try:
+        with open(os.path.join(run_dir, METRICS), "rb") as handle:
+            read = 0
+            for line in handle:
+                read += len(line)
+                if read > HISTORY_MAX_BYTES:
+                    out["truncated"] = True
+                    break
+                if not line.strip():
+                    continue
+                record = untrusted.record(line, metrics.MAX_RECORD_BYTES, nonfinite=True) \
+                    if len(line) <= metrics.MAX_RECORD_BYTES else None
+                if record is None:
+                    out["unreadable"] += 1
+                    continue
+                typed = untrusted.fields(record, HISTORY_FIELDS)
+                if out["params"] is None and typed.get("params"):
+                    out["params"] = typed["params"]
+                if typed.get("tokens_seen") is not None:
+                    out["tokens"] = typed["tokens_seen"]
+                if typed.get("val_loss") is not None and math.isfinite(typed["val_loss"]):
+                    out["val_loss"] = typed["val_loss"]
+                if typed.get("loss") is not None and typed.get("step") is not None:
+                    curve.append((typed["step"], typed["loss"]))
+    except OSError:
+        return out
+    finite = [loss for _step, loss in curve if math.isfinite(loss)]
+    if curve:
+        out.update(final_loss=curve[-1][1] if math.isfinite(curve[-1][1]) else None, best_loss=min(finite) if finite else None)
+        stride = max(1, -(-len(curve) // CURVE_POINTS))
+        out["curve"] = [list(point) for point in curve[::stride] if math.isfinite(point[1])]
+        if (len(curve) - 1) % stride and math.isfinite(curve[-1][1]):
+            out["curve"].append(list(curve[-1]))
+    return out
+
+
 def run(slurm):
     module, client, p = slurm.module, slurm.client, slurm.params
     for member in p["members"]:
@@ -448,6 +506,8 @@ def run(slurm):
                             job_id=job_id, tries=len(tries.get(member["name"], [])),
                             ended=[why[task] for task in tries.get(member["name"], []) if task in why],
                             progress=progress(member["run_dir"])))
+        if p["curves"]:
+            members[-1].update(history(member["run_dir"]))
     result.update(members=members, counts=dict((s, sum(1 for m in members if m["state"] == s)) for s in STATES),
                   arrays=[a["job_id"] for a in arrays])
     # the arguments as -vvv shows them, without the members' list and scripts (a sweep of a thousand
@@ -464,7 +524,7 @@ def main():
              shapes=dict(type="list", elements="dict", required=True),
              parallel=dict(type="int", default=0), exclude=dict(type="list", elements="str", default=[]),
              after_records=dict(type="list", elements="path", default=[]),
-             retries=dict(type="int", default=0),
+             retries=dict(type="int", default=0), curves=dict(type="bool", default=False),
              state=dict(type="str", default="present", choices=["present", "watch", "status"])),
         supports_check_mode=True)
     slurm.run(run)

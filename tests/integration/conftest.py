@@ -48,7 +48,8 @@ SHARED = {
 # first (test_pipeline.py's scope holds test_after_training.py's too) (the rest after them, as collected), so that no stream is left alone with a long test
 # at the end while the other has finished.
 LONGEST_FIRST = ["test_minimal_inventory.py", "test_pipeline.py", "test_reliability.py", "test_own_script.py",
-                 "test_shared_cluster.py", "test_operate.py", "test_tokenizer.py", "test_gpu_check.py", "test_sweep.py", "test_deploy_venv.py", "test_fabric.py",
+                 "test_shared_cluster.py", "test_operate.py", "test_tokenizer.py", "test_gpu_check.py", "test_sweep.py",
+                 "test_deploy_venv.py", "test_fabric.py",
                  "test_local_cluster.py"]
 
 

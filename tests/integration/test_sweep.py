@@ -66,7 +66,11 @@ def test_a_sweep_trains_each_member_as_a_run_of_its_own_in_one_array(ladder):
     table = open(os.path.join(RUNS, SWEEP, "sweep.md")).read()
     assert "| member | pretrain_model.n_layer | state | step | loss |" in table
     assert re.search(r"^\| ladder-n_layer2 \| 2 \| done \| 40 \| \d", table, re.M), table
-    assert "Best finished member: **ladder-n_layer" in table
+    assert "Best finished member: **ladder-n_layer" in table and "![loss curves](sweep.png)" in table
+    assert open(os.path.join(RUNS, SWEEP, "sweep.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    # two sizes: no law is fitted
+    assert "## Scaling law" not in table
+    assert members[0]["params"] < members[1]["params"] and members[0]["tokens"] == members[1]["tokens"] > 0
     assert re.search(r"sweep ladder: 2 members, .*running", ladder.output), ladder.output[-3000:]
 
 
@@ -79,6 +83,10 @@ def test_a_rerun_submits_nothing_and_a_value_added_trains_only_the_new_member(la
     assert len(arrays) == 2 and list(arrays[1]["tasks"].values()) == ["ladder-n_layer3"], arrays
     members = json.load(open(os.path.join(RUNS, SWEEP, "members.json")))
     assert [m["state"] for m in members] == ["done"] * 3
+    # three sizes: the law over them, said not to be trusted (three points fit three parameters exactly)
+    table = open(os.path.join(RUNS, SWEEP, "sweep.md")).read()
+    assert "## Scaling law" in table and "Against parameters, over 3 sizes" in table, table
+    assert "**Not to be trusted:** 3 sizes fit three parameters exactly" in table
 
 
 def test_a_cancelled_member_resumes_from_its_checkpoint_and_a_failing_one_is_tried_again(local_cluster):

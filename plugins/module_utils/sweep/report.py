@@ -1,10 +1,12 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A sweep compared: members.json (each member's values, run name, state, job and progress) and
+"""A sweep compared: members.json (each member's values, run name, state, job and progress),
 sweep.md (a table of the values that differ between members with each one's state, step and loss,
-and the best finished member named), made on the controller from what the sweep module returns.
-Everything a member's files gave is typed already (progress: metrics.METRIC_FIELDS); a value shown
-in the table is printable text."""
+the best finished member named, and where the members differ in size, the scaling law fitted to them:
+fit.py) and sweep.png (every member's loss curve, and the law against the sizes), made on the
+controller from what the sweep module returns. Everything a member's files gave is typed already
+(progress: metrics.METRIC_FIELDS, the history: the module's HISTORY_FIELDS); a value shown in the
+table is printable text."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import json
 import math
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import fit
 
 STATE_ORDER = ("done", "running", "pending", "failed", "new")
 
@@ -20,9 +23,74 @@ def _text(value):
     return printable(value if isinstance(value, str) else json.dumps(value, sort_keys=True))
 
 
+def _finite(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
 def _loss(member):
-    loss = (member.get("progress") or {}).get("loss")
-    return loss if isinstance(loss, (int, float)) and not isinstance(loss, bool) and math.isfinite(loss) else None
+    """The member's last loss: its history's where the comparison read it, else its progress's."""
+    return _finite(member.get("final_loss")) if "final_loss" in member else _finite((member.get("progress") or {}).get("loss"))
+
+
+def _number(value, fmt="%.4g"):
+    return "" if _finite(value) is None else fmt % value
+
+
+def _count(value):
+    """1234567 -> 1.23M."""
+    if _finite(value) is None:
+        return ""
+    for size, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= size:
+            return "%.3g%s" % (value / size, unit)
+    return "%d" % value
+
+
+def with_compute(members):
+    """Each member with its training compute C = 6 N D (N its parameters, D the tokens it saw), where known."""
+    for member in members:
+        if _finite(member.get("params")) and _finite(member.get("tokens")):
+            member["compute"] = 6.0 * member["params"] * member["tokens"]
+    return members
+
+
+def laws(members, predict_at=None):
+    """{'params': {law, points, predict_at, predicted}, 'compute': ...}: the law over the best finished
+    member of each size, where the members differ in size (at least three sizes); the prediction at
+    predict_at parameters (by default ten times the largest size)."""
+    out = {}
+    for key in ("params", "compute"):
+        best_of = fit.best_per_size(members, key)
+        law = fit.fit([(size, member["final_loss"]) for size, member in best_of.items()]) if len(best_of) >= 3 else None
+        if law is None:
+            continue
+        at = (predict_at if key == "params" and predict_at else 10 * max(best_of))
+        out[key] = dict(law=law, points=sorted((size, member["final_loss"], member["name"]) for size, member in best_of.items()),
+                        predict_at=at, predicted=fit.predict(law, at))
+    return out
+
+
+def law_lines(name, found):
+    """The scaling law section of sweep.md."""
+    if not found:
+        return []
+    lines = ["## Scaling law", ""]
+    for key, what, symbol in (("params", "parameters", "N"), ("compute", "training compute (6 N D)", "C")):
+        if key not in found:
+            continue
+        law, points = found[key]["law"], found[key]["points"]
+        error = " ± %.3g" % law["alpha_err"] if law["alpha_err"] is not None else ""
+        formula = "    L(%s) = %.4g + %.4g * %s^-%.4g  (alpha = %.4g%s)" % (
+            symbol, law["E"], law["A"], symbol, law["alpha"], law["alpha"], error)
+        lines += ["Against %s, over %d sizes (the best finished member of each):" % (what, law["sizes"]), "",
+                  formula, "",
+                  "| %s | member | loss | law |" % symbol, "|---|---|---|---|"]
+        lines += ["| %s | %s | %.4g | %.4g |" % (_count(size), member, loss, fit.predict(law, size)) for size, loss, member in points]
+        lines += ["", "Predicted loss at %s = %s: %.4g." % (symbol, _count(found[key]["predict_at"]), found[key]["predicted"])]
+        if law["why"]:
+            lines += ["", "**Not to be trusted:** " + "; ".join(law["why"]) + "."]
+        lines.append("")
+    return lines
 
 
 def best(members):
@@ -43,20 +111,76 @@ def counts_line(name, members):
     return line
 
 
-def markdown(name, members):
-    """sweep.md: the members in a table of the keys they were given, their state, last step and loss."""
+def markdown(name, members, found_laws=None):
+    """sweep.md: the members in a table of the keys they were given, their state, last step and loss
+    (with their history: best and validation loss, parameters, tokens), then the scaling law."""
     keys = sorted(set(key for m in members for key in (m.get("values") or {})))
+    history = any("final_loss" in m for m in members)
     lines = ["# Sweep %s" % printable(name), "", counts_line(name, members) + ".", ""]
     lead = best(members)
     if lead:
         lines += ["Best finished member: **%s** (loss %.4g)." % (lead["name"], _loss(lead)), ""]
-    lines += ["| member | " + " | ".join(printable(k) for k in keys) + " | state | step | loss |",
-              "|---" * (len(keys) + 4) + "|"]
+    if history:
+        lines += ["![loss curves](sweep.png)", ""]
+    more = ["best loss", "val loss", "params", "tokens"] if history else []
+    lines += ["| member | " + " | ".join([printable(k) for k in keys] + ["state", "step", "loss"] + more) + " |",
+              "|---" * (len(keys) + 4 + len(more)) + "|"]
     for member in members:
         progress = member.get("progress") or {}
-        loss = _loss(member)
         values = member.get("values") or {}
-        lines.append("| %s | %s | %s | %s | %s |" % (
-            member["name"], " | ".join(_text(values[k]) if k in values else "" for k in keys), member.get("state"),
-            "" if progress.get("step") is None else progress["step"], "" if loss is None else "%.4g" % loss))
-    return "\n".join(lines) + "\n"
+        cells = [member["name"]] + [_text(values[k]) if k in values else "" for k in keys] + [
+            member.get("state"), "" if progress.get("step") is None else progress["step"], _number(_loss(member))]
+        if history:
+            cells += [_number(member.get("best_loss")), _number(member.get("val_loss")), _count(member.get("params")),
+                      _count(member.get("tokens"))]
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    unread = [m for m in members if m.get("unreadable") or m.get("truncated")]
+    if unread:
+        lines += [""] + ["%s: %s of its metrics file could not be read%s." % (
+            m["name"], "%d line(s)" % m["unreadable"] if m.get("unreadable") else "none",
+            "; it was read up to 64 MiB" if m.get("truncated") else "") for m in unread]
+    lines += [""] + law_lines(name, found_laws or {})
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def plot(name, members, found_laws, path):
+    """sweep.png: every member's loss curve; beside it, where a law was fitted, the members' final
+    losses against their parameters on log axes with the law and its prediction."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.run_report import atomic_write
+
+    law = (found_laws or {}).get("params")
+    figure, axes = plt.subplots(1, 2 if law else 1, figsize=(13 if law else 8, 4.5), dpi=100, squeeze=False)
+    curves = axes[0][0]
+    shown = [m for m in members if m.get("curve")]
+    for member in shown:
+        curves.plot([p[0] for p in member["curve"]], [p[1] for p in member["curve"]], linewidth=1.2,
+                    label=member["name"].replace("$", "\\$") if len(shown) <= 12 else None)
+    curves.set_xlabel("step")
+    curves.set_ylabel("loss")
+    curves.set_title("Sweep %s: %d members" % (name.replace("$", "\\$"), len(members)))
+    curves.grid(True, alpha=0.3)
+    if 0 < len(shown) <= 12:
+        curves.legend(loc="upper right", fontsize="small")
+    if law:
+        sizes = [p[0] for p in law["points"]]
+        panel = axes[0][1]
+        panel.loglog(sizes, [p[1] for p in law["points"]], "o", color="tab:blue", label="best member of each size")
+        low, high = min(sizes), max([law["predict_at"]] + sizes)
+        xs = [low * (high / low) ** (k / 99.0) for k in range(100)]
+        fitted = law["law"]
+        panel.loglog(xs, [fit.predict(fitted, x) for x in xs], "-", color="tab:orange",
+                     label="E + A N^-alpha, alpha %.3g" % fitted["alpha"])
+        panel.loglog([law["predict_at"]], [law["predicted"]], "x", color="tab:red", markersize=9, label="predicted")
+        panel.set_xlabel("parameters N")
+        panel.set_ylabel("final loss")
+        panel.set_title("Scaling law" + ("" if fitted["trusted"] else " (not to be trusted)"))
+        panel.grid(True, which="both", alpha=0.3)
+        panel.legend(loc="upper right", fontsize="small")
+    figure.tight_layout()
+    try:
+        atomic_write(path, lambda temp: figure.savefig(temp, format="png", metadata={"Software": None}))
+    finally:
+        plt.close(figure)

@@ -5,10 +5,12 @@ values, and every mistake said before anything is made, naming the key or the me
 each member's settings checked as the run's variables (the action), and the members compared
 (report.py)."""
 
+import struct
+
 import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.action.sweep import member_errors
-from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import report
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import fit, report
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import argument_specs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.run import RUN_NAME
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep.members import members
@@ -120,3 +122,57 @@ def test_each_members_settings_are_checked_as_the_runs_variables_naming_the_memb
     assert len(said) == 2, said
     assert said[0].startswith("sweep member s-n_head3: pretrain_model: n_embd=64 must be a multiple of n_head=3")
     assert said[1].startswith("sweep member s-nodestwo: ") and "slurm_nodes" in said[1] and "int" in said[1]
+
+
+# --- the scaling law (module_utils/sweep/fit.py) and the comparison's plot -------------------------
+
+def law_members(sizes=(1e6, 3e6, 1e7, 3e7, 1e8), rates=(1e-3, 3e-4), noise=0.0):
+    """Members of a model-size ladder x learning rates whose best rate follows E + A N^-alpha."""
+    found = []
+    for index, size in enumerate(sizes):
+        for rate in rates:
+            loss = 1.7 + 400.0 * size ** -0.34 + (0.0 if rate == rates[0] else 0.05) + noise * (-1) ** index
+            found.append(dict(name="ladder-%d-%g" % (index, rate), state="done", values={"n": index, "lr": rate},
+                              params=size, tokens=20 * size, final_loss=loss, best_loss=loss - 0.01,
+                              curve=[[0, 5.0], [100, loss]], progress={"step": 100, "loss": loss}))
+    return found
+
+
+def test_a_known_law_is_found_with_its_exponent_and_what_it_predicts():
+    law = fit.fit([(size, 1.7 + 400.0 * size ** -0.34) for size in (1e6, 3e6, 1e7, 3e7, 1e8, 3e8)])
+    assert abs(law["alpha"] - 0.34) < 1e-6 and abs(law["E"] - 1.7) < 1e-6 and law["trusted"] and law["why"] == []
+    assert abs(fit.predict(law, 1e9) - (1.7 + 400.0 * 1e9 ** -0.34)) < 1e-6
+    noisy = fit.fit([(size, (1.7 + 400.0 * size ** -0.34) * (1 + 0.01 * (-1) ** k)) for k, size in enumerate((1e6, 3e6, 1e7, 3e7, 1e8))])
+    assert noisy["alpha_err"] > 0 and abs(noisy["alpha"] - 0.34) < 5 * noisy["alpha_err"]
+
+
+def test_a_fit_that_cannot_be_trusted_says_why():
+    three = fit.fit([(1e6, 3.0), (1e7, 2.5), (1e8, 2.3)])
+    assert not three["trusted"] and three["alpha_err"] is None and "at least 4 are needed" in three["why"][0]
+    rising = fit.fit([(1e6, 3.0), (1e7, 2.5), (1e8, 2.7), (1e9, 2.2)])
+    assert not rising["trusted"] and "the loss does not fall with every larger size" in rising["why"]
+    assert fit.fit([(1e6, 3.0), (1e7, 2.5)]) is None and fit.fit([(0, 3.0), (1e7, 2.5), (1e8, 2.0)]) is None
+
+
+def test_the_law_is_fitted_over_the_best_rate_of_each_size_against_parameters_and_compute():
+    found = report.with_compute(law_members())
+    laws = report.laws(found, predict_at=1e9)
+    assert [point[2] for point in laws["params"]["points"]] == ["ladder-%d-0.001" % k for k in range(5)]
+    assert abs(laws["params"]["law"]["alpha"] - 0.34) < 1e-6 and laws["params"]["predict_at"] == 1e9
+    assert "compute" in laws and laws["compute"]["predict_at"] == 10 * max(p[0] for p in laws["compute"]["points"])
+    text = report.markdown("ladder", found, laws)
+    assert "## Scaling law" in text and "Against parameters, over 5 sizes" in text
+    assert "Predicted loss at N = 1G: %.4g." % laws["params"]["predicted"] in text
+    assert "![loss curves](sweep.png)" in text and "| params | tokens |" in text
+    # no sizes that differ: no law
+    assert report.laws(law_members(sizes=(1e6,))) == {}
+
+
+def test_the_plot_shows_every_curve_and_the_law(tmp_path):
+    found = report.with_compute(law_members())
+    path = tmp_path / "sweep.png"
+    report.plot("ladder", found, report.laws(found), str(path))
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24])[0] > 1000  # two panels wide
+    report.plot("lr", found[:2], {}, str(path))
+    assert struct.unpack(">II", path.read_bytes()[16:24])[0] < 1000

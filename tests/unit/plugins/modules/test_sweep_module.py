@@ -173,3 +173,25 @@ def test_a_sweep_beyond_the_clusters_max_array_size_is_refused_before_any_submis
     s.done()
     assert result["failed"] and "MaxArraySize is 4" in result["msg"] and "split it into sweeps of at most 4" in result["msg"]
     assert not os.path.exists(str(sweep_dir / "sweep.json"))
+
+
+def test_a_members_history_is_read_from_its_start_bounded_downsampled_and_what_it_cannot_read_is_counted(tmp_path):
+    lines = [json.dumps({"event": "start", "step": 0, "params": 70592, "total_steps": 1000})]
+    lines += [json.dumps({"step": step, "loss": 5.0 - step / 500.0, "tokens_seen": 1024 * step}) for step in range(10, 1010, 10)]
+    lines += ["{not json", json.dumps({"step": 1000, "loss": 3.1, "val_loss": 3.2, "tokens_seen": 1024000}),
+              json.dumps({"step": 1005, "loss": float("nan")})]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    found = sweep.history(str(tmp_path))
+    assert found["params"] == 70592 and found["tokens"] == 1024000 and found["val_loss"] == 3.2
+    assert found["unreadable"] == 1 and not found["truncated"]
+    # the last loss is NaN (diverged): no final loss, the best of the others
+    assert found["final_loss"] is None and found["best_loss"] == 3.0
+    assert 50 <= len(found["curve"]) <= sweep.CURVE_POINTS + 1 and found["curve"][0] == [10, 4.98]
+    assert sweep.history(str(tmp_path / "none"))["curve"] == []
+
+
+def test_a_history_longer_than_the_bound_is_read_up_to_it_and_says_so(tmp_path, monkeypatch):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0}) + "\n" for s in range(100)))
+    monkeypatch.setattr(sweep, "HISTORY_MAX_BYTES", 200)
+    found = sweep.history(str(tmp_path))
+    assert found["truncated"] and len(found["curve"]) < 10
