@@ -21,7 +21,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.llmtrain.slurm.plugins.module_utils import inputs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs import argument_specs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base
-from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.sweep import Sweep
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.sweep import ARRAY_PREFIX, MEMBER_NAME, Sweep
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.train import Train
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import report
@@ -67,11 +67,13 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = dict(self._task.args)
         state, curves = args.pop("state", "present"), boolean(args.pop("curves", False), strict=False)
-        if args or state not in ("present", "watch", "status"):
-            raise AnsibleActionFail("llmtrain.slurm.sweep takes state (present, watch or status) and curves alone; it "
-                                    "reads the sweep variable and the run's variables")
+        if args or state not in ("present", "watch", "status", "stopped"):
+            raise AnsibleActionFail("llmtrain.slurm.sweep takes state (present, watch, status or stopped) and curves "
+                                    "alone; it reads the sweep variable and the run's variables")
         values = self.values(task_vars, base.RUN_VARIABLES + tuple(Train.variables) + CHECK_VARIABLES)
         sweep = self._templar.template(task_vars.get("sweep"))
+        if state == "stopped":
+            return self.stop(result, task_vars, values, sweep)
         grid = sweep.get("grid") if isinstance(sweep, dict) else None
         listed = sweep.get("list") if isinstance(sweep, dict) else None
         keys = list(grid) if isinstance(grid, dict) else []
@@ -117,6 +119,18 @@ class ActionModule(ActionBase):
         replace_file(os.path.join(local, "sweep.md"), report.markdown(sweep["name"], found_members, found_laws).encode("utf-8"))
         result["members"] = kept
         result["local_dir"] = local
+        return result
+
+    def stop(self, result, task_vars, values, sweep):
+        """Every active member of the sweep stopped with a checkpoint: the sweep by its name (-e
+        sweep=NAME) or the inventory's sweep; the module finds its members in its record."""
+        name = sweep.get("name") if isinstance(sweep, dict) else sweep
+        if not isinstance(name, str) or not MEMBER_NAME.fullmatch(name):
+            raise AnsibleActionFail("give the sweep to stop by its name: -e sweep=NAME (got %r)" % (name,))
+        values["run_name"] = name
+        lead = self._templar.template(task_vars.get("pretrain_signal_lead", 300))
+        result.update(self._execute_module(module_name=MODULE, task_vars=task_vars, module_args=dict(
+            name=ARRAY_PREFIX + name, sweep=name, base_dir=base.Run(values).dir, state="stopped", wait_timeout=int(lead))))
         return result
 
     def values(self, task_vars, names):

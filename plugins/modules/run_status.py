@@ -71,8 +71,15 @@ options:
         Read before the log lines.
     type: str
     version_added: 0.2.0
+  sweep:
+    description:
+      - The name of one sweep (playbooks/sweep.yml) to show member by member (RV(sweep)).
+    type: str
+    version_added: 0.3.0
 notes:
   - Supports check mode (it only reads).
+  - "A sweep is one row (V(sweep) its state, its members counted by state in C(why), the lowest loss so far and its
+    member); its members, runs of their own, are not rows of their own. O(sweep) lists them."
 """
 
 EXAMPLES = r"""
@@ -89,6 +96,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+sweep:
+  description: With O(sweep), its C(name), its C(members) (each C(member), C(state), C(job_id), C(step), C(loss)) and
+    the lines of their C(table).
+  returned: with O(sweep)
+  type: dict
 runs:
   description: A row per run, sorted by name.
   returned: always
@@ -101,7 +113,7 @@ runs:
     state:
       description: >-
         V(queued), V(requeued), V(running), V(stopping), V(finished), V(failed), V(stopped), V(not submitted),
-        V(untrusted) or V(unreadable).
+        V(untrusted), V(unreadable), or V(sweep) for a sweep.
       type: str
     why:
       description:
@@ -199,6 +211,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import run_s
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import log_summary, tail_lines
 from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.log_progress import DEFAULT_PATTERNS, compile_patterns
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import state as sweep_state
 
 
 def status(slurm):
@@ -210,8 +223,11 @@ def status(slurm):
     jobs = dict((j["job_id"], j) for j in client.queue())
     queue = [j for j in jobs.values() if j["name"].startswith(p["job_prefix"])]
     uid = os.getuid()
-    names = run_status.run_names(p["workspace"], uid)
     distrust = run_status.workspace_problem(p["workspace"], uid)
+    # a sweep is one row: its members (runs of their own) are counted there, not listed
+    sweeps = sweep_state.sweeps(p["workspace"], uid) if not distrust else {}
+    in_sweeps = set(member for arrays in sweeps.values() for entry in arrays for member in entry["tasks"].values())
+    names = [name for name in run_status.run_names(p["workspace"], uid) if name not in in_sweeps]
     rows = []
     for name in names:
         try:
@@ -222,7 +238,17 @@ def status(slurm):
             rows.append(dict(run_status.empty_row(p["workspace"], name), state="unreadable",
                              why="its files could not be read (%s: %s)" % (type(err).__name__, err)))
     run_status.add_ledgers(rows, client.sacct_usage)  # one sacct call for every run's jobs, none without accounting
-    result = dict(changed=False, runs=rows, table=run_status.table(rows))
+    result = dict(changed=False)
+    if p["sweep"] is not None:
+        result["sweep"] = dict(name=p["sweep"], members=[], table=["No sweep %s of this user in %s: the table lists those there."
+                                                                   % (p["sweep"], p["workspace"])])
+    for name, arrays in sorted(sweeps.items()):
+        row, members = run_status.sweep_row(p["workspace"], name, arrays, list(jobs.values()), uid, distrust)
+        rows.append(row)
+        if name == p["sweep"]:
+            result["sweep"] = dict(name=name, members=members, table=run_status.sweep_table(members))
+    rows.sort(key=lambda row: row["run"])
+    result.update(runs=rows, table=run_status.table(rows))
     if p["run"] is not None:
         row = next((r for r in rows if r["run"] == p["run"]), None)
         result.update(run=row, detail=["No run %s of this user in %s: the table lists those there." % (p["run"], p["workspace"])])
@@ -271,6 +297,7 @@ def main():
             job_log=dict(type="str", default="logs/%x-%j.out"),
             progress_regex=dict(type="list", elements="str", default=[]),
             progress_tag=dict(type="str"),
+            sweep=dict(type="str"),
         ),
         errors=(ValueError,),
         supports_check_mode=True,

@@ -23,8 +23,10 @@ description:
     shape) while it has been tried at most O(retries) times; why each try ended (Slurm's state and exit code) is
     kept in the record and returned."
   - "O(state=status): nothing is made or submitted; each member's state (C(done), C(running), C(pending),
-    C(failed): submitted and no longer active without completing, C(new): never submitted) and its progress
-    from the tail of its C(metrics.jsonl) (read backwards, bounded)."
+    C(failed): submitted and no longer active without completing, C(new): never submitted, C(changed): done, but its
+    job script differs from the one its last task ran - a setting of the sweep or your code changed - so that
+    O(state=present) trains it again, from its newest checkpoint) and its progress from the tail of its
+    C(metrics.jsonl) (read backwards, bounded)."
 version_added: 0.3.0
 author:
   - llmtrain.slurm maintainers (!UNKNOWN)
@@ -50,12 +52,12 @@ options:
         O(state=present) writes them)."
     type: list
     elements: dict
-    required: true
+    default: []
   shapes:
     description: The sbatch options of the members' training jobs, each once (members of one shape are one array).
     type: list
     elements: dict
-    required: true
+    default: []
   parallel:
     description: The most tasks of an array running at once (0 for as many as Slurm starts).
     type: int
@@ -80,13 +82,19 @@ options:
         C(val_loss), C(curve), C(unreadable), C(truncated)), its metrics file read from its start (at most 64 MiB).
     type: bool
     default: false
+  wait_timeout:
+    description: With O(state=stopped), how long to wait for the running members to save a checkpoint and stop before
+      their tasks are cancelled (C(pretrain_signal_lead)).
+    type: int
+    default: 300
   state:
     description:
+      - C(stopped) stops every active member (the sweep's record names them; O(members) is not needed).
       - C(present) makes the members' run directories and submits every member neither done nor active.
       - C(watch) makes nothing; it submits again each failed member that has tries left (O(retries)).
       - C(status) only looks.
     type: str
-    choices: [present, watch, status]
+    choices: [present, watch, status, stopped]
     default: present
 """
 
@@ -98,11 +106,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 members:
-  description: Each member's C(name), C(state), C(job_id) (its array task, C(<array>_<index>)), C(tries) (the tasks
-    that trained it), C(ended) (why each failed try ended) and C(progress) (the step, loss, ... of its metrics' tail
-    that it has; null before its first record); with O(curves) its history. The action adds the member's C(values)
-    and C(run_dir).
-  returned: always
+  description: Each member's C(name), C(state) (also C(stopped) - its STOP names its last task), C(job_id) (its
+    array task, C(<array>_<index>)), C(tries) (the tasks that trained it), C(ended) (why each failed try ended)
+    and C(progress) (the step, loss, ... of its metrics' tail that it has; null before its first record); with
+    O(curves) its history. The action adds the member's C(values) and C(run_dir).
+  returned: unless O(state=stopped)
   type: list
   elements: dict
 sweep:
@@ -118,6 +126,16 @@ counts:
   description: How many members are in each state.
   returned: always
   type: dict
+signalled:
+  description: With O(state=stopped), the running tasks sent the stop notice (their members save a checkpoint and stop).
+  returned: with O(state=stopped)
+  type: list
+  elements: str
+cancelled:
+  description: With O(state=stopped), the tasks cancelled (pending ones, and those still running after O(wait_timeout)).
+  returned: with O(state=stopped)
+  type: list
+  elements: str
 retried:
   description: The failed members this call submitted again.
   returned: always
@@ -131,27 +149,29 @@ submitted:
 """
 
 import errno
+import hashlib
 import json
 import math
 import os
 import re
 import stat
+import time
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import sweep as sweep_job
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.train import NAME_PREFIX
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
 from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import metrics
 from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import done_record, put, trusted_dirs
-from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import ACTIVE_STATES
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import state as sweep_state
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.run_files import METRICS
 
 # a member's run directory, as run_dirs makes a run's (env: the secrets are sourced from it)
 SUBDIRS = ("env", "scripts", "checkpoints", "logs")
-STATES = ("done", "running", "pending", "failed", "new")
+STATES = ("done", "running", "pending", "stopped", "failed", "new", "changed")
 # the comparison reads a member's metrics file from its start up to this, and returns its loss curve
 # in at most this many points
 HISTORY_MAX_BYTES = 64 * 1024 * 1024
@@ -160,27 +180,6 @@ HISTORY_FIELDS = dict(step=untrusted.COUNT, loss=untrusted.REAL, val_loss=untrus
                       tokens_seen=untrusted.COUNT)
 # a member's own files and their modes: its job script, kept to read and submit by hand, and its node check settings
 FILE_MODES = {"scripts/pretrain.sbatch": 0o755, "scripts/node_check.conf": 0o644}
-# the record of the arrays: read bounded (it grows by a line per member per submission)
-RECORD_MAX_BYTES = 16 * 1024 * 1024
-# an array task as squeue names it: 340_1, or pending tasks not yet apart 340_[2-5,7%2]
-TASK = re.compile(r"^([0-9]+)_([0-9]+)$")
-TASKS = re.compile(r"^([0-9]+)_\[([0-9,\-]+)(?:%[0-9]+)?\]$")
-
-
-def tasks_of(job_id):
-    """(array job id, [indices]) of an squeue job id of an array, else (None, [])."""
-    one = TASK.match(job_id or "")
-    if one:
-        return one.group(1), [int(one.group(2))]
-    many = TASKS.match(job_id or "")
-    if not many:
-        return None, []
-    out = []
-    for part in many.group(2).split(","):
-        low, _dash, high = part.partition("-")
-        if low:
-            out += list(range(int(low), int(high or low) + 1))
-    return many.group(1), out
 
 
 def shared_files(base_dir):
@@ -271,45 +270,26 @@ def make_member(module, member, base_dir, shared, uid):
     return written
 
 
-def read_record(path):
-    text, _why = read_text(path, RECORD_MAX_BYTES)
-    record = untrusted.record(text, RECORD_MAX_BYTES) if text is not None else None
-    arrays = (record or {}).get("arrays")
-    return [a for a in arrays if isinstance(a, dict) and untrusted.digits(a.get("job_id"))
-            and isinstance(a.get("tasks"), dict)] if isinstance(arrays, list) else []
-
-
-def tasks_of_member(arrays):
-    """{member name: [(array job id, index)]}: the tasks that ran or run it, oldest first."""
-    out = {}
-    for entry in arrays:
-        for index, name in sorted(entry["tasks"].items(), key=lambda item: int(item[0]) if item[0].isdigit() else -1):
-            out.setdefault(name, []).append((entry["job_id"], str(index)))
-    return out
+def digest(text):
+    """A member's job script, as the record keeps it: 16 hex digits of its sha256."""
+    return hashlib.sha256(put.encode(text)).hexdigest()[:16]
 
 
 def states(client, members, arrays):
-    """{member name: (state, job id)} of every member."""
-    by_task = dict(((a["job_id"], str(index)), name) for a in arrays for index, name in a["tasks"].items())
-    submitted = set(by_task.values())
-    active = {}
-    for job in client.jobs_of_user():
-        array, indices = tasks_of(job["job_id"])
-        if array is None or job["state"] not in ACTIVE_STATES:
-            continue
-        for index in indices:
-            name = by_task.get((array, str(index)))
-            if name:
-                active[name] = ("running" if job["state"] != "PENDING" else "pending", "%s_%d" % (array, index))
+    """{member name: (state, job id)} of every member (sweep/state.py), and C(changed) for one done
+    whose job script differs from the one its last task ran."""
+    active = sweep_state.active_tasks(client.jobs_of_user(), arrays)
+    last = sweep_state.last_tasks(arrays)
+    # the job script each member's last task ran, by its digest (kept with the array): a member done
+    # whose script now differs (a setting of the sweep changed, your code changed) trains again
+    ran = dict((name, (a.get("scripts") or {}).get(str(index))) for a in arrays for index, name in a["tasks"].items())
     out = {}
     for member in members:
-        record = done_record.job_of(member["done_file"])
-        if record.get("state") == "COMPLETED":
-            out[member["name"]] = ("done", record.get("job_id"))
-        elif member["name"] in active:
-            out[member["name"]] = active[member["name"]]
-        else:
-            out[member["name"]] = ("failed" if member["name"] in submitted else "new", None)
+        state, job_id = sweep_state.member_state(member["name"], member["done_file"], active, last.get(member["name"]))
+        script = member["files"].get("scripts/pretrain.sbatch")
+        if state == "done" and script is not None and ran.get(member["name"]) not in (None, digest(script)):
+            state, job_id = "changed", None
+        out[member["name"]] = (state, job_id)
     return out
 
 
@@ -317,7 +297,7 @@ def ended(client, arrays, found, run_dirs):
     """Why each failed member's last task ended (Slurm's state and exit code), kept in the record's
     array entry (its `ended`: index -> why) the first time it is seen; -> whether the record changed."""
     changed = False
-    last = dict((name, tasks[-1]) for name, tasks in tasks_of_member(arrays).items())
+    last = dict((name, tasks[-1]) for name, tasks in sweep_state.tasks_of_member(arrays).items())
     for name, (state, _job) in found.items():
         if state != "failed" or name not in last:
             continue
@@ -399,7 +379,9 @@ def submit(module, client, p, group, record_path, arrays):
         job_id = sbatch_argv.parse_parsable(out)
     except ValueError as error:
         module.fail_json(msg=str(error), cmd=command)
-    entry = dict(job_id=job_id, tasks=dict((str(index), m["name"]) for index, m in group))
+    entry = dict(job_id=job_id, tasks=dict((str(index), m["name"]) for index, m in group),
+                 scripts=dict((str(index), digest(m["files"]["scripts/pretrain.sbatch"])) for index, m in group
+                              if "scripts/pretrain.sbatch" in m["files"]))
     arrays.append(entry)
     write_record(module, record_path, p, arrays)
     return dict(entry, cmd=command)
@@ -449,17 +431,59 @@ def history(run_dir):
     return out
 
 
+def stop(slurm):
+    """Every active member of the sweep's record stopped with a checkpoint, as playbooks/stop.yml stops
+    a run: a running task's member gets STOP naming the task and the task the stop notice (SIGUSR2 to
+    its steps), a pending one is cancelled; then the tasks are waited for up to wait_timeout seconds
+    and those left are cancelled."""
+    module, client, p = slurm.module, slurm.client, slurm.params
+    arrays = sweep_state.read_record(os.path.join(p["base_dir"], sweep_job.RECORD))
+    workspace = os.path.dirname(os.path.normpath(p["base_dir"]))
+    active = sweep_state.active_tasks(client.jobs_of_user(), arrays)
+    result = dict(changed=bool(active), signalled=[], cancelled=[], left=[])
+    for name, (state, task) in sorted(active.items()):
+        if module.check_mode:
+            continue
+        # STOP names the task: the running one stops instead of requeueing itself, and neither counts as
+        # failed (the watch tries no stopped member again; playbooks/sweep.yml trains it on)
+        problem = put.write_files(os.path.join(workspace, name), {run_files.STOP: task + "\n"}, 0o644)[2]
+        if problem:
+            module.fail_json(msg="sweep member %s: %s" % (name, problem), **result)
+        if state == "running":
+            client.run([client.bin("scancel"), "--signal=USR2", task], ok_rcs=(0, 1))
+            result["signalled"].append(task)
+        else:
+            client.run([client.bin("scancel"), task], ok_rcs=(0, 1))
+            result["cancelled"].append(task)
+    deadline = time.monotonic() + p["wait_timeout"]
+    while result["signalled"] and not module.check_mode:
+        left = sweep_state.active_tasks(client.jobs_of_user(), arrays)
+        result["left"] = sorted(task for _state, task in left.values())
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(2)
+    for task in result["left"]:
+        client.run([client.bin("scancel"), task], ok_rcs=(0, 1))
+        result["cancelled"].append(task)
+    return result
+
+
 def run(slurm):
     module, client, p = slurm.module, slurm.client, slurm.params
+    if p["state"] == "stopped":
+        return stop(slurm)
     for member in p["members"]:
         missing = [key for key in ("name", "run_dir", "done_file", "shape") if key not in member]
         if missing or not 0 <= int(member.get("shape") or 0) < len(p["shapes"]):
             module.fail_json(msg="members: %s lacks %s or names no shape" % (member.get("name"), ", ".join(missing)))
         member.setdefault("files", {})
     record_path = os.path.join(p["base_dir"], sweep_job.RECORD)
-    arrays = read_record(record_path)
+    arrays = sweep_state.read_record(record_path)
     result = dict(changed=False, submitted=[], retried=[])
     if p["state"] == "present" and not module.check_mode:
+        if not os.path.isdir(os.path.join(p["base_dir"], "scripts", "llmtrain_node")):
+            module.fail_json(msg="%s holds no code of the sweep: its preflight, nccl_env and deploy stages make it - run "
+                                 "playbooks/sweep.yml without --tags or --skip-tags that leave them out" % p["base_dir"])
         shared = shared_files(p["base_dir"])
         uid = os.geteuid()
         for member in p["members"]:
@@ -468,11 +492,11 @@ def run(slurm):
     found = states(client, p["members"], arrays)
     if ended(client, arrays, found, dict((m["name"], m["run_dir"]) for m in p["members"])) and not module.check_mode:
         write_record(module, record_path, p, arrays)
-    tries = tasks_of_member(arrays)
+    tries = sweep_state.tasks_of_member(arrays)
     if p["state"] != "status":
         # present: every member not done nor active; watch: a failed one while it has tries left
         # (sweep_retries: its first and as many again)
-        wanted = ("new", "failed") if p["state"] == "present" else ("failed",)
+        wanted = ("new", "failed", "changed", "stopped") if p["state"] == "present" else ("failed",)
         groups = {}
         for index, member in enumerate(p["members"]):
             state = found[member["name"]][0]
@@ -497,7 +521,7 @@ def run(slurm):
         for entry in result["submitted"]:
             if entry["job_id"]:
                 found.update((name, ("pending", "%s_%s" % (entry["job_id"], index))) for index, name in entry["tasks"].items())
-        tries = tasks_of_member(arrays)
+        tries = sweep_state.tasks_of_member(arrays)
     why = dict(((a["job_id"], index), text) for a in arrays for index, text in (a.get("ended") or {}).items())
     members = []
     for member in p["members"]:
@@ -520,12 +544,13 @@ def run(slurm):
 def main():
     slurm = SlurmModule(
         dict(name=dict(type="str", required=True), sweep=dict(type="str", required=True),
-             base_dir=dict(type="path", required=True), members=dict(type="list", elements="dict", required=True),
-             shapes=dict(type="list", elements="dict", required=True),
+             base_dir=dict(type="path", required=True), members=dict(type="list", elements="dict", default=[]),
+             shapes=dict(type="list", elements="dict", default=[]),
              parallel=dict(type="int", default=0), exclude=dict(type="list", elements="str", default=[]),
              after_records=dict(type="list", elements="path", default=[]),
              retries=dict(type="int", default=0), curves=dict(type="bool", default=False),
-             state=dict(type="str", default="present", choices=["present", "watch", "status"])),
+             wait_timeout=dict(type="int", default=300),
+             state=dict(type="str", default="present", choices=["present", "watch", "status", "stopped"])),
         supports_check_mode=True)
     slurm.run(run)
 

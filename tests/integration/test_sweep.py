@@ -1,8 +1,9 @@
 """A sweep on the local cluster (playbooks/sweep.yml), from a login shell with umask 002: every
-member a full run of its own, their training one Slurm job array, compared in runs/<sweep>/; a
-rerun submits nothing, a value added trains only the new member; a member's task cancelled
-mid-run is submitted again and resumes from its checkpoint, and a member that fails is tried
-again, then reported failed with why each try ended."""
+member a full run of its own, their training one Slurm job array, compared in runs/<sweep>/ (the
+scaling law once there are three sizes) and one row of status.yml; a rerun submits nothing, a value
+added trains only the new member; a member's task cancelled mid-run is submitted again and resumes
+from its checkpoint, stop.yml -e sweep=NAME stops it with a checkpoint, and a member that fails is
+tried again, then reported failed with why each try ended."""
 
 import json
 import os
@@ -87,35 +88,43 @@ def test_a_rerun_submits_nothing_and_a_value_added_trains_only_the_new_member(la
     table = open(os.path.join(RUNS, SWEEP, "sweep.md")).read()
     assert "## Scaling law" in table and "Against parameters, over 3 sizes" in table, table
     assert "**Not to be trusted:** 3 sizes fit three parameters exactly" in table
+    # status.yml: the sweep is one row, its members counted; -e sweep=NAME lists them
+    status = run_playbook("status.yml", "-e", "sweep=" + SWEEP).output
+    assert re.search(r"^\s*ladder\s+sweep \(3 members: 3 done\)", status, re.M), status[-3000:]
+    assert not re.search(r"^\s*ladder-n_layer1\s+finished", status, re.M)
+    assert re.search(r"^\s*ladder-n_layer3\s+done\s+\d+_0\s+40\s", status, re.M), status[-3000:]
 
 
-def test_a_cancelled_member_resumes_from_its_checkpoint_and_a_failing_one_is_tried_again(local_cluster):
-    """sweep_retries 1: the watch submits each failed member once more."""
+def test_a_cancelled_member_resumes_from_its_checkpoint_a_failing_one_is_tried_again_and_stop_stops_them(local_cluster):
+    """sweep_retries 1: the watch submits each failed member once more; stop.yml -e sweep=NAME stops
+    the member running, with a checkpoint, and the watch does not try it again."""
     name = "retries"
     clean(name)
-    sweep = {"name": name, "list": [{"pretrain_steps": 300, "pretrain_checkpoint_interval": 50},
+    sweep = {"name": name, "list": [{"pretrain_steps": 3000, "pretrain_checkpoint_interval": 50},
                                     {"pretrain_extra_args": ["--no-such-flag"]}]}
     play = BackgroundPlaybook(dict(BASE, sweep=sweep, sweep_retries=1), playbook="sweep.yml")
-    long_run = os.path.join(WORKSPACE, name + "-checkpoint_interval50-steps300")
+    long_run = os.path.join(WORKSPACE, name + "-checkpoint_interval50-steps3000")
 
-    def checkpointed():
-        path = os.path.join(long_run, "metrics.jsonl")
+    def events(kind):
+        path = os.path.join(long_run, "starts.jsonl" if kind != "checkpoint" else "metrics.jsonl")
         lines = open(path).read().splitlines() if os.path.exists(path) else []
-        return any('"event": "checkpoint"' in line for line in lines)
-    wait_for(checkpointed, 300, "the long member's first checkpoint", play)
+        return [json.loads(line) for line in lines if '"event": "%s"' % kind in line]
+    wait_for(lambda: events("checkpoint"), 300, "the long member's first checkpoint", play)
     task = json.load(open(os.path.join(long_run, "train.done.json")))["job_id"]
     slurm("scancel", task)
+    # the watch submits it again, and it resumes from its checkpoint
+    resumed = wait_for(lambda: events("resume"), 300, "the long member's resume", play)
+    assert resumed[0]["step"] >= 50 and resumed[0]["job_id"] != events("start")[0]["job_id"]
+    stopped = run_playbook("stop.yml", "-e", "sweep=" + name, "-e", "pretrain_signal_lead=60")
+    assert re.search(r"Sweep retries: 1 running member\(s\) told to save a checkpoint and stop", stopped.output), stopped.output[-3000:]
     result = play.wait(600)
     assert result.rc != 0, result.output[-3000:]
-    # the cancelled member was submitted again by the watch, resumed from its checkpoint and finished
-    starts = [json.loads(line) for line in open(os.path.join(long_run, "starts.jsonl"))]
-    begun = [(s["event"], s["job_id"], s["step"]) for s in starts if s.get("event") in ("start", "resume")]
-    assert len(begun) == 2 and begun[0][0] == "start" and begun[0][2] == 0, starts
-    assert begun[1][0] == "resume" and begun[1][1] != begun[0][1] and begun[1][2] >= 50, starts
-    done = json.load(open(os.path.join(long_run, "train.done.json")))
-    assert done["state"] == "COMPLETED" and done["job_id"] != task
+    ends = [s for s in events("end") if s["job_id"] == resumed[0]["job_id"]]
+    assert ends and ends[-1]["how"] == "stopped", ends
+    assert json.load(open(os.path.join(long_run, "train.done.json")))["state"] != "COMPLETED"
     # the failing member: tried twice, each try's end kept, and the play fails naming it and why
     members = dict((m["name"], m) for m in json.load(open(os.path.join(RUNS, name, "members.json"))))
+    assert members[os.path.basename(long_run)]["state"] == "stopped" and members[os.path.basename(long_run)]["tries"] == 2
     failing = [m for m in members.values() if m["state"] == "failed"]
     assert len(failing) == 1 and failing[0]["tries"] == 2 and len(failing[0]["ended"]) == 2, members
     assert all("FAILED" in why and "/logs/llmtrain-" in why for why in failing[0]["ended"]), failing

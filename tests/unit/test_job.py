@@ -219,6 +219,17 @@ def test_a_stop_asked_for_ends_the_job_stopped_not_requeued(fake):
     assert "scontrol requeue 42" not in fake.calls()
 
 
+def test_a_sweeps_stop_names_the_array_task_and_ends_that_task_stopped(fake):
+    """playbooks/stop.yml -e sweep=NAME names each member's task as <array>_<index>."""
+    fake.env.update(SLURM_ARRAY_JOB_ID="40", SLURM_ARRAY_TASK_ID="2")
+    (fake.run_dir / run_files.STOP).write_text("40_2\n")
+    status, out = fake.run(fake.step("echo training"))
+    assert status == code("STOPPED") and fake.lines()[-1]["how"] == "stopped", out
+    (fake.run_dir / run_files.STOP).write_text("40_3\n")
+    status, out = fake.run(fake.step("echo training"), restart=1)
+    assert status == 0 and "training" in out
+
+
 def test_a_stop_for_another_job_is_not_this_ones(fake):
     (fake.run_dir / run_files.STOP).write_text("4\n")
     status, out = fake.run(fake.step("echo training"))

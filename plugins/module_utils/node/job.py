@@ -443,11 +443,17 @@ class Job:
 
     # -- the decisions ---------------------------------------------------------------------------
 
+    def stop_asked(self):
+        """playbooks/stop.yml asked this job to stop: STOP names it by its id, or in a sweep's array by
+        its task (<array>_<index>: the sweep's stop names the tasks of every member)."""
+        return run_files.stop_requested(self.run_dir, self.job_id) or run_files.stop_requested(
+            self.run_dir, slurm_job.own_id(self.env))
+
     def requeue_or_stop(self, why, uncounted=False, cause=""):
         """Stopping with a checkpoint, or before training started: stopped on request (STOP), else
         requeued while run_requeue_max allows (a requeue it does not count: uncounted_max a job),
         else ended PREEMPTED with the checkpoints intact."""
-        if run_files.stop_requested(self.run_dir, self.job_id):
+        if self.stop_asked():
             say("%s; stopped on request (playbooks/stop.yml), not requeued: playbooks/pretrain.yml resumes the run "
                 "from its newest checkpoint" % why)
             self.notify("stop", why="%s; stopped on request (playbooks/stop.yml): playbooks/pretrain.yml resumes "
@@ -541,7 +547,7 @@ class Job:
             self.requeue_or_stop("the stop notice (%s) came during the checks, before training started; nothing new "
                                  "to save" % printable(first[0]))
         del self.child_env["LLMTRAIN_STOP_NOTICE"]
-        if run_files.stop_requested(self.run_dir, self.job_id):
+        if self.stop_asked():
             self.requeue_or_stop("a stop was requested before training started; nothing new to save")
 
     def hang_watch(self):

@@ -66,3 +66,19 @@ def fetch_refusal(path, real_run_dir, name=None, real=None, kind=None, size=None
         return ("%s is not fetched: it has %.0f MiB, more than %s; it stays in the run directory."
                 % (path, size / float(MIB), limit))
     return None
+
+
+def owned_dirs(workspace, uid, markers):
+    """The directories of workspace (not links) that uid owns and that hold one of markers (relative
+    names), sorted by name: the runs the status lists, the sweeps it counts."""
+    names = []
+    for entry in sorted(os.listdir(workspace)):
+        path = os.path.join(workspace, entry)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == uid and any(
+                os.path.lexists(os.path.join(path, marker)) for marker in markers):
+            names.append(entry)
+    return names

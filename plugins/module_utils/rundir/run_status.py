@@ -35,9 +35,10 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.log_progre
 from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.metrics import progress_of, tail_records
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
-from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import read_text
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import owned_dirs, read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.recovery import end_how, run_starts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import ACTIVE_STATES, DEPENDENCY_REASONS, parse_dependency
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import state as sweep_state
 
 RUN_MARKERS = ("scripts/pretrain.sbatch", run_files.DONE, run_files.STARTS)
 DONE_FILE = run_files.DONE
@@ -66,17 +67,7 @@ COLUMNS = ("run", "state", "job", "nodes", "step", "loss", "tokens/s", "ETA", "G
 
 def run_names(workspace, uid):
     """The runs of workspace that uid owns (directories, not links), sorted by name."""
-    names = []
-    for entry in sorted(os.listdir(workspace)):
-        path = os.path.join(workspace, entry)
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == uid and any(
-                os.path.lexists(os.path.join(path, marker)) for marker in RUN_MARKERS):
-            names.append(entry)
-    return names
+    return owned_dirs(workspace, uid, RUN_MARKERS)
 
 
 def workspace_problem(workspace, uid):
@@ -347,6 +338,51 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
     return row
 
 
+SWEEP_STATES = ("done", "running", "pending", "stopped", "failed", "new", "untrusted")
+SWEEP_COLUMNS = ("member", "state", "job", "step", "loss")
+
+
+def sweep_row(workspace, name, arrays, jobs, uid=None, workspace_distrust=None):
+    """A sweep's row (its members counted by state, the lowest loss so far and its member) and a row
+    per member ({member, state, job_id, step, loss}), from the sweep's record, the members' done
+    records and metrics tails, and the user's queue (jobs)."""
+    row = empty_row(workspace, name)
+    names = sorted(set(member for entry in arrays for member in entry["tasks"].values()))
+    active = sweep_state.active_tasks(jobs, arrays)
+    last = sweep_state.last_tasks(arrays)
+    members = []
+    for member in names:
+        run_dir = os.path.join(workspace, member)
+        if workspace_distrust or distrust(run_dir, os.getuid() if uid is None else uid):
+            members.append(dict(member=member, state="untrusted", job_id=None, step=None, loss=None))
+            continue
+        state, job_id = sweep_state.member_state(member, os.path.join(run_dir, DONE_FILE), active, last.get(member))
+        records = tail_records(os.path.join(run_dir, run_files.METRICS))[0] if os.path.isfile(
+            os.path.join(run_dir, run_files.METRICS)) else []
+        prog = progress_of(records) or {}
+        members.append(dict(member=member, state=state, job_id=job_id, step=prog.get("step"), loss=prog.get("loss")))
+    counts = [(state, sum(1 for m in members if m["state"] == state)) for state in SWEEP_STATES]
+    scored = [m for m in members if isinstance(m["loss"], (int, float)) and m["loss"] == m["loss"]]
+    lead = min(scored, key=lambda m: m["loss"]) if scored else None
+    row.update(state="sweep", why="%d members: %s" % (len(members), ", ".join("%d %s" % (n, s) for s, n in counts if n)),
+               job_id=arrays[-1]["job_id"] if arrays else None, step=lead["step"] if lead else None,
+               loss=lead["loss"] if lead else None, last_event="lowest loss: %s" % lead["member"] if lead else None,
+               members=len(members))
+    return row, members
+
+
+def sweep_table(members):
+    """The lines of a sweep's member table."""
+    body = [[untrusted.printable(str(text)) for text in (m["member"], m["state"], m["job_id"] or "-",
+                                                         "-" if m["step"] is None else m["step"],
+                                                         "-" if not isinstance(m["loss"], (int, float)) else "%.4g" % m["loss"])]
+            for m in members]
+    widths = [max([len(column)] + [len(line[i]) for line in body]) for i, column in enumerate(SWEEP_COLUMNS)]
+    lines = ["  ".join(text.ljust(width) for text, width in zip(SWEEP_COLUMNS, widths)).rstrip(),
+             "  ".join("-" * width for width in widths)]
+    return lines + ["  ".join(text.ljust(width) for text, width in zip(line, widths)).rstrip() for line in body]
+
+
 def add_ledgers(rows, sacct_usage):
     """Each run's hours from Slurm's accounting where it keeps one (ledger.py): the job ids of every
     run with a training job in one call of sacct_usage (Slurm.sacct_usage: each start's allocation, or
@@ -398,7 +434,7 @@ def _hours(usage):
 
 def cells(row):
     """The table's cells of a row, as text."""
-    state = row["state"] + (" (%s)" % row["why"] if row["why"] and row["state"] in ("queued", "requeued") else
+    state = row["state"] + (" (%s)" % row["why"] if row["why"] and row["state"] in ("queued", "requeued", "sweep") else
                             " (exit %s)" % row["exit_code"] if row["state"] == "failed" and row["exit_code"] is not None else "")
     step = "-" if row["step"] is None else "%s%s" % (row["step"], "/%s" % row["total_steps"] if row["total_steps"] else "")
     nodes = row["nodes"] or "-"

@@ -16,7 +16,7 @@ import math
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import fit
 
-STATE_ORDER = ("done", "running", "pending", "failed", "new")
+STATE_ORDER = ("done", "running", "pending", "stopped", "failed", "new", "changed")
 
 
 def _text(value):

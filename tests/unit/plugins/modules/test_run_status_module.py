@@ -115,3 +115,31 @@ def test_the_hours_of_every_run_are_one_sacct_call_on_real_sacct_output(monkeypa
     # the recorded jobs 2 (a start requeued after 1 s, then 4 s, on 1 node of 1 CPU) and 3 (30 s, 3 nodes x 2 CPUs)
     assert [(r["run"], r["usage"]["source"], r["usage"]["starts"], round(r["usage"]["node_hours"] * 3600),
              round(r["usage"]["cpu_hours"] * 3600)) for r in result["runs"]] == [("a", "sacct", 2, 5, 5), ("b", "sacct", 1, 90, 180)]
+
+
+def test_a_sweep_is_one_row_counting_its_members_and_sweep_lists_them(monkeypatch, capsys, tmp_path):
+    """1,000 members would be 1,000 rows: a sweep is one, its members counted; -e sweep=NAME lists them."""
+    make_run(tmp_path, "solo", "7")
+    base = tmp_path / "lr"
+    base.mkdir()
+    (base / "sweep.json").write_text(json.dumps({"arrays": [{"job_id": "90", "tasks": {"0": "lr-a", "1": "lr-b", "2": "lr-c"}}]}))
+    for name, state, loss in (("lr-a", "COMPLETED", 2.5), ("lr-b", "PENDING", 2.1), ("lr-c", "PENDING", None)):
+        run_dir = make_run(tmp_path, name, "90_%s" % name[-1])
+        (run_dir / "train.done.json").write_text(json.dumps(dict(fingerprint="f", job_id="90_0", state=state)))
+        if loss:
+            (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 40, "loss": loss}) + "\n")
+    queue = squeue_rows(["90_1", "RUNNING", "llmtrain-sweep-lr", "None", "1", "n1", "N/A", "(null)"],
+                        ["90_[2]", "PENDING", "llmtrain-sweep-lr", "JobArrayTaskLimit", "1", "", "N/A", "(null)"],
+                        ["7", "PENDING", "llmtrain-solo", "Resources", "2", "", "N/A", "(null)"])
+    s = Slurm(monkeypatch, [(QUEUE, (0, queue, ""))], bins=("squeue", "scontrol", "sacct"))
+    monkeypatch.setattr(slurm_client.Slurm, "sacct_available", lambda self: False)
+    result = run(run_status.main, dict(workspace=str(tmp_path), sweep="lr"), capsys)
+    s.done()
+    assert [(r["run"], r["state"]) for r in result["runs"]] == [("lr", "sweep"), ("solo", "queued")]
+    sweep = result["runs"][0]
+    assert sweep["why"] == "3 members: 1 done, 1 running, 1 pending" and sweep["loss"] == 2.1
+    assert sweep["last_event"] == "lowest loss: lr-b"
+    assert result["table"][2].startswith("lr    sweep (3 members: 1 done, 1 running, 1 pending)")
+    assert [(m["member"], m["state"], m["job_id"]) for m in result["sweep"]["members"]] == [
+        ("lr-a", "done", "90_0"), ("lr-b", "running", "90_1"), ("lr-c", "pending", "90_2")]
+    assert result["sweep"]["table"][0].split() == ["member", "state", "job", "step", "loss"]

@@ -11,6 +11,7 @@ import pytest
 from ansible_collections.llmtrain.slurm.plugins.modules import sweep
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import sweep as sweep_job
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import state as sweep_state
 from ansible_collections.llmtrain.slurm.tests.unit.plugins.modules.fake_slurm import (
     SQUEUE, Slurm, job_text, run, scontrol_job, squeue_rows)
 
@@ -22,7 +23,7 @@ OPTIONS = {"nodes": 1, "partition": "debug", "output": "logs/%x-%j.out", "requeu
     ("340_1", ("340", [1])), ("340_[2-5,7%2]", ("340", [2, 3, 4, 5, 7])), ("340_[0]", ("340", [0])),
     ("340", (None, [])), ("x_1", (None, [])), ("340_[1-2]junk", (None, []))])
 def test_array_tasks_as_squeue_names_them(job_id, expected):
-    assert sweep.tasks_of(job_id) == expected
+    assert sweep_state.tasks_of(job_id) == expected
 
 
 @pytest.fixture
@@ -84,7 +85,9 @@ def test_new_members_get_the_sweeps_files_and_one_array(monkeypatch, capsys, swe
     assert oct(os.stat(str(member / "env" / "secrets.env")).st_mode & 0o777) == "0o600"
     assert oct(os.stat(str(member / "env")).st_mode & 0o777) == "0o700"
     # the record keeps the array (each task writes its member's done record as it starts)
-    assert json.load(open(str(sweep_dir / "sweep.json")))["arrays"] == [{"job_id": "90", "tasks": {"0": "lr-a", "1": "lr-b"}}]
+    assert json.load(open(str(sweep_dir / "sweep.json")))["arrays"] == [{"job_id": "90", "tasks": {"0": "lr-a", "1": "lr-b"},
+                                                                        "scripts": {"0": sweep.digest("#!/bin/bash\necho lr-a\n"),
+                                                                                    "1": sweep.digest("#!/bin/bash\necho lr-b\n")}}]
     # made again (status: nothing to submit), nothing is written
     s = Slurm(monkeypatch, [(SQUEUE, (0, squeue_rows(["90_[0-1%2]", "PENDING", "llmtrain-sweep-lr", "(null)"]), ""))])
     again = run(sweep.main, args(sweep_dir, found), capsys)
@@ -102,7 +105,7 @@ def test_members_done_or_active_are_not_submitted(monkeypatch, capsys, sweep_dir
     s = Slurm(monkeypatch, [(SQUEUE, (0, queue, ""))])
     result = run(sweep.main, args(sweep_dir, found), capsys)
     s.done()
-    assert result["submitted"] == [] and result["counts"] == dict(done=1, running=1, pending=1, failed=0, new=0)
+    assert result["submitted"] == [] and result["counts"] == dict(done=1, running=1, pending=1, stopped=0, failed=0, new=0, changed=0)
     assert [m["job_id"] for m in result["members"]] == ["90_0", "90_1", "90_2"]
 
 
@@ -195,3 +198,63 @@ def test_a_history_longer_than_the_bound_is_read_up_to_it_and_says_so(tmp_path, 
     monkeypatch.setattr(sweep, "HISTORY_MAX_BYTES", 200)
     found = sweep.history(str(tmp_path))
     assert found["truncated"] and len(found["curve"]) < 10
+
+
+def test_a_done_member_whose_script_changed_trains_again_and_one_unchanged_does_not(monkeypatch, capsys, sweep_dir):
+    found = members(sweep_dir, "lr-a", "lr-b")
+    ran = dict((m["name"], sweep.digest(m["files"]["scripts/pretrain.sbatch"])) for m in found)
+    (sweep_dir / "sweep.json").write_text(json.dumps({"arrays": [{"job_id": "90", "tasks": {"0": "lr-a", "1": "lr-b"},
+                                                                 "scripts": {"0": ran["lr-a"], "1": ran["lr-b"]}}]}))
+    for member in found:
+        os.makedirs(os.path.join(member["run_dir"], "scripts"))
+        with open(member["done_file"], "w") as handle:
+            json.dump({"job_id": "90_0", "state": "COMPLETED", "fingerprint": "f"}, handle)
+    found[1]["files"]["scripts/pretrain.sbatch"] += "# pretrain_steps changed\n"
+    argv, _content = array_argv(sweep_dir, found, [1])
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", "")), CONFIG, (argv, (0, "91\n", ""))])
+    result = run(sweep.main, args(sweep_dir, found), capsys)
+    s.done()
+    assert [(m["name"], m["state"]) for m in result["members"]] == [("lr-a", "done"), ("lr-b", "pending")]
+    assert json.load(open(str(sweep_dir / "sweep.json")))["arrays"][1]["scripts"] == {"1": sweep.digest(
+        found[1]["files"]["scripts/pretrain.sbatch"])}
+
+
+def test_a_sweep_without_its_code_is_refused_naming_the_stages_that_make_it(monkeypatch, capsys, tmp_path):
+    base = tmp_path / "ws" / "lr"
+    base.mkdir(parents=True)
+    s = Slurm(monkeypatch, [])
+    result = run(sweep.main, args(base, members(base, "lr-a")), capsys)
+    assert result["failed"] and "preflight, nccl_env and deploy stages" in result["msg"]
+    s.done()
+
+
+def test_a_record_from_the_workspace_gives_only_job_ids_and_run_names(tmp_path):
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"arrays": [{"job_id": "90", "tasks": {"0": "lr-a", "1": "../../etc", "x": "lr-b", "2": 7}},
+                                           {"job_id": "9; rm", "tasks": {"0": "lr-c"}}, "junk"]}))
+    assert sweep_state.read_record(str(path)) == [{"job_id": "90", "tasks": {"0": "lr-a"}}]
+    path.write_text("{" * 100000)
+    assert sweep_state.read_record(str(path)) == []
+
+
+def test_stopping_a_sweep_asks_its_running_members_for_a_checkpoint_and_cancels_the_pending(monkeypatch, capsys, sweep_dir):
+    found = members(sweep_dir, "lr-a", "lr-b", "lr-c")
+    (sweep_dir / "sweep.json").write_text(json.dumps({"arrays": [{"job_id": "90", "tasks": {"0": "lr-a", "1": "lr-b", "2": "lr-c"}}]}))
+    for member in found:
+        os.makedirs(member["run_dir"])
+    queue = squeue_rows(["90_0", "RUNNING", "llmtrain-sweep-lr", "(null)"], ["90_[1-2%1]", "PENDING", "llmtrain-sweep-lr", "(null)"])
+    s = Slurm(monkeypatch, [(SQUEUE, (0, queue, "")),
+                            (["/usr/bin/scancel", "--signal=USR2", "90_0"], (0, "", "")),
+                            (["/usr/bin/scancel", "90_1"], (0, "", "")), (["/usr/bin/scancel", "90_2"], (0, "", "")),
+                            (SQUEUE, (0, squeue_rows(["90_0", "COMPLETING", "llmtrain-sweep-lr", "(null)"]), "")),
+                            (SQUEUE, (0, "", ""))])
+    monkeypatch.setattr(sweep.time, "sleep", lambda _s: None)
+    result = run(sweep.main, dict(name="llmtrain-sweep-lr", sweep="lr", base_dir=str(sweep_dir), state="stopped"), capsys)
+    s.done()
+    assert result["signalled"] == ["90_0"] and result["cancelled"] == ["90_1", "90_2"] and result["left"] == []
+    assert (sweep_dir.parent / "lr-a" / "STOP").read_text() == "90_0\n" and (sweep_dir.parent / "lr-b" / "STOP").read_text() == "90_1\n"
+    # the member stopped is not failed: the watch does not retry it, a rerun trains it on
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", ""))])
+    status = run(sweep.main, args(sweep_dir, found, state="watch", retries=1), capsys)
+    s.done()
+    assert [m["state"] for m in status["members"]] == ["stopped"] * 3 and status["retried"] == []
