@@ -297,11 +297,11 @@ def ended(client, arrays, found, run_dirs):
     """Why each failed member's last task ended (Slurm's state and exit code), kept in the record's
     array entry (its `ended`: index -> why) the first time it is seen; -> whether the record changed."""
     changed = False
-    last = dict((name, tasks[-1]) for name, tasks in sweep_state.tasks_of_member(arrays).items())
+    last = sweep_state.last_tasks(arrays)
     for name, (state, _job) in found.items():
         if state != "failed" or name not in last:
             continue
-        array, index = last[name]
+        array, index = last[name].split("_")
         entry = next(a for a in arrays if a["job_id"] == array)
         if index in entry.setdefault("ended", {}):
             continue
@@ -391,34 +391,25 @@ def history(run_dir):
     """What the comparison takes of a member's metrics file, read once from its start, at most
     HISTORY_MAX_BYTES: its parameters (its first record's), the tokens it saw, its last and best loss,
     its last validation loss, and its loss curve downsampled to at most CURVE_POINTS points; and how
-    many lines could not be read (said, never dropped silently)."""
+    many lines could not be read (said, never dropped silently), an overlong one read past in bounded
+    pieces (metrics.records_from_start)."""
     out = dict(params=None, tokens=None, final_loss=None, best_loss=None, val_loss=None, curve=[], unreadable=0,
                truncated=False)
     curve = []
     try:
-        with open(os.path.join(run_dir, METRICS), "rb") as handle:
-            read = 0
-            for line in handle:
-                read += len(line)
-                if read > HISTORY_MAX_BYTES:
-                    out["truncated"] = True
-                    break
-                if not line.strip():
-                    continue
-                record = untrusted.record(line, metrics.MAX_RECORD_BYTES, nonfinite=True) \
-                    if len(line) <= metrics.MAX_RECORD_BYTES else None
-                if record is None:
-                    out["unreadable"] += 1
-                    continue
-                typed = untrusted.fields(record, HISTORY_FIELDS)
-                if out["params"] is None and typed.get("params"):
-                    out["params"] = typed["params"]
-                if typed.get("tokens_seen") is not None:
-                    out["tokens"] = typed["tokens_seen"]
-                if typed.get("val_loss") is not None and math.isfinite(typed["val_loss"]):
-                    out["val_loss"] = typed["val_loss"]
-                if typed.get("loss") is not None and typed.get("step") is not None:
-                    curve.append((typed["step"], typed["loss"]))
+        for record in metrics.records_from_start(os.path.join(run_dir, METRICS), HISTORY_MAX_BYTES, out):
+            if record is None:
+                out["unreadable"] += 1
+                continue
+            typed = untrusted.fields(record, HISTORY_FIELDS)
+            if out["params"] is None and typed.get("params"):
+                out["params"] = typed["params"]
+            if typed.get("tokens_seen") is not None:
+                out["tokens"] = typed["tokens_seen"]
+            if typed.get("val_loss") is not None and math.isfinite(typed["val_loss"]):
+                out["val_loss"] = typed["val_loss"]
+            if typed.get("loss") is not None and typed.get("step") is not None:
+                curve.append((typed["step"], typed["loss"]))
     except OSError:
         return out
     finite = [loss for _step, loss in curve if math.isfinite(loss)]

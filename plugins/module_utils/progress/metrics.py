@@ -52,6 +52,31 @@ def _record(line):
     return untrusted.record(line, MAX_RECORD_BYTES, nonfinite=True)
 
 
+def records_from_start(path, max_bytes, state):
+    """Each line's JSON object of a JSONL file from its start, in order, up to max_bytes read: None for
+    a line that holds none the collection reads, or is longer than MAX_RECORD_BYTES (read past in
+    pieces of that size, never held whole). state["truncated"] is set when the file goes on past
+    max_bytes; the line that crosses it is not given."""
+    read = 0
+    with open(path, "rb") as handle:
+        while True:
+            line = handle.readline(MAX_RECORD_BYTES + 1)
+            if not line:
+                return
+            read += len(line)
+            overlong = len(line) > MAX_RECORD_BYTES
+            while line and not line.endswith(b"\n") and overlong:
+                line = handle.readline(MAX_RECORD_BYTES + 1)
+                read += len(line)
+            if read > max_bytes:
+                state["truncated"] = True
+                return
+            if overlong:
+                yield None
+            elif line.strip():
+                yield _record(line)
+
+
 def unreadable_message(path, unreadable):
     """What a user reads when lines of the metrics file's tail could not be read."""
     return ("%s: %d of its last lines hold no complete JSON object, nest deeper than %d levels, hold an integer "

@@ -65,3 +65,35 @@ def test_a_line_longer_than_what_is_read_is_counted(tmp_path):
     assert metrics.tail_records(str(path)) == ([], 1)
     path.write_text("")
     assert metrics.tail_records(str(path)) == ([], 0)
+
+
+def test_records_from_the_start_read_past_an_overlong_line_in_bounded_pieces(tmp_path, monkeypatch):
+    monkeypatch.setattr(metrics, "MAX_RECORD_BYTES", 100)
+    reads = []
+    real_open = open
+
+    class Counting:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def readline(self, size=-1):
+            line = self.handle.readline(size)
+            reads.append(len(line))
+            return line
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    monkeypatch.setattr(metrics, "open", lambda path, mode: Counting(real_open(path, mode)), raising=False)
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(b'{"step": 1, "loss": 2.0}\n' + b"x" * 1000 + b'\n\n{"step": 2, "loss": 1.5}\n' + b"y" * 450)
+    state = {}
+    found = list(metrics.records_from_start(str(path), 10000, state))
+    assert found == [{"step": 1, "loss": 2.0}, None, {"step": 2, "loss": 1.5}, None] and not state
+    assert max(reads) <= 101  # no line held whole
+    # past max_bytes: the line that crosses it is not given, and it says so
+    found = list(metrics.records_from_start(str(path), 30, state))
+    assert found == [{"step": 1, "loss": 2.0}] and state == {"truncated": True}
