@@ -36,7 +36,7 @@ BENCHMARKS = [
      [sys.executable, "bench/notify_bench.py", "--format", "markdown"]),
     ("After training: export and evaluation of GPT-2 124M on CPU",
      [sys.executable, "bench/after_training_bench.py", "--format", "markdown"]),
-    ("Sweeps of 10 to 1,000 members: submission and a poll of the watch",
+    ("Sweeps of 10 to 1,000 members: submission, a poll of the watch and status.yml",
      [sys.executable, "bench/sweep_bench.py", "--format", "markdown"]),
     ("Scale: the collection's code at up to 8,192 nodes, on generated inputs",
      [sys.executable, "bench/scale_bench.py", "--format", "markdown"]),

@@ -212,6 +212,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node.job_log import
 from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.log_progress import DEFAULT_PATTERNS, compile_patterns
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import state as sweep_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.sweep import RECORD as SWEEP_RECORD
 
 
 def status(slurm):
@@ -224,10 +225,13 @@ def status(slurm):
     queue = [j for j in jobs.values() if j["name"].startswith(p["job_prefix"])]
     uid = os.getuid()
     distrust = run_status.workspace_problem(p["workspace"], uid)
-    # a sweep is one row: its members (runs of their own) are counted there, not listed
-    sweeps = sweep_state.sweeps(p["workspace"], uid) if not distrust else {}
+    # a sweep is one row: its members (runs of their own) are counted there, not listed. The runs and
+    # the sweeps from one listing of the workspace
+    run_names, sweep_names = run_status.workspace_dirs(p["workspace"], uid)
+    sweeps = dict((name, sweep_state.read_record(os.path.join(p["workspace"], name, SWEEP_RECORD)))
+                  for name in sweep_names) if not distrust else {}
     in_sweeps = set(member for arrays in sweeps.values() for entry in arrays for member in entry["tasks"].values())
-    names = [name for name in run_status.run_names(p["workspace"], uid) if name not in in_sweeps]
+    names = [name for name in run_names if name not in in_sweeps]
     rows = []
     for name in names:
         try:

@@ -71,14 +71,23 @@ def fetch_refusal(path, real_run_dir, name=None, real=None, kind=None, size=None
 def owned_dirs(workspace, uid, markers):
     """The directories of workspace (not links) that uid owns and that hold one of markers (relative
     names), sorted by name: the runs the status lists, the sweeps it counts."""
-    names = []
+    return owned_dirs_of(workspace, uid, [markers])[0]
+
+
+def owned_dirs_of(workspace, uid, groups):
+    """[names] for each group of markers: the directories of workspace (not links) that uid owns and
+    that hold one of the group's markers, sorted by name; one listing of the workspace and one lstat
+    of each entry for all the groups."""
+    found = [[] for _group in groups]
     for entry in sorted(os.listdir(workspace)):
         path = os.path.join(workspace, entry)
         try:
             info = os.lstat(path)
         except OSError:
             continue
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == uid and any(
-                os.path.lexists(os.path.join(path, marker)) for marker in markers):
-            names.append(entry)
-    return names
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+            continue
+        for names, markers in zip(found, groups):
+            if any(os.path.lexists(os.path.join(path, marker)) for marker in markers):
+                names.append(entry)
+    return found

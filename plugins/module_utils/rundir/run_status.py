@@ -35,10 +35,11 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.log_progre
 from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.metrics import progress_of, tail_records
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.exit_codes import TABLE
-from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import owned_dirs, read_text
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir.paths import owned_dirs, owned_dirs_of, read_text
 from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.recovery import end_how, run_starts
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import ACTIVE_STATES, DEPENDENCY_REASONS, parse_dependency
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import state as sweep_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.sweep import RECORD as SWEEP_RECORD
 
 RUN_MARKERS = ("scripts/pretrain.sbatch", run_files.DONE, run_files.STARTS)
 DONE_FILE = run_files.DONE
@@ -68,6 +69,14 @@ COLUMNS = ("run", "state", "job", "nodes", "step", "loss", "tokens/s", "ETA", "G
 def run_names(workspace, uid):
     """The runs of workspace that uid owns (directories, not links), sorted by name."""
     return owned_dirs(workspace, uid, RUN_MARKERS)
+
+
+def workspace_dirs(workspace, uid):
+    """(runs, sweeps): the directories of workspace that uid owns and that hold a run's marker
+    (RUN_MARKERS, as run_names), and those that hold a sweep's record (sweep.json, as sweep/state.py's
+    sweeps), from one listing of the workspace: a workspace of a sweep of 1,000 members is listed once."""
+    runs, sweeps = owned_dirs_of(workspace, uid, [RUN_MARKERS, (SWEEP_RECORD,)])
+    return runs, sweeps
 
 
 def workspace_problem(workspace, uid):
@@ -340,12 +349,34 @@ def run_row(workspace, name, queued, job_prefix, job_log, patterns, uid=None, wo
 
 SWEEP_STATES = ("done", "running", "pending", "stopped", "failed", "new", "untrusted")
 SWEEP_COLUMNS = ("member", "state", "job", "step", "loss")
+# what a member's row reads of its metrics file: its last MEMBER_RECORDS records, from the last
+# MEMBER_TAIL_BYTES where they fit (a loss record, and the checkpoint and done events after it); the
+# last 16, as a run's row reads them, where none of those has a loss
+MEMBER_RECORDS = 4
+MEMBER_TAIL_BYTES = 8192
+
+
+def member_progress(run_dir):
+    """{step, loss} of a sweep's member from the tail of its metrics file (a regular file, a link not
+    followed), as a run's row has them (metrics.progress_of); {} where it has none."""
+    path = os.path.join(run_dir, run_files.METRICS)
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return {}
+        records = tail_records(path, MEMBER_RECORDS, MEMBER_TAIL_BYTES)[0]
+        if not any(untrusted.field(record.get("loss"), untrusted.REAL) is not None for record in records):
+            records = tail_records(path)[0] or records
+    except OSError:
+        return {}
+    return progress_of(records) or {}
 
 
 def sweep_row(workspace, name, arrays, jobs, uid=None, workspace_distrust=None):
     """A sweep's row (its members counted by state, the lowest loss so far and its member) and a row
     per member ({member, state, job_id, step, loss}), from the sweep's record, the members' done
-    records and metrics tails, and the user's queue (jobs)."""
+    records and metrics tails, and the user's queue (jobs). What each member costs is bounded
+    whatever its length: the lstat of its directories, its done record (and its STOP where it is
+    neither done nor queued), the last few records of its metrics file (member_progress)."""
     row = empty_row(workspace, name)
     names = sorted(set(member for entry in arrays for member in entry["tasks"].values()))
     active = sweep_state.active_tasks(jobs, arrays)
@@ -357,9 +388,7 @@ def sweep_row(workspace, name, arrays, jobs, uid=None, workspace_distrust=None):
             members.append(dict(member=member, state="untrusted", job_id=None, step=None, loss=None))
             continue
         state, job_id = sweep_state.member_state(member, os.path.join(run_dir, DONE_FILE), active, last.get(member))
-        records = tail_records(os.path.join(run_dir, run_files.METRICS))[0] if os.path.isfile(
-            os.path.join(run_dir, run_files.METRICS)) else []
-        prog = progress_of(records) or {}
+        prog = member_progress(run_dir)
         members.append(dict(member=member, state=state, job_id=job_id, step=prog.get("step"), loss=prog.get("loss")))
     counts = [(state, sum(1 for m in members if m["state"] == state)) for state in SWEEP_STATES]
     scored = [m for m in members if isinstance(m["loss"], (int, float)) and m["loss"] == m["loss"]]

@@ -311,3 +311,24 @@ def test_the_detail_gives_the_newest_evaluation_of_the_export_job(tmp_path):
     rows[0]["evaluation"] = run_status.newest_evaluation(str(run))
     assert ("  model: /ws/a/export/step_000800; held-out loss 1.8178 (perplexity 6.16) over 1000000 tokens of the "
             "validation split of /ws/a/data") in run_status.detail(rows[0], None)
+
+
+def test_a_sweep_member_is_read_from_the_last_records_of_its_metrics_and_the_workspace_listed_once(tmp_path):
+    member = make_run(tmp_path, "lr-a", metrics=[dict(step=step, loss=10.0 - step / 1000.0) for step in range(10, 3001, 10)]
+                      + [dict(event="checkpoint", step=3000), dict(event="done", step=3000)])
+    assert run_status.member_progress(str(member))["step"] == 3000 and run_status.member_progress(str(member))["loss"] == 7.0
+    # more events after the last loss record than the few records read: the last 16, as a run's row reads them
+    lines(member / "metrics.jsonl", *[dict(event="slow_node", step=3000)] * 6)
+    assert run_status.member_progress(str(member))["loss"] == 7.0
+    assert run_status.member_progress(str(tmp_path / "missing")) == {}
+    # a link is not followed
+    (member / "metrics.jsonl").rename(tmp_path / "elsewhere.jsonl")
+    (member / "metrics.jsonl").symlink_to(tmp_path / "elsewhere.jsonl")
+    assert run_status.member_progress(str(member)) == {}
+    (tmp_path / "lr").mkdir()
+    (tmp_path / "lr" / "sweep.json").write_text("{}")
+    (tmp_path / "other").mkdir()
+    os.symlink(str(tmp_path / "lr"), str(tmp_path / "lr-link"))
+    assert run_status.workspace_dirs(str(tmp_path), os.getuid()) == (["lr-a"], ["lr"])
+    assert run_status.workspace_dirs(str(tmp_path), os.getuid())[0] == run_status.run_names(str(tmp_path), os.getuid())
+    assert run_status.workspace_dirs(str(tmp_path), os.getuid() + 1) == ([], [])
