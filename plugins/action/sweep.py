@@ -24,6 +24,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import base
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.sweep import ARRAY_PREFIX, MEMBER_NAME, Sweep
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.train import Train
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
+from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.site_check import judge
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import report
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep.members import members
 
@@ -31,6 +32,10 @@ MODULE = "llmtrain.slurm.sweep"
 # what a member's run directory and job are made from besides its training job's variables: its
 # node check settings (scripts/node_check.conf)
 CHECK_VARIABLES = ("slurm_node_check_timeout", "run_bad_node_policy", "run_requeue_max", "run_gpu_policy", "run_gpu_diag")
+# what preflight judges the cluster by (plugins/action/preflight_cluster.py): a member that sets one of
+# them differently from the sweep is judged by its own
+JUDGED = ("slurm_nodes", "slurm_gpus_per_node", "slurm_constraint", "slurm_gpu_type", "slurm_reservation", "slurm_account",
+          "slurm_qos", "slurm_sbatch_options", "slurm_partition", "slurm_exclude_nodes", "run_gpu_policy")
 
 
 def known_variables():
@@ -85,23 +90,32 @@ class ActionModule(ActionBase):
             errors = member_errors(found, self._templar.template(task_vars.get("_run_values") or {}))
         if errors:
             raise AnsibleActionFail("the sweep variable: " + "\n".join(errors))
+        if state == "present" and not self._task.check_mode:
+            errors = self.cluster_errors(found, dict(values, **self.values(task_vars, JUDGED)), task_vars)
+            if errors:
+                raise AnsibleActionFail("\n".join(errors) + "\nNothing was made or submitted.")
         values["run_name"] = sweep["name"]
         try:
             # the members' files are written by present alone: a poll makes and sends no scripts
             made = Sweep(values, found, task_vars.get("sweep_parallel", 0)).module_args(files=state == "present")
         except (KeyError, TypeError, ValueError) as err:
             raise AnsibleActionFail("the sweep's jobs cannot be made: %s" % (err.args[0] if err.args else err)) from None
-        made.update(state=state, curves=curves, retries=int(self._templar.template(task_vars.get("sweep_retries", 0))))
+        made.update(state=state, curves=curves, retries=int(self._templar.template(task_vars.get("sweep_retries", 0))),
+                    split=boolean(self._templar.template(task_vars.get("sweep_split", False)), strict=False))
         result.update(self._execute_module(module_name=MODULE, module_args=made, task_vars=task_vars))
         if result.get("failed") or self._task.check_mode:
             return result
         # what the action knows of each member, beside what the module found
-        known = dict((member["name"], member["values"]) for member in found)
+        known = dict((member["name"], member) for member in found)
         dirs = dict((entry["name"], entry["run_dir"]) for entry in made["members"])
         for entry in result.get("members", []):
-            entry.update(values=known.get(entry["name"]), run_dir=dirs.get(entry["name"]))
+            member = known.get(entry["name"]) or {}
+            entry.update(values=member.get("values"), run_dir=dirs.get(entry["name"]))
+            if member.get("params"):  # sweep_params: the list's count, before what the records say
+                entry["params"] = member["params"]
         found_members = result.get("members", [])
-        result["sweep"] = dict(name=sweep["name"], line=report.counts_line(sweep["name"], found_members))
+        line = report.counts_line(sweep["name"], found_members, made.get("parallel") or 0)
+        result["sweep"] = dict(name=sweep["name"], line=line)
         local = os.path.join(self._templar.template(task_vars["run_results_dir"]), sweep["name"])
         os.makedirs(local, exist_ok=True)
         found_laws = {}
@@ -132,6 +146,30 @@ class ActionModule(ActionBase):
         result.update(self._execute_module(module_name=MODULE, task_vars=task_vars, module_args=dict(
             name=ARRAY_PREFIX + name, sweep=name, base_dir=base.Run(values).dir, state="stopped", wait_timeout=int(lead))))
         return result
+
+    def cluster_errors(self, found, values, task_vars):
+        """What keeps members off the cluster: the members whose partition, nodes, GPUs or site settings
+        differ from the sweep's (which preflight checked) judged as preflight judges a run, by one look
+        at the cluster (llmtrain.slurm.slurm_cluster_info), each message naming the members."""
+        base_judged = dict((name, values.get(name)) for name in JUDGED)
+        shapes = {}
+        for member in found:
+            judged = dict(base_judged, **dict((name, member["settings"][name]) for name in JUDGED if name in member["settings"]))
+            if judged != base_judged:
+                shapes.setdefault(json.dumps(judged, sort_keys=True), (judged, []))[1].append(member["name"])
+        if not shapes:
+            return []
+        bad_nodes = base.Run(values).bad_nodes_file
+        cluster = self._execute_module(module_name="llmtrain.slurm.slurm_cluster_info", task_vars=task_vars, module_args=dict(
+            bad_nodes=bad_nodes, reservations=any(j["slurm_reservation"] for j, _names in shapes.values()),
+            associations=any(j["slurm_account"] or j["slurm_qos"] for j, _names in shapes.values())))
+        if cluster.get("failed"):
+            raise AnsibleActionFail("the sweep's members cannot be checked against the cluster: %s" % cluster.get("msg"))
+        errors = []
+        for judged, names in shapes.values():
+            who = "sweep member %s" % names[0] if len(names) == 1 else "sweep members %s" % ", ".join(names)
+            errors += ["%s: %s" % (who, message) for message in judge(cluster, judged, bad_nodes)[0]]
+        return errors
 
     def values(self, task_vars, names):
         """The variables of names that the play has, resolved."""

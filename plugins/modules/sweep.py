@@ -48,8 +48,10 @@ options:
   members:
     description:
       - "Each member: C(name), C(run_dir), C(done_file), C(shape) (the index in O(shapes) of its training job's
-        sbatch options) and C(files) (relative name -> text: its job script and node check settings; only
-        O(state=present) writes them)."
+        sbatch options), C(files) (relative name -> text: its job script and node check settings; only
+        O(state=present) writes them) and, for your own script, C(chdir) (the directory its processes run in):
+        without a metrics file, its progress comes from the TensorBoard event files under C(chdir) and C(run_dir),
+        else from its log lines (O(progress_regex))."
     type: list
     elements: dict
     default: []
@@ -79,7 +81,23 @@ options:
   curves:
     description:
       - Also each member's history for the comparison (C(params), C(tokens), C(final_loss), C(best_loss),
-        C(val_loss), C(curve), C(unreadable), C(truncated)), its metrics file read from its start (at most 64 MiB).
+        C(val_loss), C(curve), C(val_curve), C(source), C(hours), C(gpu_hours), C(unreadable), C(truncated)), its
+        progress read from its start (at most 64 MiB).
+    type: bool
+    default: false
+  progress_regex:
+    description: Your script's progress lines (C(pretrain_progress_regex)); V([]) recognises the known trainers' lines.
+    type: list
+    elements: str
+    default: []
+  progress_tag:
+    description: The loss's tag in your script's TensorBoard event files (C(pretrain_progress_tag)); unset, the first
+      known loss tag found.
+    type: str
+  split:
+    description: A sweep with more members than the cluster's C(MaxArraySize) is submitted as arrays of at most that many
+      tasks each (per shape), member N being task N modulo the limit; false refuses it, naming the limit, before anything
+      is submitted.
     type: bool
     default: false
   wait_timeout:
@@ -159,10 +177,10 @@ import time
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import sweep as sweep_job
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs.train import NAME_PREFIX
-from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files, untrusted
+from ansible_collections.llmtrain.slurm.plugins.module_utils.node import event_files, run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_file
-from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import metrics
-from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import done_record, put, trusted_dirs
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress, metrics, trainer_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.rundir import done_record, put, run_status, trusted_dirs
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import ACTIVE_STATES
@@ -336,15 +354,46 @@ def write_record(module, path, p, arrays):
         module.fail_json(msg="cannot write the sweep's record %s: %s" % (path, err))
 
 
-def progress(run_dir):
-    """The member's progress from the tail of its metrics file, the fields it has (None before its
-    first record)."""
+def member_logs(run_dir, name, max_entries=10000):
+    """The member's training job logs (logs/llmtrain-<member>-<job id>.out, regular files), oldest job
+    first; at most max_entries entries of its logs directory are looked at."""
+    pattern = re.compile(re.escape(NAME_PREFIX + name) + r"-([0-9]{1,20})\.out$")
+    found = []
     try:
-        records, _unreadable = metrics.tail_records(os.path.join(run_dir, METRICS))
+        with os.scandir(os.path.join(run_dir, "logs")) as scan:
+            for count, entry in enumerate(scan):
+                if count >= max_entries:
+                    break
+                match = pattern.match(entry.name)
+                if match and entry.is_file(follow_symlinks=False):
+                    found.append((int(match.group(1)), entry.path))
     except OSError:
+        return []
+    return [path for _job, path in sorted(found)]
+
+
+def progress(member, patterns=None, tag=None):
+    """The member's progress, the fields it has (None before its first record): from the tail of its
+    metrics file; for your script (a member with a chdir), else from the end of the newest
+    TensorBoard event files under its working directory and run directory, else from its newest
+    log's last progress line (patterns: pretrain_progress_regex, compiled)."""
+    run_dir = member["run_dir"]
+    try:
+        if not member.get("chdir"):
+            records, _unreadable = metrics.tail_records(os.path.join(run_dir, METRICS))
+            found = metrics.progress_of(records)
+        else:
+            logs = member_logs(run_dir, member["name"])
+            found = run_status.progress(run_dir, logs[-1] if logs else None, patterns, tag,
+                                        event_dirs=event_dirs(member))
+    except (OSError, ValueError):
         return None
-    found = metrics.progress_of(records)
     return None if found is None else dict((key, value) for key, value in found.items() if value is not None)
+
+
+def event_dirs(member):
+    """Where your script's TensorBoard event files are looked for: its working directory, then its run directory."""
+    return list(dict.fromkeys(d for d in (member.get("chdir"), member["run_dir"]) if d))
 
 
 def submit(module, client, p, group, record_path, arrays):
@@ -387,17 +436,55 @@ def submit(module, client, p, group, record_path, arrays):
     return dict(entry, cmd=command)
 
 
-def history(run_dir):
-    """What the comparison takes of a member's metrics file, read once from its start, at most
+def _from_events(member, tag, out):
+    """Your script's TensorBoard event files (else Lightning metrics.csv files) as records: the newest
+    FILES_COLLECTED of them under its working and run directories, each read whole up to HISTORY_MAX_BYTES."""
+    paths = [path for _mtime, path in event_files.find(event_dirs(member))[:event_files.FILES_COLLECTED]]
+    found = event_files.metrics_of(paths, tag or None, None, HISTORY_MAX_BYTES) if paths else dict(records=[])
+    out["unreadable"] += found.get("unreadable") or 0
+    if found["records"]:
+        out["source"] = found["source"]
+    return found["records"]
+
+
+def _from_logs(member, patterns, out):
+    """Your script's progress lines in its logs, every try's in order, HISTORY_MAX_BYTES in all."""
+    left, lines = HISTORY_MAX_BYTES, []
+    for path in member_logs(member["run_dir"], member["name"]):
+        if left <= 0:
+            out["truncated"] = True
+            break
+        with open(path, "rb") as handle:
+            text = handle.read(left + 1)
+        if len(text) > left:
+            out["truncated"] = True
+            text = text[:left]
+        left -= len(text)
+        lines += text.decode("utf-8", "replace").splitlines()
+    state, _errors = trainer_state.read_newest(os.path.join(member["run_dir"], "checkpoints"))
+    found, _warnings = log_progress.records(lines, patterns, state)
+    if found:
+        out["source"] = "log"
+    return found
+
+
+def history(member, patterns=None, tag=None, nodes=1):
+    """What the comparison takes of a member's progress, read once from its start, at most
     HISTORY_MAX_BYTES: its parameters (its first record's), the tokens it saw, its last and best loss,
-    its last validation loss, and its loss curve downsampled to at most CURVE_POINTS points; and how
-    many lines could not be read (said, never dropped silently), an overlong one read past in bounded
-    pieces (metrics.records_from_start)."""
-    out = dict(params=None, tokens=None, final_loss=None, best_loss=None, val_loss=None, curve=[], unreadable=0,
-               truncated=False)
-    curve = []
+    its last validation loss, its loss and validation loss curves (a step's last record; each
+    downsampled to at most CURVE_POINTS points), its hours and GPU-hours (usage.json: the starts that
+    ended; nodes: its job's); where the records came from (source: metrics, events, csv, log) and how
+    many could not be read (said, never dropped silently), an overlong line read past in bounded pieces
+    (metrics.records_from_start). The metrics file first; for your script (a member with a chdir)
+    without one, its TensorBoard event files, else its log lines (patterns: pretrain_progress_regex,
+    compiled; tag: pretrain_progress_tag)."""
+    out = dict(params=None, tokens=None, final_loss=None, best_loss=None, val_loss=None, curve=[], val_curve=[],
+               unreadable=0, truncated=False, source=None, hours=None, gpu_hours=None)
+    losses, vals = {}, {}
     try:
-        for record in metrics.records_from_start(os.path.join(run_dir, METRICS), HISTORY_MAX_BYTES, out):
+        path = os.path.join(member["run_dir"], METRICS)
+        found = metrics.records_from_start(path, HISTORY_MAX_BYTES, out) if os.path.isfile(path) else ()
+        for record in found:
             if record is None:
                 out["unreadable"] += 1
                 continue
@@ -406,19 +493,41 @@ def history(run_dir):
                 out["params"] = typed["params"]
             if typed.get("tokens_seen") is not None:
                 out["tokens"] = typed["tokens_seen"]
-            if typed.get("val_loss") is not None and math.isfinite(typed["val_loss"]):
-                out["val_loss"] = typed["val_loss"]
-            if typed.get("loss") is not None and typed.get("step") is not None:
-                curve.append((typed["step"], typed["loss"]))
-    except OSError:
-        return out
+            if typed.get("step") is not None:
+                for key, into in (("loss", losses), ("val_loss", vals)):
+                    if typed.get(key) is not None:
+                        into[typed["step"]] = typed[key]
+        if losses:
+            out["source"] = "metrics"
+        elif member.get("chdir"):
+            for record in _from_events(member, tag, out) or _from_logs(member, patterns, out):
+                typed = untrusted.fields(record, HISTORY_FIELDS)
+                if typed.get("step") is not None:
+                    for key, into in (("loss", losses), ("val_loss", vals)):
+                        if typed.get(key) is not None:
+                            into[typed["step"]] = typed[key]
+    except (OSError, ValueError):
+        pass
+    curve = sorted(losses.items())
     finite = [loss for _step, loss in curve if math.isfinite(loss)]
     if curve:
         out.update(final_loss=curve[-1][1] if math.isfinite(curve[-1][1]) else None, best_loss=min(finite) if finite else None)
-        stride = max(1, -(-len(curve) // CURVE_POINTS))
-        out["curve"] = [list(point) for point in curve[::stride] if math.isfinite(point[1])]
-        if (len(curve) - 1) % stride and math.isfinite(curve[-1][1]):
-            out["curve"].append(list(curve[-1]))
+    val_curve = [point for point in sorted(vals.items()) if math.isfinite(point[1])]
+    if val_curve:
+        out["val_loss"] = val_curve[-1][1]
+    out.update(curve=downsampled(curve), val_curve=downsampled(val_curve))
+    usage = run_files.read_usage(member["run_dir"])
+    if usage.get("gpu_s") is not None:
+        out.update(gpu_hours=usage["gpu_s"] / 3600.0, hours=usage.get("node_s", 0) / 3600.0 / max(1, int(nodes or 1)))
+    return out
+
+
+def downsampled(curve):
+    """[[step, value]] of curve's finite points, at most CURVE_POINTS and its last."""
+    stride = max(1, -(-len(curve) // CURVE_POINTS))
+    out = [list(point) for point in curve[::stride] if math.isfinite(point[1])]
+    if curve and (len(curve) - 1) % stride and math.isfinite(curve[-1][1]):
+        out.append(list(curve[-1]))
     return out
 
 
@@ -468,6 +577,10 @@ def run(slurm):
         if missing or not 0 <= int(member.get("shape") or 0) < len(p["shapes"]):
             module.fail_json(msg="members: %s lacks %s or names no shape" % (member.get("name"), ", ".join(missing)))
         member.setdefault("files", {})
+    try:
+        patterns = log_progress.compile_patterns(p["progress_regex"] or log_progress.DEFAULT_PATTERNS)
+    except ValueError as err:
+        module.fail_json(msg="pretrain_progress_regex: %s" % err)
     record_path = os.path.join(p["base_dir"], sweep_job.RECORD)
     arrays = sweep_state.read_record(record_path)
     result = dict(changed=False, submitted=[], retried=[])
@@ -488,21 +601,26 @@ def run(slurm):
         # present: every member not done nor active; watch: a failed one while it has tries left
         # (sweep_retries: its first and as many again)
         wanted = ("new", "failed", "changed", "stopped") if p["state"] == "present" else ("failed",)
-        groups = {}
+        wanted_members = []
         for index, member in enumerate(p["members"]):
             state = found[member["name"]][0]
             if state in wanted and (p["state"] == "present" or len(tries.get(member["name"], [])) <= p["retries"]):
-                groups.setdefault(int(member["shape"]), []).append((index, member))
+                wanted_members.append((index, member))
                 if state == "failed":
                     result["retried"].append(member["name"])
-        highest = max([index for group in groups.values() for index, _m in group] or [-1])
-        if highest >= 0:
-            limit = max_array_size(client)
-            if limit is not None and highest >= limit:
-                module.fail_json(msg="sweep %s has %d members: its array tasks are numbered up to %d, and this cluster's "
-                                     "MaxArraySize is %d (scontrol show config): split it into sweeps of at most %d "
-                                     "members, or ask for a larger MaxArraySize. Nothing was submitted."
-                                     % (p["sweep"], len(p["members"]), highest, limit, limit))
+        limit = max_array_size(client) if wanted_members else None
+        if limit is not None and wanted_members[-1][0] >= limit and not p["split"]:
+            module.fail_json(msg="sweep %s has %d members: its array tasks are numbered up to %d, and this cluster's "
+                                 "MaxArraySize is %s (scontrol show config): set sweep_split: true to submit it as arrays "
+                                 "of at most %s tasks each, split it into sweeps of at most %s members, or ask for a larger "
+                                 "MaxArraySize. Nothing was submitted."
+                                 % (p["sweep"], len(p["members"]), wanted_members[-1][0], limit, limit, limit))
+        # one array per shape; past MaxArraySize (sweep_split), one per shape and block of that many
+        # members, member N its task N modulo the limit
+        groups = {}
+        for index, member in wanted_members:
+            block = index // limit if limit else 0
+            groups.setdefault((int(member["shape"]), block), []).append((index - block * limit if limit else index, member))
         for key in sorted(groups):
             if module.check_mode:
                 result["submitted"].append(dict(job_id=None, tasks=dict((str(i), m["name"]) for i, m in groups[key])))
@@ -520,9 +638,9 @@ def run(slurm):
         members.append(dict(name=member["name"], state=state,
                             job_id=job_id, tries=len(tries.get(member["name"], [])),
                             ended=[why[task] for task in tries.get(member["name"], []) if task in why],
-                            progress=progress(member["run_dir"])))
+                            progress=progress(member, patterns, p["progress_tag"])))
         if p["curves"]:
-            members[-1].update(history(member["run_dir"]))
+            members[-1].update(history(member, patterns, p["progress_tag"], p["shapes"][int(member["shape"])].get("nodes")))
     result.update(members=members, counts=dict((s, sum(1 for m in members if m["state"] == s)) for s in STATES),
                   arrays=[a["job_id"] for a in arrays])
     # the arguments as -vvv shows them, without the members' list and scripts (a sweep of a thousand
@@ -540,7 +658,8 @@ def main():
              parallel=dict(type="int", default=0), exclude=dict(type="list", elements="str", default=[]),
              after_records=dict(type="list", elements="path", default=[]),
              retries=dict(type="int", default=0), curves=dict(type="bool", default=False),
-             wait_timeout=dict(type="int", default=300),
+             wait_timeout=dict(type="int", default=300), split=dict(type="bool", default=False),
+             progress_regex=dict(type="list", elements="str", default=[]), progress_tag=dict(type="str"),
              state=dict(type="str", default="present", choices=["present", "watch", "status", "stopped"])),
         supports_check_mode=True)
     slurm.run(run)

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from cluster import RUNS, WORKSPACE, BackgroundPlaybook, run_playbook, slurm, wait_for, writable_by_others
+from cluster import ROOT, RUNS, WORKSPACE, BackgroundPlaybook, run_playbook, slurm, wait_for, writable_by_others
 
 SWEEP = "ladder"
 # short members on one node each, two at a time
@@ -88,6 +88,12 @@ def test_a_rerun_submits_nothing_and_a_value_added_trains_only_the_new_member(la
     table = open(os.path.join(RUNS, SWEEP, "sweep.md")).read()
     assert "## Scaling law" in table and "Against parameters, over 3 sizes" in table, table
     assert "**Not to be trusted:** 3 sizes fit three parameters exactly" in table
+    # a member whose nodes exceed the partition is refused by name before anything is made
+    refused = run_playbook("sweep.yml", "-e", json.dumps(dict(BASE, sweep={"name": SWEEP, "grid": {
+        "pretrain_model.n_layer": [1, 2, 3]}, "list": [{"slurm_nodes": 99}]})), check=False)
+    assert refused.rc != 0 and re.search(r"sweep member ladder-nodes99: slurm_nodes=99 but partition \S+ has \d+ usable",
+                                         refused.output), refused.output[-3000:]
+    assert len(record(SWEEP)["arrays"]) == 2 and not os.path.exists(os.path.join(WORKSPACE, "ladder-nodes99"))
     # status.yml: the sweep is one row, its members counted; -e sweep=NAME lists them
     # (the tests' callback shows a message's lines as one JSON string)
     status = run_playbook("status.yml", "-e", "sweep=" + SWEEP).output.replace("\\n", "\n")
@@ -130,3 +136,32 @@ def test_a_cancelled_member_resumes_from_its_checkpoint_a_failing_one_is_tried_a
     assert len(failing) == 1 and failing[0]["tries"] == 2 and len(failing[0]["ended"]) == 2, members
     assert all("FAILED" in why and "/logs/llmtrain-" in why for why in failing[0]["ended"]), failing
     assert "1 member(s) of sweep retries failed: %s (" % failing[0]["name"] in result.output
+
+
+def test_a_sweep_of_your_own_script_is_compared_from_its_log_lines(local_cluster, tmp_path):
+    """Two members of your script that differ in one flag, each giving its parameter count
+    (sweep_params): trained from the sweep's deployed source, compared from their log lines (the
+    script writes no metrics file and no event file)."""
+    name = "ownsweep"
+    clean(name)
+    source = tmp_path / "nanolm"
+    shutil.copytree(os.path.join(ROOT, "tests", "integration", "files", "own_script"), str(source))
+    sweep = {"name": name, "list": [{"pretrain_script_args.--n_embd": 16, "sweep_params": 21000},
+                                    {"pretrain_script_args.--n_embd": 32, "sweep_params": 46000}]}
+    settings = dict(BASE, sweep=sweep, run_source_dir=str(source), run_script="train.py", pretrain_network_check=False,
+                    pretrain_script_args=["config/tiny.py", "--log_interval=5"])
+    result = run_playbook("sweep.yml", "-e", json.dumps(settings), umask=0o002)
+    members = json.load(open(os.path.join(RUNS, name, "members.json")))
+    assert [(m["name"], m["state"], m["source"], m["params"]) for m in members] == [
+        ("ownsweep-n_embd16", "done", "log", 21000), ("ownsweep-n_embd32", "done", "log", 46000)], members
+    for member in members:
+        # its flag reached its script, in its own run directory's copy of the sweep's source
+        logs = os.path.join(WORKSPACE, member["name"], "logs")
+        log = "".join(open(os.path.join(logs, entry)).read() for entry in os.listdir(logs))
+        assert re.search(r"^config tiny: world size \d+, cwd %s/%s/src$" % (re.escape(WORKSPACE), member["name"]), log, re.M), log[-3000:]
+        assert member["final_loss"] > 0 and member["progress"]["step"] == 15
+    table = open(os.path.join(RUNS, name, "sweep.md")).read()
+    assert "Losses from: its log lines (2)." in table and "Best finished member: **ownsweep-n_embd" in table, table
+    assert re.search(r"^\| ownsweep-n_embd32 \| 32 \| done \| 15 \| \d[^|]*\| \d[^|]*\|  \| 46k \|", table, re.M), table
+    assert open(os.path.join(RUNS, name, "sweep.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    assert re.search(r"sweep ownsweep: 2 members, 2 done; lowest loss \d", result.output), result.output[-3000:]

@@ -21,6 +21,7 @@ import yaml
 from jinja2 import Environment, nodes
 
 from ansible_collections.llmtrain.slurm.plugins.filter.variables import computed, prefixes, unknown_variables
+from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep.members import PARAMS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = sorted(os.path.basename(os.path.dirname(path)) for path in glob.glob(os.path.join(ROOT, "roles", "*", "meta")))
@@ -358,9 +359,10 @@ def names_set_in_python(path):
         if isinstance(node, ast.keyword) and node.arg:
             names.add(node.arg)
         elif isinstance(node, ast.Dict):
-            # a sweep's key below a variable (pretrain_model.n_layer) sets that variable
+            # a sweep's key below a variable (pretrain_model.n_layer) sets that variable; a list
+            # member's sweep_params is its parameter count, no variable (sweep/members.py PARAMS)
             names.update(key.value.split(".")[0] for key in node.keys if isinstance(key, ast.Constant)
-                         and isinstance(key.value, str))
+                         and isinstance(key.value, str) and key.value != PARAMS)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             if node.value.lstrip().startswith("all:"):  # its %s placeholders filled in
                 names |= inventory_names(yaml.safe_load(re.sub(r"%[sdr]", "x", node.value))["all"])

@@ -81,6 +81,8 @@ class Sweep(object):
             options = job.options()
             entry = dict(name=member["name"], run_dir=job.run.dir, done_file=job.done_file,
                          shape=shapes.setdefault(shape(options), len(shapes)), files={})
+            if job.run.script:  # your script's: where its processes run (its event files, beside its run directory)
+                entry["chdir"] = job.run.code_chdir
             if files:
                 argv = sbatch_argv.option_argv(dict((k, v) for k, v in options.items() if v is not None and v is not False))
                 entry["files"] = {"scripts/pretrain.sbatch": sbatch_argv.kept_script(job.script(), job.name, job.chdir, argv),
@@ -93,7 +95,9 @@ class Sweep(object):
         entries, shapes = self.entries(files)
         return dict(name=self.array_name, sweep=self.name, base_dir=self.base.dir, parallel=self.parallel,
                     members=entries, shapes=shapes, exclude=self.base.exclude,
-                    after_records=base.submit()["after_records"])
+                    after_records=base.submit()["after_records"],
+                    progress_regex=[str(p) for p in self.base.get("pretrain_progress_regex") or []],
+                    progress_tag=self.base.get("pretrain_progress_tag") or None)
 
 
 def array_options(options, indices, parallel):

@@ -208,16 +208,17 @@ def state_of(job_id, slurm_job, done, end, stop_requested, started):
 STATUS_EVENT_BYTES = 65536
 
 
-def progress(run_dir, job_log, patterns, tag=None):
+def progress(run_dir, job_log, patterns, tag=None, event_dirs=None):
     """The run's progress (metrics.progress_of) from the tail of its metrics file, else from the
     end of its newest TensorBoard event files or Lightning metrics.csv (the loss of tag, or of a
-    known loss tag), else from its job's log lines (your script's, with the patterns), else None."""
+    known loss tag) under event_dirs (default: the run directory), else from its job's log lines
+    (your script's, with the patterns), else None."""
     metrics = os.path.join(run_dir, METRICS_FILE)
     if os.path.isfile(metrics) and not os.path.islink(metrics):
         records, _unreadable = tail_records(metrics)
         if records:
             return progress_of(records)
-    found, _state, _warnings = event_files.poll([run_dir], {}, tag, max_bytes=STATUS_EVENT_BYTES)
+    found, _state, _warnings = event_files.poll(event_dirs or [run_dir], {}, tag, max_bytes=STATUS_EVENT_BYTES)
     if found is not None:
         return progress_of([dict((k, found[k]) for k in event_files.PROGRESS_FIELDS)])
     if job_log and patterns and os.path.isfile(job_log):

@@ -22,6 +22,9 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.inputs.run import R
 SCRIPT_ARGS = ("pretrain_script_args", "inference_script_args")
 # what a member may not set: its name is the sweep's, and the sweep is not swept
 NOT_SWEPT = ("run_name", "sweep")
+# what a member of the list may say besides run variables: its parameter count, for the scaling law
+# of a script whose records do not say it (it is no setting, and not in the member's name)
+PARAMS = "sweep_params"
 # a member's name: the sweep's, a dash, then its values (at most 64 characters in all, as run_name)
 NAME_MAX = 64
 LABEL = re.compile(r"[^A-Za-z0-9._-]")
@@ -106,7 +109,8 @@ def members(sweep, known, base=None):
     """sweep: the sweep variable; known: the names of the collection's variables; base: the run's
     variables as the inventory sets them (for nested keys and script flags) ->
     ([{name, values, settings}], [message]). values: the member's keys and values as the sweep gives
-    them; settings: the run variables it sets (whole values, merged into the inventory's)."""
+    them; settings: the run variables it sets (whole values, merged into the inventory's); params: its
+    parameter count where its list entry gives sweep_params."""
     base = base or {}
     if not isinstance(sweep, dict):
         return [], ["sweep must be a dict with a name and a grid or a list, such as {name: lr, grid: "
@@ -124,6 +128,9 @@ def members(sweep, known, base=None):
         return [], errors + ["sweep.grid must be a dict (key -> list of values) and sweep.list a list of dicts"]
     if not grid and not listed:
         errors.append("sweep has no member: give a grid (key -> list of values) or a list of member settings")
+    if PARAMS in grid:
+        errors.append("sweep.grid.%s: give a member's parameter count in sweep.list, beside the values that make its "
+                      "size, such as {pretrain_script_args.--n_embd: 64, %s: 210000}" % (PARAMS, PARAMS))
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             errors.append("sweep.grid.%s must be a non-empty list of values, such as [3e-4, 6e-4]" % key)
@@ -137,6 +144,16 @@ def members(sweep, known, base=None):
                           % index)
             continue
         candidates.append(("sweep.list[%d]" % index, dict(entry)))
+    params = {}
+    for where, values in candidates:
+        if PARAMS in values:
+            count = values.pop(PARAMS)
+            if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+                errors.append("%s.%s=%r must be the member's parameter count, a positive integer such as 124000000"
+                              % (where, PARAMS, count))
+            params[where] = count
+            if not values:
+                errors.append("%s has %s alone: give the settings that make the member too" % (where, PARAMS))
     keys = sorted(set(key for _where, values in candidates for key in values))
     for key in keys:
         top = key.split(".")[0]
@@ -161,6 +178,8 @@ def members(sweep, known, base=None):
             continue
         seen[_json(values)] = where
         out.append(dict(name=member_name(name, values), values=values, settings=settings))
+        if where in params:
+            out[-1]["params"] = params[where]
     # values that read the same in a name (0.1 and "0.1"): refused rather than named by position
     named = {}
     for member in out:

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted import printable
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import fit
 
 STATE_ORDER = ("done", "running", "pending", "stopped", "failed", "new", "changed")
+# where a member's losses came from (the sweep module's history: source), as sweep.md names it
+SOURCES = (("metrics", "its metrics file"), ("events", "TensorBoard event files"), ("csv", "Lightning's metrics.csv"),
+           ("log", "its log lines"))
 
 
 def _text(value):
@@ -34,6 +38,13 @@ def _loss(member):
 
 def _number(value, fmt="%.4g"):
     return "" if _finite(value) is None else fmt % value
+
+
+def _hours(value):
+    """Hours as the table shows them: 2 decimals, a short member's under 0.01 said so."""
+    if _finite(value) is None:
+        return ""
+    return "< 0.01" if 0 < value < 0.005 else "%.2f" % value
 
 
 def _count(value):
@@ -99,8 +110,33 @@ def best(members):
     return min(done, key=_loss) if done else None
 
 
-def counts_line(name, members):
-    """One line for the whole sweep: members in each state and the best loss so far (any state)."""
+def _duration(seconds):
+    """3725 -> 1h 02m."""
+    minutes = int(round(seconds / 60.0))
+    return "%dh %02dm" % divmod(minutes, 60) if minutes >= 60 else "%dm" % max(1, minutes)
+
+
+def eta(members, parallel=0):
+    """Seconds until the sweep ends, estimated, or None: the longest ETA of the running members, and
+    for the members still to start (pending, new, changed), as many rounds of as many members at once
+    as run now (or sweep_parallel) as there are, each as long as a running member's whole training
+    (the median, from its steps and ETA). None where a running member says no ETA, or none runs."""
+    running = [m.get("progress") or {} for m in members if m.get("state") == "running"]
+    etas = [_finite(p.get("eta_s")) for p in running]
+    if not running or None in etas:
+        return None
+    whole = [p["eta_s"] * p["total_steps"] / (p["total_steps"] - p["step"]) for p in running
+             if _finite(p.get("total_steps")) and _finite(p.get("step")) is not None and p["total_steps"] > p["step"]]
+    waiting = sum(1 for m in members if m.get("state") in ("pending", "new", "changed"))
+    if waiting and not whole:
+        return None
+    rounds = -(-waiting // (parallel if parallel > 0 else len(running)))
+    return max(etas) + rounds * (statistics.median(whole) if waiting else 0)
+
+
+def counts_line(name, members, parallel=0):
+    """One line for the whole sweep: members in each state, the best loss so far (any state) and the
+    sweep's ETA where one can be estimated."""
     counts = dict((state, sum(1 for m in members if m.get("state") == state)) for state in STATE_ORDER)
     line = "sweep %s: %d members, %s" % (name, len(members), ", ".join(
         "%d %s" % (counts[state], state) for state in STATE_ORDER if counts[state]))
@@ -108,6 +144,9 @@ def counts_line(name, members):
     if scored:
         lead = min(scored, key=_loss)
         line += "; lowest loss %.4g (%s, step %s)" % (_loss(lead), lead["name"], (lead.get("progress") or {}).get("step"))
+    left = eta(members, parallel)
+    if left is not None:
+        line += "; ETA about %s" % _duration(left)
     return line
 
 
@@ -122,7 +161,7 @@ def markdown(name, members, found_laws=None):
         lines += ["Best finished member: **%s** (loss %.4g)." % (lead["name"], _loss(lead)), ""]
     if history:
         lines += ["![loss curves](sweep.png)", ""]
-    more = ["best loss", "val loss", "params", "tokens"] if history else []
+    more = ["best loss", "val loss", "params", "tokens", "hours", "GPU-hours"] if history else []
     lines += ["| member | " + " | ".join([printable(k) for k in keys] + ["state", "step", "loss"] + more) + " |",
               "|---" * (len(keys) + 4 + len(more)) + "|"]
     for member in members:
@@ -132,15 +171,35 @@ def markdown(name, members, found_laws=None):
             member.get("state"), "" if progress.get("step") is None else progress["step"], _number(_loss(member))]
         if history:
             cells += [_number(member.get("best_loss")), _number(member.get("val_loss")), _count(member.get("params")),
-                      _count(member.get("tokens"))]
+                      _count(member.get("tokens")), _hours(member.get("hours")), _hours(member.get("gpu_hours"))]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    if history:
+        lines += [""] + source_lines(members)
     unread = [m for m in members if m.get("unreadable") or m.get("truncated")]
     if unread:
         lines += [""] + ["%s: %s of its metrics file could not be read%s." % (
             m["name"], "%d line(s)" % m["unreadable"] if m.get("unreadable") else "none",
             "; it was read up to 64 MiB" if m.get("truncated") else "") for m in unread]
     lines += [""] + law_lines(name, found_laws or {})
+    if history and len(set(m.get("params") for m in members if m.get("params"))) >= 2 and not found_laws:
+        sizes = len(set(m["params"] for m in members if m.get("params") and m.get("state") == "done"))
+        lines += ["No scaling law yet: the members differ in size, %d size(s) finished, and the law takes at least three."
+                  % sizes, ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def source_lines(members):
+    """Where the members' losses came from, and the members that have none yet."""
+    named = dict(SOURCES)
+    counts = [(what, sum(1 for m in members if m.get("source") == key)) for key, what in SOURCES]
+    lines = ["Losses from: " + ", ".join("%s (%d)" % (what, count) for what, count in counts if count) + "."] \
+        if any(count for _what, count in counts) else []
+    none = [m["name"] for m in members if m.get("source") not in named]
+    if none:
+        lines.append("No loss yet from %d member(s): %s%s (your script: write LLMTRAIN_METRICS_FILE, TensorBoard event "
+                     "files, or set pretrain_progress_regex to its progress lines)."
+                     % (len(none), ", ".join(none[:10]), ", ..." if len(none) > 10 else ""))
+    return lines
 
 
 def plot(name, members, found_laws, path):
@@ -156,10 +215,13 @@ def plot(name, members, found_laws, path):
     curves = axes[0][0]
     shown = [m for m in members if m.get("curve")]
     for member in shown:
-        curves.plot([p[0] for p in member["curve"]], [p[1] for p in member["curve"]], linewidth=1.2,
-                    label=member["name"].replace("$", "\\$") if len(shown) <= 12 else None)
+        line, = curves.plot([p[0] for p in member["curve"]], [p[1] for p in member["curve"]], linewidth=1.2,
+                            label=member["name"].replace("$", "\\$") if len(shown) <= 12 else None)
+        if member.get("val_curve"):  # its validation loss, dashed in its colour
+            curves.plot([p[0] for p in member["val_curve"]], [p[1] for p in member["val_curve"]], "--", linewidth=1.0,
+                        color=line.get_color())
     curves.set_xlabel("step")
-    curves.set_ylabel("loss")
+    curves.set_ylabel("loss (validation dashed)" if any(m.get("val_curve") for m in shown) else "loss")
     curves.set_title("Sweep %s: %d members" % (name.replace("$", "\\$"), len(members)))
     curves.grid(True, alpha=0.3)
     if 0 < len(shown) <= 12:

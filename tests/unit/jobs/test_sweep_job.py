@@ -87,3 +87,14 @@ def test_a_task_runs_its_members_script_in_its_directory_logging_there(tmp_path)
 def test_a_member_name_that_is_no_run_name_never_reaches_the_script():
     with pytest.raises(ValueError, match="letters, digits"):
         sweep.array_script("s", [(0, "a'; rm -rf ~", "/w/a")])
+
+
+def test_your_scripts_members_say_where_their_processes_run_for_their_event_files_and_the_sweep_its_patterns():
+    values = dict(golden.variables("own-script"), run_name="own", pretrain_progress_regex=[r"^it (?P<step>\d+) (?P<loss>\S+)"])
+    found, errors = members({"name": "own", "grid": {"pretrain_script_args.--lr": [1e-3, 3e-3]}}, KNOWN, values)
+    assert errors == []
+    args = sweep.Sweep(values, found).module_args(files=False)
+    workspace = values["slurm_workspace"]
+    assert [m["chdir"] for m in args["members"]] == ["%s/%s/scripts/work dir" % (workspace, m["name"]) for m in found]
+    assert args["progress_regex"] == [r"^it (?P<step>\d+) (?P<loss>\S+)"] and args["progress_tag"] == values["pretrain_progress_tag"]
+    assert "chdir" not in made({"pretrain_learning_rate": [1e-3]}).module_args(files=False)["members"][0]

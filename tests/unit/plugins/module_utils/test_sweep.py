@@ -82,10 +82,23 @@ def test_values_that_make_no_run_name_or_too_long_a_one_are_named_by_a_digest_of
      "sweep.list[0]: pretrain_script_args.lr: below pretrain_script_args give your script's flag as it takes it"),
     ({"name": "x", "list": [{"slurm_partition": "1"}, {"slurm_partition": 1}]},
      "sweep.list[0] and sweep.list[1] would both be run x-partition1"),
+    ({"name": "x", "grid": {"sweep_params": [1, 2]}}, "sweep.grid.sweep_params: give a member's parameter count in sweep.list"),
+    ({"name": "x", "list": [{"pretrain_script_args.--n": 1, "sweep_params": "1M"}]},
+     "sweep.list[0].sweep_params='1M' must be the member's parameter count, a positive integer"),
+    ({"name": "x", "list": [{"sweep_params": 1000}]}, "sweep.list[0] has sweep_params alone"),
 ])
 def test_a_mistake_is_said_naming_the_key_or_the_member_and_the_fix(sweep, message):
     found, errors = members(sweep, KNOWN, dict(BASE, pretrain_steps=100))
     assert found == [] and any(error.startswith(message) for error in errors), errors
+
+
+def test_your_scripts_member_may_give_its_parameter_count_which_is_neither_a_setting_nor_in_its_name():
+    found, errors = members({"name": "own", "list": [{"pretrain_script_args.--n_embd": 32, "sweep_params": 52000},
+                                                     {"pretrain_script_args.--n_embd": 64}]}, KNOWN, BASE)
+    assert errors == [] and [m["name"] for m in found] == ["own-n_embd32", "own-n_embd64"]
+    assert found[0]["params"] == 52000 and "params" not in found[1]
+    assert found[0]["values"] == {"pretrain_script_args.--n_embd": 32}
+    assert found[0]["settings"] == {"pretrain_script_args": ["--epochs", "3", "--lr", "0.1", "--n_embd=32"]}
 
 
 # --- the comparison (module_utils/sweep/report.py) and the members' checks (the action) -------------
@@ -106,6 +119,32 @@ def test_the_table_shows_each_members_values_state_step_and_loss_and_names_the_b
     # the lowest loss so far may be a running member's; a NaN is never lowest
     assert report.counts_line("lr", found) == (
         "sweep lr: 5 members, 2 done, 1 running, 1 pending, 1 failed; lowest loss 2.1 (lr-c, step 20)")
+
+
+def test_the_sweeps_eta_is_its_running_members_longest_and_rounds_of_whole_trainings_for_those_waiting():
+    running = [dict(member("s-%d" % i, "running", {}, 50, 2.0), progress=dict(step=50, total_steps=100, loss=2.0, eta_s=eta))
+               for i, eta in enumerate((600.0, 1200.0))]
+    waiting = [member("s-w%d" % i, "pending", {}) for i in range(3)]
+    # 1,200 s left of the longest; 3 waiting at 2 at once: 2 rounds of a whole training (the median: 1,800 s)
+    assert report.eta(running + waiting, parallel=2) == 1200.0 + 2 * 1800.0
+    assert report.counts_line("s", running + waiting, 2).endswith("; ETA about 1h 20m")
+    assert report.eta(running) == 1200.0 and report.eta(waiting) is None
+    assert report.eta(running + [dict(running[0], progress=dict(step=1, loss=2.0))]) is None  # one says no ETA
+
+
+def test_the_table_says_hours_gpu_hours_and_where_each_members_losses_came_from():
+    found = [dict(member("own-a", "done", {"pretrain_script_args.--n_embd": 32}, 40, 2.5), source="log", curve=[[40, 2.5]],
+                  final_loss=2.5, hours=0.5, gpu_hours=4.0, params=52000),
+             dict(member("own-b", "done", {"pretrain_script_args.--n_embd": 64}, 40, 2.25), source="events",
+                  curve=[[40, 2.25]], final_loss=2.25, hours=0.75, gpu_hours=6.0, params=190000),
+             dict(member("own-c", "pending", {"pretrain_script_args.--n_embd": 96}), source=None, curve=[])]
+    text = report.markdown("own", found)
+    assert "| member | pretrain_script_args.--n_embd | state | step | loss | best loss | val loss | params | tokens | hours " \
+           "| GPU-hours |" in text
+    assert "| own-b | 64 | done | 40 | 2.25 |  |  | 190k |  | 0.75 | 6.00 |" in text, text
+    assert "Losses from: TensorBoard event files (1), its log lines (1)." in text
+    assert "No loss yet from 1 member(s): own-c (your script:" in text
+    assert "No scaling law yet: the members differ in size, 2 size(s) finished, and the law takes at least three." in text
 
 
 def test_a_value_from_the_workspace_is_shown_printable():

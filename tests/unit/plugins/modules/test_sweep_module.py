@@ -5,10 +5,13 @@ again while it has tries left, and why each try ended kept in the record."""
 
 import json
 import os
+import re
+import shutil
 
 import pytest
 
 from ansible_collections.llmtrain.slurm.plugins.modules import sweep
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress import log_progress
 from ansible_collections.llmtrain.slurm.plugins.module_utils.jobs import sweep as sweep_job
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch_argv
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import state as sweep_state
@@ -175,7 +178,23 @@ def test_a_sweep_beyond_the_clusters_max_array_size_is_refused_before_any_submis
     result = run(sweep.main, args(sweep_dir, found), capsys)
     s.done()
     assert result["failed"] and "MaxArraySize is 4" in result["msg"] and "split it into sweeps of at most 4" in result["msg"]
-    assert not os.path.exists(str(sweep_dir / "sweep.json"))
+    assert "set sweep_split: true" in result["msg"] and not os.path.exists(str(sweep_dir / "sweep.json"))
+
+
+def test_with_split_a_sweep_beyond_max_array_size_is_arrays_of_at_most_that_many_tasks(monkeypatch, capsys, sweep_dir):
+    found = members(sweep_dir, *("lr-%d" % index for index in range(5)))
+    first, _content = array_argv(sweep_dir, found, [0, 1, 2, 3])
+    content = sweep_job.array_script("lr", [(0, "lr-4", found[4]["run_dir"])])
+    options = sweep_job.array_options(OPTIONS, [0], 2)
+    fp = sbatch_argv.fingerprint("llmtrain-sweep-lr", content, options, {}, str(sweep_dir))
+    second = first[:3] + ["--comment=llmtrain:" + fp, "--chdir=" + str(sweep_dir)] + sbatch_argv.option_argv(options)
+    s = Slurm(monkeypatch, [(SQUEUE, (0, "", "")), (CONFIG[0], (0, "MaxArraySize = 4\n", "")), (first, (0, "90\n", "")),
+                            (second, (0, "91\n", ""))])
+    result = run(sweep.main, args(sweep_dir, found, split=True), capsys)
+    s.done()
+    assert [m["job_id"] for m in result["members"]] == ["90_0", "90_1", "90_2", "90_3", "91_0"]
+    assert [a["tasks"] for a in json.load(open(str(sweep_dir / "sweep.json")))["arrays"]] == [
+        {"0": "lr-0", "1": "lr-1", "2": "lr-2", "3": "lr-3"}, {"0": "lr-4"}]
 
 
 def test_a_members_history_is_read_from_its_start_bounded_downsampled_and_what_it_cannot_read_is_counted(tmp_path):
@@ -184,19 +203,20 @@ def test_a_members_history_is_read_from_its_start_bounded_downsampled_and_what_i
     lines += ["{not json", json.dumps({"step": 1000, "loss": 3.1, "val_loss": 3.2, "tokens_seen": 1024000}),
               json.dumps({"step": 1005, "loss": float("nan")})]
     (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    found = sweep.history(str(tmp_path))
-    assert found["params"] == 70592 and found["tokens"] == 1024000 and found["val_loss"] == 3.2
+    found = sweep.history(dict(name="m", run_dir=str(tmp_path)))
+    assert found["source"] == "metrics" and found["params"] == 70592 and found["tokens"] == 1024000 and found["val_loss"] == 3.2
     assert found["unreadable"] == 1 and not found["truncated"]
-    # the last loss is NaN (diverged): no final loss, the best of the others
-    assert found["final_loss"] is None and found["best_loss"] == 3.0
+    # the last loss is NaN (diverged): no final loss, the best of the others (step 1000's last record: 3.1)
+    assert found["final_loss"] is None and found["best_loss"] == 3.02
     assert 50 <= len(found["curve"]) <= sweep.CURVE_POINTS + 1 and found["curve"][0] == [10, 4.98]
-    assert sweep.history(str(tmp_path / "none"))["curve"] == []
+    assert found["val_curve"] == [[1000, 3.2]] and found["hours"] is None
+    assert sweep.history(dict(name="m", run_dir=str(tmp_path / "none")))["curve"] == []
 
 
 def test_a_history_longer_than_the_bound_is_read_up_to_it_and_says_so(tmp_path, monkeypatch):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 3.0}) + "\n" for s in range(100)))
     monkeypatch.setattr(sweep, "HISTORY_MAX_BYTES", 200)
-    found = sweep.history(str(tmp_path))
+    found = sweep.history(dict(name="m", run_dir=str(tmp_path)))
     assert found["truncated"] and len(found["curve"]) < 10
 
 
@@ -258,3 +278,55 @@ def test_stopping_a_sweep_asks_its_running_members_for_a_checkpoint_and_cancels_
     status = run(sweep.main, args(sweep_dir, found, state="watch", retries=1), capsys)
     s.done()
     assert [m["state"] for m in status["members"]] == ["stopped"] * 3 and status["retried"] == []
+
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "trainers")
+OWN = re.compile(r"^iter (?P<step>\d+): loss (?P<loss>[\d.]+)")
+
+
+def test_a_resumed_members_curve_has_each_step_once_the_last_record_of_it_and_its_hours_from_usage(tmp_path):
+    lines = [json.dumps({"step": s, "loss": 4.0 - s / 100.0}) for s in (10, 20, 30)]
+    lines += [json.dumps({"event": "resume", "step": 20}), json.dumps({"step": 30, "loss": 3.5}),
+              json.dumps({"step": 40, "loss": 3.4, "val_loss": 3.6})]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "usage.json").write_text(json.dumps({"first": "2026-12-07T10:00:00Z", "starts": 2, "node_s": 7200.0,
+                                                     "gpu_s": 57600.0, "gpus_per_node": 8}))
+    found = sweep.history(dict(name="m", run_dir=str(tmp_path)), nodes=2)
+    assert found["curve"] == [[10, 3.9], [20, 3.8], [30, 3.5], [40, 3.4]] and found["final_loss"] == 3.4
+    assert found["gpu_hours"] == 16.0 and found["hours"] == 1.0
+
+
+def own_member(tmp_path, name="own-a"):
+    run_dir = tmp_path / name
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "src").mkdir()
+    return dict(name=name, run_dir=str(run_dir), chdir=str(run_dir / "src"))
+
+
+def test_your_scripts_member_compares_from_its_event_files_under_its_working_directory(tmp_path):
+    member = own_member(tmp_path)
+    runs = os.path.join(member["chdir"], "out", "runs", "Dec07_10-00-00_node1")
+    os.makedirs(runs)
+    shutil.copy(os.path.join(FIXTURES, "hf_trainer_5.25.0.tfevents"), os.path.join(runs, "events.out.tfevents.1.node1.7.0"))
+    found = sweep.history(member, tag=None)
+    assert found["source"] == "events" and [step for step, _loss in found["curve"]] == [5, 10]
+    assert found["final_loss"] == found["curve"][-1][1] and found["val_loss"] is not None
+    progress = sweep.progress(member, None, None)
+    assert progress["step"] == 10 and progress["loss"] == found["final_loss"]
+
+
+def test_your_scripts_member_without_event_files_compares_from_every_tries_log_lines_in_order(tmp_path):
+    member = own_member(tmp_path)
+    logs = os.path.join(member["run_dir"], "logs")
+    with open(os.path.join(logs, "llmtrain-own-a-99.out"), "w") as handle:  # the second try: it resumed from 10
+        handle.write("iter 10: loss 2.5\niter 15: loss 2.25\n")
+    with open(os.path.join(logs, "llmtrain-own-a-7.out"), "w") as handle:
+        handle.write("".join("iter %d: loss %.2f\n" % (step, 3.0 - step / 20.0) for step in (0, 5, 10, 15)))
+    with open(os.path.join(logs, "llmtrain-own-b-100.out"), "w") as handle:  # another member's: not read
+        handle.write("iter 20: loss 0.1\n")
+    patterns = log_progress.compile_patterns([OWN.pattern])
+    found = sweep.history(member, patterns)
+    assert found["source"] == "log" and found["curve"] == [[0, 3.0], [5, 2.75], [10, 2.5], [15, 2.25]]
+    assert sweep.progress(member, patterns)["step"] == 15
+    # the reference trainer's member (no chdir) reads its metrics file alone
+    assert sweep.history(dict(member, chdir=None), patterns)["source"] is None
