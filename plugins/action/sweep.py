@@ -71,10 +71,13 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         args = dict(self._task.args)
-        state, curves = args.pop("state", "present"), boolean(args.pop("curves", False), strict=False)
+        state, curves = args.pop("state", "present"), args.pop("curves", False)
+        at_end = state == "watch" and curves == "end"
+        curves = not at_end and boolean(curves, strict=False)
         if args or state not in ("present", "watch", "status", "stopped"):
             raise AnsibleActionFail("llmtrain.slurm.sweep takes state (present, watch, status or stopped) and curves "
-                                    "alone; it reads the sweep variable and the run's variables")
+                                    "(true, false, or with state=watch end) alone; it reads the sweep variable and the "
+                                    "run's variables")
         values = self.values(task_vars, base.RUN_VARIABLES + tuple(Train.variables) + CHECK_VARIABLES)
         sweep = self._templar.template(task_vars.get("sweep"))
         if state == "stopped":
@@ -105,6 +108,14 @@ class ActionModule(ActionBase):
         result.update(self._execute_module(module_name=MODULE, module_args=made, task_vars=task_vars))
         if result.get("failed") or self._task.check_mode:
             return result
+        counts = result.get("counts") or {}
+        ended = at_end and not counts.get("running") and not counts.get("pending")
+        if ended:  # the watch's last poll: the members' history read once, for the comparison
+            curves = True
+            result.update(self._execute_module(module_name=MODULE, module_args=dict(made, state="status", curves=True),
+                                               task_vars=task_vars))
+            if result.get("failed"):
+                return result
         # what the action knows of each member, beside what the module found
         known = dict((member["name"], member) for member in found)
         dirs = dict((entry["name"], entry["run_dir"]) for entry in made["members"])
@@ -133,6 +144,12 @@ class ActionModule(ActionBase):
         replace_file(os.path.join(local, "sweep.md"), report.markdown(sweep["name"], found_members, found_laws).encode("utf-8"))
         result["members"] = kept
         result["local_dir"] = local
+        failed = [member for member in kept if member.get("state") == "failed"]
+        if ended and failed:
+            result.update(failed=True, msg="%d member(s) of sweep %s failed: %s. Their logs are in their run directories "
+                                           "(logs/); playbooks/sweep.yml trains them again. %s/sweep.md compares the members."
+                                           % (len(failed), sweep["name"], ", ".join("%s (%s)" % (m["name"], "; ".join(
+                                               m.get("ended") or ["no end recorded"])) for m in failed), local))
         return result
 
     def stop(self, result, task_vars, values, sweep):

@@ -83,6 +83,8 @@ options:
       - Also each member's history for the comparison (C(params), C(tokens), C(final_loss), C(best_loss),
         C(val_loss), C(curve), C(val_curve), C(source), C(hours), C(gpu_hours), C(unreadable), C(truncated)), its
         progress read from its start (at most 64 MiB).
+      - "The action also takes C(end) with O(state=watch): the history is read at the watch's last poll alone (when no
+        member is queued or running), and that poll fails naming each member still failed and why each try ended."
     type: bool
     default: false
   progress_regex:
@@ -126,8 +128,9 @@ RETURN = r"""
 members:
   description: Each member's C(name), C(state) (also C(stopped) - its STOP names its last task), C(job_id) (its
     array task, C(<array>_<index>)), C(tries) (the tasks that trained it), C(ended) (why each failed try ended)
-    and C(progress) (the step, loss, ... of its metrics' tail that it has; null before its first record); with
-    O(curves) its history. The action adds the member's C(values) and C(run_dir).
+    C(progress) (the step, loss, ... of its metrics' tail that it has; null before its first record) and, for one
+    queued or running, C(recovered) (how it recovered - requeued, on a later start - or null); with O(curves) its
+    history. The action adds the member's C(values) and C(run_dir).
   returned: unless O(state=stopped)
   type: list
   elements: dict
@@ -185,6 +188,7 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm import sbatch
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_module import SlurmModule
 from ansible_collections.llmtrain.slurm.plugins.module_utils.slurm.slurm_parse import ACTIVE_STATES
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import state as sweep_state
+from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.recovery import end_how
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.run_files import METRICS
 
 # a member's run directory, as run_dirs makes a run's (env: the secrets are sourced from it)
@@ -194,6 +198,8 @@ STATES = ("done", "running", "pending", "stopped", "failed", "new", "changed")
 # in at most this many points
 HISTORY_MAX_BYTES = 64 * 1024 * 1024
 CURVE_POINTS = 200
+# a running member's new start is told by the watch's line for this long after it began
+RECOVERY_TOLD_S = 900
 HISTORY_FIELDS = dict(step=untrusted.COUNT, loss=untrusted.REAL, val_loss=untrusted.REAL, params=untrusted.COUNT,
                       tokens_seen=untrusted.COUNT)
 # a member's own files and their modes: its job script, kept to read and submit by hand, and its node check settings
@@ -389,6 +395,27 @@ def progress(member, patterns=None, tag=None):
     except (OSError, ValueError):
         return None
     return None if found is None else dict((key, value) for key, value in found.items() if value is not None)
+
+
+def recovered(run_dir, state, now=None):
+    """How an active member recovered, in a few words, or None: a pending one whose last start ended
+    (its task requeued), how it ended; a running one whose start began less than RECOVERY_TOLD_S
+    ago after an earlier one, how that ended and the nodes this one lacks. From the last lines of its
+    starts.jsonl (the job script's start and end lines), whatever its length."""
+    starts, ends = run_status.starts_and_ends(os.path.join(run_dir, run_files.STARTS))
+    if not starts:
+        return None
+    end_of = dict(((end.get("job_id"), end.get("start")), end) for end in ends)
+    last = starts[-1]
+    ended = end_of.get((last["job_id"], last.get("start")))
+    if state == "pending" and ended:
+        return "to start again: its start ended %s" % end_how(ended)
+    began = run_files.stamp(last.get("time"))
+    if state != "running" or len(starts) < 2 or began is None or (now or time.time()) - began > RECOVERY_TOLD_S:
+        return None
+    before = end_of.get((starts[-2]["job_id"], starts[-2].get("start")))
+    text = "started again" + (" after its start ended %s" % end_how(before) if before else "")
+    return text + (", without %s" % last["left"] if last.get("left") else "")
 
 
 def event_dirs(member):
@@ -639,6 +666,8 @@ def run(slurm):
                             job_id=job_id, tries=len(tries.get(member["name"], [])),
                             ended=[why[task] for task in tries.get(member["name"], []) if task in why],
                             progress=progress(member, patterns, p["progress_tag"])))
+        if state in ("running", "pending"):
+            members[-1]["recovered"] = recovered(member["run_dir"], state)
         if p["curves"]:
             members[-1].update(history(member, patterns, p["progress_tag"], p["shapes"][int(member["shape"])].get("nodes")))
     result.update(members=members, counts=dict((s, sum(1 for m in members if m["state"] == s)) for s in STATES),

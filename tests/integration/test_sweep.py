@@ -126,6 +126,9 @@ def test_a_cancelled_member_resumes_from_its_checkpoint_a_failing_one_is_tried_a
     assert re.search(r"Sweep retries: 1 running member\(s\) told to save a checkpoint and stop", stopped.output), stopped.output[-3000:]
     result = play.wait(600)
     assert result.rc != 0, result.output[-3000:]
+    # the watch's line told the member's recovery
+    assert re.search(r"recovered: %s \((started again|to start again)" % os.path.basename(long_run), result.output), \
+        result.output[-3000:]
     ends = [s for s in events("end") if s["job_id"] == resumed[0]["job_id"]]
     assert ends and ends[-1]["how"] == "stopped", ends
     assert json.load(open(os.path.join(long_run, "train.done.json")))["state"] != "COMPLETED"

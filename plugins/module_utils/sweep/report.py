@@ -18,6 +18,8 @@ from ansible_collections.llmtrain.slurm.plugins.module_utils.node.untrusted impo
 from ansible_collections.llmtrain.slurm.plugins.module_utils.sweep import fit
 
 STATE_ORDER = ("done", "running", "pending", "stopped", "failed", "new", "changed")
+# the members the watch's line names as recovered (requeued, on a new start); the others are counted
+RECOVERIES_NAMED = 3
 # where a member's losses came from (the sweep module's history: source), as sweep.md names it
 SOURCES = (("metrics", "its metrics file"), ("events", "TensorBoard event files"), ("csv", "Lightning's metrics.csv"),
            ("log", "its log lines"))
@@ -135,8 +137,8 @@ def eta(members, parallel=0):
 
 
 def counts_line(name, members, parallel=0):
-    """One line for the whole sweep: members in each state, the best loss so far (any state) and the
-    sweep's ETA where one can be estimated."""
+    """One line for the whole sweep: members in each state, the best loss so far (any state), the
+    sweep's ETA where one can be estimated, and the members that recovered (requeued, or on a later start)."""
     counts = dict((state, sum(1 for m in members if m.get("state") == state)) for state in STATE_ORDER)
     line = "sweep %s: %d members, %s" % (name, len(members), ", ".join(
         "%d %s" % (counts[state], state) for state in STATE_ORDER if counts[state]))
@@ -147,6 +149,10 @@ def counts_line(name, members, parallel=0):
     left = eta(members, parallel)
     if left is not None:
         line += "; ETA about %s" % _duration(left)
+    recovering = [m for m in members if m.get("recovered")]
+    if recovering:
+        line += "; recovered: %s%s" % ("; ".join("%s (%s)" % (m["name"], printable(m["recovered"])) for m in recovering[:RECOVERIES_NAMED]),
+                                       " and %d more" % (len(recovering) - RECOVERIES_NAMED) if len(recovering) > RECOVERIES_NAMED else "")
     return line
 
 

@@ -132,6 +132,15 @@ def test_the_sweeps_eta_is_its_running_members_longest_and_rounds_of_whole_train
     assert report.eta(running + [dict(running[0], progress=dict(step=1, loss=2.0))]) is None  # one says no ETA
 
 
+def test_the_watchs_line_names_the_members_that_recovered_a_few_of_them():
+    found = [dict(member("s-%d" % i, "running", {}, 5, 2.0), recovered="started again after its start ended preempted")
+             for i in range(5)] + [dict(member("s-p", "pending", {}), recovered="requeued: its start\x1b[2J ended hang")]
+    line = report.counts_line("s", found)
+    assert line.endswith("; recovered: s-0 (started again after its start ended preempted); s-1 (started again after its "
+                         "start ended preempted); s-2 (started again after its start ended preempted) and 3 more"), line
+    assert "\x1b" not in report.counts_line("s", found[5:])
+
+
 def test_the_table_says_hours_gpu_hours_and_where_each_members_losses_came_from():
     found = [dict(member("own-a", "done", {"pretrain_script_args.--n_embd": 32}, 40, 2.5), source="log", curve=[[40, 2.5]],
                   final_loss=2.5, hours=0.5, gpu_hours=4.0, params=52000),

@@ -330,3 +330,21 @@ def test_your_scripts_member_without_event_files_compares_from_every_tries_log_l
     assert sweep.progress(member, patterns)["step"] == 15
     # the reference trainer's member (no chdir) reads its metrics file alone
     assert sweep.history(dict(member, chdir=None), patterns)["source"] is None
+
+
+def test_a_member_requeued_or_started_again_is_told_how_from_its_start_and_end_lines(tmp_path):
+    def starts(*lines):
+        (tmp_path / "starts.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    first = {"job_id": "101", "start": 1, "nodes": "n[1-2]", "left": "", "time": "2026-12-07T10:00:00Z"}
+    now = 1796642400.0  # 2026-12-07T11:20:00Z
+    starts(first)
+    assert sweep.recovered(str(tmp_path), "running", now) is None
+    starts(first, {"event": "end", "job_id": "101", "start": 1, "how": "preempted", "exit_code": 0, "time": "x"})
+    assert sweep.recovered(str(tmp_path), "pending", now) == "to start again: its start ended preempted"
+    again = {"job_id": "101", "start": 2, "nodes": "n[2-3]", "left": "n1", "time": "2026-12-07T11:10:00Z"}
+    starts(first, {"event": "end", "job_id": "101", "start": 1, "how": "killed", "signal": "SIGTERM", "exit_code": 143,
+                   "time": "x"}, again)
+    assert sweep.recovered(str(tmp_path), "running", now) == "started again after its start ended killed by SIGTERM, without n1"
+    # told for a while after the start began, not for the rest of the member's training
+    assert sweep.recovered(str(tmp_path), "running", now + sweep.RECOVERY_TOLD_S) is None
+    assert sweep.recovered(str(tmp_path / "none"), "pending", now) is None
