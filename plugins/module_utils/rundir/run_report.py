@@ -39,6 +39,7 @@ import time
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node import run_files, untrusted
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.atomic import replace_with
 from ansible_collections.llmtrain.slurm.plugins.module_utils.node.hang import SHOWN_NODES
+from ansible_collections.llmtrain.slurm.plugins.module_utils.progress.metrics import records_from_start
 from ansible_collections.llmtrain.slurm.plugins.module_utils.watch.stragglers import add_record, node_times_table, totals_table
 
 # the action's options, and the module's that documents them (plugins/modules/run_report.py)
@@ -69,21 +70,19 @@ def read_metrics(path, threshold):
     if not os.path.exists(path):
         return None
     by_step, events, unreadable, totals = {}, [], 0, {}
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            record = untrusted.record(line, untrusted.METRICS_RECORD_MAX_BYTES, nonfinite=True)
-            if not isinstance(record, dict):
-                unreadable += 1
-            elif "event" in record:
-                events.append(record)
-            elif isinstance(record.get("step"), int) and is_number(record.get("loss")):
-                add_record(totals, record, threshold)
-                # a later record of a step replaces an earlier one
-                by_step[record["step"]] = {key: record[key] for key in LOSS_FIELDS if key in record}
-            else:
-                unreadable += 1
+    # each line read in pieces of at most a record's bound: a line longer is counted, never held whole
+    # (the file itself is as large as the collect step fetched, pretrain_fetch_max_mb)
+    for record in records_from_start(path, os.path.getsize(path) + 1, {}):
+        if not isinstance(record, dict):
+            unreadable += 1
+        elif "event" in record:
+            events.append(record)
+        elif isinstance(record.get("step"), int) and is_number(record.get("loss")):
+            add_record(totals, record, threshold)
+            # a later record of a step replaces an earlier one
+            by_step[record["step"]] = {key: record[key] for key in LOSS_FIELDS if key in record}
+        else:
+            unreadable += 1
     return [by_step[step] for step in sorted(by_step)], events, unreadable, totals
 
 

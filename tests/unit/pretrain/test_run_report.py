@@ -877,3 +877,13 @@ def test_a_checkpoint_name_with_other_digits_than_0_to_9_has_no_step():
     """Arabic-Indic 42 was read as step 42, a superscript 2 made int() raise."""
     found, other = run_report.trainer_checkpoints(["checkpoint-\u0664\u0662", "step_\u00b2.pt", "checkpoint-40"])
     assert found == [(40, "checkpoint-40"), (None, "step_\u00b2.pt")] and other == ["checkpoint-\u0664\u0662"]
+
+
+def test_a_metrics_line_longer_than_a_record_is_counted_unreadable_never_held_whole(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    with open(str(path), "w") as handle:
+        handle.write(json.dumps({"step": 1, "loss": 3.0}) + "\n")
+        handle.write('{"step": 2, "loss": 2.9, "pad": "' + "x" * (3 * 1048576) + '"}\n')  # 3 MiB: past the 1 MiB bound
+        handle.write("not json\n" + json.dumps({"step": 3, "loss": 2.8}) + "\n")
+    losses, events, unreadable, _totals = run_report.read_metrics(str(path), 1.5)
+    assert [record["step"] for record in losses] == [1, 3] and events == [] and unreadable == 2
