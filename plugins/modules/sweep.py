@@ -440,7 +440,8 @@ def submit(module, client, p, group, record_path, arrays):
         argv = sbatch_argv.option_argv(dict((k, v) for k, v in options.items() if v is not None and v is not False))
     except ValueError as err:
         module.fail_json(msg="invalid options: %s" % err)
-    content = sweep_job.array_script(p["sweep"], [(index, m["name"], m["run_dir"]) for index, m in group])
+    content = sweep_job.array_script(p["sweep"], [(index, m["name"], m["run_dir"]) for index, m in group],
+                                     os.path.join(p["base_dir"], "data"))
     fp = sbatch_argv.fingerprint(p["name"], content, options, {}, p["base_dir"])
     put.write_files(p["base_dir"], {"scripts/sweep.sbatch": sbatch_argv.kept_script(content, p["name"], p["base_dir"], argv)},
                     0o755)

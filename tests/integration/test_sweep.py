@@ -100,6 +100,13 @@ def test_a_rerun_submits_nothing_and_a_value_added_trains_only_the_new_member(la
     assert re.search(r"^\s*ladder\s+sweep \(3 members: 3 done\)", status, re.M), status[-3000:]
     assert not re.search(r"^\s*ladder-n_layer1\s+finished", status, re.M)
     assert re.search(r"^\s*ladder-n_layer3\s+done\s+\d+_2\s+40\s", status, re.M), status[-3000:]
+    # a member by itself, by its name: exported and evaluated on the sweep's data, its own data/ as hard links
+    member = os.path.join(WORKSPACE, "ladder-n_layer1")
+    assert os.stat(os.path.join(member, "data", "meta.json")).st_ino == os.stat(
+        os.path.join(WORKSPACE, SWEEP, "data", "meta.json")).st_ino
+    run_playbook("export.yml", "-e", "run_name=ladder-n_layer1")
+    assert os.path.isfile(os.path.join(member, "export", "step_000040", "config.json"))
+    assert json.load(open(os.path.join(member, "eval", "step_000040.json")))["loss"] > 0
 
 
 def test_a_cancelled_member_resumes_from_its_checkpoint_a_failing_one_is_tried_again_and_stop_stops_them(local_cluster):

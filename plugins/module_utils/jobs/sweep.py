@@ -110,10 +110,12 @@ def array_options(options, indices, parallel):
     return out
 
 
-def array_script(sweep, tasks):
+def array_script(sweep, tasks, data_dir=None):
     """The array's script: task N runs member N's training job script (scripts/pretrain.sbatch) in
-    the member's run directory, its output in the member's log as its own job's would be.
-    tasks: [(index, member name, member run directory)]."""
+    the member's run directory, its output in the member's log as its own job's would be. Before,
+    where the member has no data/ and the sweep's (data_dir) is prepared, the member gets it as hard
+    links (no room taken, nothing read): its export, evaluation and batch inference, run by
+    themselves, find it where a run's is. tasks: [(index, member name, member run directory)]."""
     wrong = [name for _index, name, _dir in tasks if not MEMBER_NAME.fullmatch(name)]
     if wrong:
         raise ValueError("sweep members must be named with letters, digits and . _ - alone: %r" % wrong[:3])
@@ -128,6 +130,16 @@ def array_script(sweep, tasks):
         % exit_code("SETTING"),
         "esac",
         'cd "${run_dir}" || exit %d' % exit_code("SETTING"),
+    ]
+    if data_dir:
+        lines += [
+            "# the sweep's prepared data as the member's own too, hard links (nothing copied): for its export,",
+            "# evaluation and batch inference by themselves (its training reads the sweep's); none where links fail",
+            "if [ ! -e data ] && [ -f %s ]; then" % q(data_dir + "/meta.json"),
+            '    cp -al %s ".data.$$" 2>/dev/null && mv -T ".data.$$" data 2>/dev/null || rm -rf ".data.$$"' % q(data_dir),
+            "fi",
+        ]
+    lines += [
         "# the name its own job would have: the node and network checks name their records with it",
         'export SLURM_JOB_NAME="%s${member}"' % NAME_PREFIX,
         "# the member's done record names this task (<array>_<index>), which marks it completed at its end",

@@ -164,7 +164,8 @@ def markdown(name, members, found_laws=None):
     lines = ["# Sweep %s" % printable(name), "", counts_line(name, members) + ".", ""]
     lead = best(members)
     if lead:
-        lines += ["Best finished member: **%s** (loss %.4g)." % (lead["name"], _loss(lead)), ""]
+        lines += ["Best finished member: **%s** (loss %.4g). As a Hugging Face model, evaluated: "
+                  "`ansible-playbook playbooks/export.yml -e run_name=%s`." % (lead["name"], _loss(lead), lead["name"]), ""]
     if history:
         lines += ["![loss curves](sweep.png)", ""]
     more = ["best loss", "val loss", "params", "tokens", "hours", "GPU-hours"] if history else []

@@ -67,7 +67,11 @@ def test_a_task_runs_its_members_script_in_its_directory_logging_there(tmp_path)
         (run_dir / "logs").mkdir()
         (run_dir / "scripts" / "pretrain.sbatch").write_text('echo "ran in $(pwd) as ${SLURM_JOB_NAME}"\n')
         dirs.append(str(run_dir))
-    script = sweep.array_script("s", [(0, "a-lr1", dirs[0]), (4, "b-lr2", dirs[1])])
+    data = tmp_path / "work 'space' $HOME" / "s" / "data"
+    (data / "shards").mkdir(parents=True)
+    for name in ("meta.json", "train.bin", "shards/val.bin"):
+        (data / name).write_text(name)
+    script = sweep.array_script("s", [(0, "a-lr1", dirs[0]), (4, "b-lr2", dirs[1])], str(data))
     path = tmp_path / "array.sbatch"
     path.write_text(script)
     env = dict(os.environ, SLURM_ARRAY_TASK_ID="4", SLURM_ARRAY_JOB_ID="70", SLURM_JOB_ID="77")
@@ -78,6 +82,10 @@ def test_a_task_runs_its_members_script_in_its_directory_logging_there(tmp_path)
     record = json.load(open(os.path.join(dirs[1], "train.done.json")))
     assert record == {"fingerprint": "llmtrain-sweep:70", "job_id": "70_4", "name": "llmtrain-b-lr2", "state": "RUNNING"}
     assert job_end.completed(record, "70_4", "now")["state"] == "COMPLETED"
+    # the sweep's data as the member's own, hard links: its export and evaluation find it where a run's is
+    own = os.path.join(dirs[1], "data", "shards", "val.bin")
+    assert os.stat(own).st_ino == os.stat(str(data / "shards" / "val.bin")).st_ino
+    assert sorted(os.listdir(dirs[1])) == ["data", "logs", "scripts", "train.done.json"]
     # a task of no member says so and ends with the settings' exit code
     env["SLURM_ARRAY_TASK_ID"] = "1"
     done = subprocess.run(["bash", str(path)], env=env, check=False, stderr=subprocess.PIPE, universal_newlines=True)

@@ -59,7 +59,7 @@ def args(base, found, **extra):
 
 
 def array_argv(base, found, indices, **more):
-    content = sweep_job.array_script("lr", [(i, found[i]["name"], found[i]["run_dir"]) for i in indices])
+    content = sweep_job.array_script("lr", [(i, found[i]["name"], found[i]["run_dir"]) for i in indices], str(base / "data"))
     options = dict(sweep_job.array_options(OPTIONS, indices, 2), **more)
     fp = sbatch_argv.fingerprint("llmtrain-sweep-lr", content, options, {}, str(base))
     return ["/usr/bin/sbatch", "--parsable", "--job-name=llmtrain-sweep-lr", "--comment=llmtrain:" + fp,
@@ -184,7 +184,7 @@ def test_a_sweep_beyond_the_clusters_max_array_size_is_refused_before_any_submis
 def test_with_split_a_sweep_beyond_max_array_size_is_arrays_of_at_most_that_many_tasks(monkeypatch, capsys, sweep_dir):
     found = members(sweep_dir, *("lr-%d" % index for index in range(5)))
     first, _content = array_argv(sweep_dir, found, [0, 1, 2, 3])
-    content = sweep_job.array_script("lr", [(0, "lr-4", found[4]["run_dir"])])
+    content = sweep_job.array_script("lr", [(0, "lr-4", found[4]["run_dir"])], str(sweep_dir / "data"))
     options = sweep_job.array_options(OPTIONS, [0], 2)
     fp = sbatch_argv.fingerprint("llmtrain-sweep-lr", content, options, {}, str(sweep_dir))
     second = first[:3] + ["--comment=llmtrain:" + fp, "--chdir=" + str(sweep_dir)] + sbatch_argv.option_argv(options)
