@@ -198,6 +198,8 @@ STATES = ("done", "running", "pending", "stopped", "failed", "new", "changed")
 # in at most this many points
 HISTORY_MAX_BYTES = 64 * 1024 * 1024
 CURVE_POINTS = 200
+# the logs of your script's member that its progress is looked for in, newest first
+LOGS_LOOKED = 3
 # a running member's new start is told by the watch's line for this long after it began
 RECOVERY_TOLD_S = 900
 HISTORY_FIELDS = dict(step=untrusted.COUNT, loss=untrusted.REAL, val_loss=untrusted.REAL, params=untrusted.COUNT,
@@ -381,17 +383,23 @@ def member_logs(run_dir, name, max_entries=10000):
 def progress(member, patterns=None, tag=None):
     """The member's progress, the fields it has (None before its first record): from the tail of its
     metrics file; for your script (a member with a chdir), else from the end of the newest
-    TensorBoard event files under its working directory and run directory, else from its newest
-    log's last progress line (patterns: pretrain_progress_regex, compiled)."""
+    TensorBoard event files under its working directory and run directory, else from the last
+    progress line of its newest log that has one, of its last LOGS_LOOKED (patterns:
+    pretrain_progress_regex, compiled)."""
     run_dir = member["run_dir"]
     try:
         if not member.get("chdir"):
             records, _unreadable = metrics.tail_records(os.path.join(run_dir, METRICS))
             found = metrics.progress_of(records)
         else:
-            logs = member_logs(run_dir, member["name"])
-            found = run_status.progress(run_dir, logs[-1] if logs else None, patterns, tag,
-                                        event_dirs=event_dirs(member))
+            # the newest log with a progress line, of the last LOGS_LOOKED: a try that had nothing left
+            # to train (it resumed at its last step) prints none
+            logs = member_logs(run_dir, member["name"])[-LOGS_LOOKED:] or [None]
+            found = None
+            for log in reversed(logs):
+                found = run_status.progress(run_dir, log, patterns, tag, event_dirs=event_dirs(member))
+                if found is not None:
+                    break
     except (OSError, ValueError):
         return None
     return None if found is None else dict((key, value) for key, value in found.items() if value is not None)

@@ -169,7 +169,7 @@ def test_a_sweep_of_your_own_script_is_compared_from_its_log_lines(local_cluster
         logs = os.path.join(WORKSPACE, member["name"], "logs")
         log = "".join(open(os.path.join(logs, entry)).read() for entry in os.listdir(logs))
         assert re.search(r"^config tiny: world size \d+, cwd %s/%s/src$" % (re.escape(WORKSPACE), member["name"]), log, re.M), log[-3000:]
-        assert member["final_loss"] > 0 and member["progress"]["step"] == 15
+        assert member["final_loss"] > 0 and (member["progress"] or {}).get("step") == 15, member
     table = open(os.path.join(RUNS, name, "sweep.md")).read()
     assert "Losses from: its log lines (2)." in table and "Best finished member: **ownsweep-n_embd" in table, table
     assert re.search(r"^\| ownsweep-n_embd32 \| 32 \| done \| 15 \| \d[^|]*\| \d[^|]*\|  \| 46k \|", table, re.M), table

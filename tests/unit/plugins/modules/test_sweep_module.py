@@ -328,6 +328,10 @@ def test_your_scripts_member_without_event_files_compares_from_every_tries_log_l
     found = sweep.history(member, patterns)
     assert found["source"] == "log" and found["curve"] == [[0, 3.0], [5, 2.75], [10, 2.5], [15, 2.25]]
     assert sweep.progress(member, patterns)["step"] == 15
+    # a try that had nothing left to train prints no progress line: the newest log that has one tells
+    with open(os.path.join(logs, "llmtrain-own-a-120.out"), "w") as handle:
+        handle.write("resuming from out/ckpt.pt at iter 20\n")
+    assert sweep.progress(member, patterns)["step"] == 15
     # the reference trainer's member (no chdir) reads its metrics file alone
     assert sweep.history(dict(member, chdir=None), patterns)["source"] is None
 
