@@ -504,6 +504,14 @@ def _from_logs(member, patterns, out):
     return found
 
 
+def _at_step(typed, losses, vals):
+    """A typed record's loss and validation loss kept at its step (a later record of a step replaces an earlier one)."""
+    if typed.get("step") is not None:
+        for key, into in (("loss", losses), ("val_loss", vals)):
+            if typed.get(key) is not None:
+                into[typed["step"]] = typed[key]
+
+
 def history(member, patterns=None, tag=None, nodes=1):
     """What the comparison takes of a member's progress, read once from its start, at most
     HISTORY_MAX_BYTES: its parameters (its first record's), the tokens it saw, its last and best loss,
@@ -529,19 +537,12 @@ def history(member, patterns=None, tag=None, nodes=1):
                 out["params"] = typed["params"]
             if typed.get("tokens_seen") is not None:
                 out["tokens"] = typed["tokens_seen"]
-            if typed.get("step") is not None:
-                for key, into in (("loss", losses), ("val_loss", vals)):
-                    if typed.get(key) is not None:
-                        into[typed["step"]] = typed[key]
+            _at_step(typed, losses, vals)
         if losses:
             out["source"] = "metrics"
         elif member.get("chdir"):
             for record in _from_events(member, tag, out) or _from_logs(member, patterns, out):
-                typed = untrusted.fields(record, HISTORY_FIELDS)
-                if typed.get("step") is not None:
-                    for key, into in (("loss", losses), ("val_loss", vals)):
-                        if typed.get(key) is not None:
-                            into[typed["step"]] = typed[key]
+                _at_step(untrusted.fields(record, HISTORY_FIELDS), losses, vals)
     except (OSError, ValueError):
         pass
     curve = sorted(losses.items())
